@@ -1,0 +1,77 @@
+"""TOML configuration files validated by pydantic models.
+
+Every daemon reads its settings through `load_config(path, Model)`. A user's mistake (missing
+file, bad TOML, unknown key, wrong type) becomes a `ConfigError` whose text is one line naming the
+file and the key, so the CLI can print it without a traceback.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class StrictModel(BaseModel):
+    """Base of every config section: unknown keys are errors, values are immutable once read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(Exception):
+    """A configuration file the user must fix; str() is a single line naming file and key."""
+
+
+def load_config(path: str | Path, model: type[M]) -> M:
+    """Read and validate a TOML file; raise ConfigError on any user error."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError(f"{path}: cannot read: {reason}") from None
+    return parse_config(text, model, source=str(path))
+
+
+def parse_config(text: str, model: type[M], *, source: str) -> M:
+    """Validate TOML text; `source` names it in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: invalid TOML: {e}") from None
+    return validate_config(data, model, source=source)
+
+
+def validate_config(data: dict[str, Any], model: type[M], *, source: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+
+
+def format_validation_error(error: ValidationError, source: str) -> str:
+    problems = [_describe(err) for err in error.errors()]
+    line = f"{source}: {problems[0]}"
+    if len(problems) > 1:
+        line += f" (and {len(problems) - 1} more: " + "; ".join(problems[1:]) + ")"
+    return line
+
+
+def _describe(err: Any) -> str:
+    key = ".".join(str(part) for part in err["loc"]) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"unknown key '{key}'"
+    if kind == "missing":
+        return f"missing required key '{key}'"
+    msg = err["msg"]
+    if "input" in err and not isinstance(err["input"], dict):
+        return f"key '{key}': {msg} (got {err['input']!r})"
+    return f"key '{key}': {msg}"

@@ -1,0 +1,222 @@
+"""The wire format shared by every daemon: msgpack, typed by pydantic, versioned.
+
+Two carriers:
+- streams (TCP, pipes): each frame is a 4-byte big-endian length followed by that many bytes;
+- datagrams (UDP): one message per datagram, no length prefix.
+
+A message travels as the msgpack array `[version, type, body]`. Receiving is defensive by
+design: a peer can send anything, so a frame that is too large (checked from the header, before
+any buffer is grown), truncated, not msgpack, of another protocol version, of an unknown type or
+failing validation is logged with the peer's name, counted in `MessageCodec.drops`, and dropped.
+Nothing raises into the caller's receive loop.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
+from enum import StrEnum
+from typing import Any, ClassVar
+
+import msgpack
+import structlog
+import trio
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_FRAME = 1 << 20  # 1 MiB: far above any protocol message, far below memory trouble
+MAX_DATAGRAM = 65507  # the largest UDP payload over IPv4
+HEADER = struct.Struct(">I")
+
+log = structlog.get_logger("wire")
+
+
+class FrameTooLarge(Exception):
+    """A frame header announced more bytes than the receiver accepts."""
+
+
+class DropReason(StrEnum):
+    OVERSIZED = "oversized"
+    TRUNCATED = "truncated"
+    GARBAGE = "garbage"
+    BAD_VERSION = "bad_version"
+    UNKNOWN_TYPE = "unknown_type"
+    INVALID = "invalid"
+    BROKEN = "broken_connection"
+
+
+def pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    """Strict msgpack decoding; raises ValueError (or a subclass) on anything malformed."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=True)
+
+
+def frame(payload: bytes) -> bytes:
+    return HEADER.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames, without I/O (fed by trio streams and blocking pipes)."""
+
+    def __init__(self, max_size: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_size = max_size
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    @property
+    def pending(self) -> int:
+        """Bytes received that do not yet make a whole frame (non-zero at EOF means truncation)."""
+        return len(self._buffer)
+
+    def next_frame(self) -> bytes | None:
+        """The next complete payload, or None if more bytes are needed.
+
+        Raises FrameTooLarge as soon as the header is seen, so an oversized frame is never read.
+        """
+        if len(self._buffer) < HEADER.size:
+            return None
+        (length,) = HEADER.unpack_from(self._buffer)
+        if length > self.max_size:
+            raise FrameTooLarge(f"frame of {length} bytes exceeds limit of {self.max_size}")
+        end = HEADER.size + length
+        if len(self._buffer) < end:
+            return None
+        payload = bytes(self._buffer[HEADER.size : end])
+        del self._buffer[:end]
+        return payload
+
+
+class Message(BaseModel):
+    """Base of every typed protocol message. Subclasses set TYPE, a name unique in their codec."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    TYPE: ClassVar[str]
+
+
+class MessageCodec:
+    """Encodes and decodes one protocol's messages; counts what it had to drop and why."""
+
+    def __init__(
+        self,
+        types: Iterable[type[Message]],
+        *,
+        version: int = PROTOCOL_VERSION,
+        max_size: int = DEFAULT_MAX_FRAME,
+        name: str = "wire",
+    ) -> None:
+        self.version = version
+        self.max_size = max_size
+        self.name = name
+        self.types: dict[str, type[Message]] = {}
+        for t in types:
+            if t.TYPE in self.types:
+                raise ValueError(f"message type {t.TYPE!r} registered twice")
+            self.types[t.TYPE] = t
+        self.drops: Counter[str] = Counter()
+
+    def encode(self, msg: Message) -> bytes:
+        if self.types.get(msg.TYPE) is not type(msg):
+            raise TypeError(f"{type(msg).__name__} is not a message of protocol {self.name}")
+        payload = pack([self.version, msg.TYPE, msg.model_dump(mode="python")])
+        if len(payload) > self.max_size:
+            raise ValueError(f"{msg.TYPE} message of {len(payload)} bytes exceeds {self.max_size}")
+        return payload
+
+    def encode_frame(self, msg: Message) -> bytes:
+        return frame(self.encode(msg))
+
+    def encode_datagram(self, msg: Message) -> bytes:
+        payload = self.encode(msg)
+        if len(payload) > min(self.max_size, MAX_DATAGRAM):
+            raise ValueError(f"{msg.TYPE} message of {len(payload)} bytes does not fit a datagram")
+        return payload
+
+    def drop(self, reason: DropReason, peer: object, detail: str) -> None:
+        self.drops[reason] += 1
+        log.warning("message dropped", protocol=self.name, peer=str(peer), reason=str(reason), detail=detail)
+
+    def decode(self, payload: bytes, peer: object) -> Message | None:
+        """The message in a payload, or None after logging and counting why it was dropped."""
+        try:
+            envelope = unpack(payload)
+        except Exception as e:  # msgpack raises several unrelated types for malformed input
+            self.drop(DropReason.GARBAGE, peer, f"not msgpack: {type(e).__name__}: {e}")
+            return None
+        if not (isinstance(envelope, list) and len(envelope) == 3):
+            self.drop(DropReason.GARBAGE, peer, "not a [version, type, body] envelope")
+            return None
+        version, type_name, body = envelope
+        if version != self.version:
+            self.drop(DropReason.BAD_VERSION, peer, f"version {version!r}, expected {self.version}")
+            return None
+        cls = self.types.get(type_name) if isinstance(type_name, str) else None
+        if cls is None:
+            self.drop(DropReason.UNKNOWN_TYPE, peer, f"type {type_name!r}")
+            return None
+        try:
+            return cls.model_validate(body)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            self.drop(DropReason.INVALID, peer, f"{type_name}.{where}: {first['msg']}")
+            return None
+
+    def decode_datagram(self, data: bytes, peer: object) -> Message | None:
+        if len(data) > self.max_size:
+            self.drop(DropReason.OVERSIZED, peer, f"datagram of {len(data)} bytes exceeds {self.max_size}")
+            return None
+        return self.decode(data, peer)
+
+
+class MessageStream:
+    """Typed messages over a trio stream. `receive()` returns None when the peer is gone or
+    broke framing; bad messages inside a well-framed stream are skipped."""
+
+    def __init__(self, stream: trio.abc.Stream, codec: MessageCodec, peer: object = "?") -> None:
+        self.stream = stream
+        self.codec = codec
+        self.peer = peer
+        self._decoder = FrameDecoder(codec.max_size)
+        self._send_lock = trio.Lock()
+
+    async def send(self, msg: Message) -> None:
+        data = self.codec.encode_frame(msg)
+        async with self._send_lock:
+            await self.stream.send_all(data)
+
+    async def receive(self) -> Message | None:
+        while True:
+            try:
+                payload = self._decoder.next_frame()
+            except FrameTooLarge as e:
+                self.codec.drop(DropReason.OVERSIZED, self.peer, str(e))
+                await self.stream.aclose()
+                return None
+            if payload is not None:
+                msg = self.codec.decode(payload, self.peer)
+                if msg is not None:
+                    return msg
+                continue
+            try:
+                data = await self.stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+                self.codec.drop(DropReason.BROKEN, self.peer, repr(e))
+                return None
+            if not data:
+                if self._decoder.pending:
+                    self.codec.drop(DropReason.TRUNCATED, self.peer, f"{self._decoder.pending} bytes at EOF")
+                return None
+            self._decoder.feed(data)
+
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        while (msg := await self.receive()) is not None:
+            yield msg
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()

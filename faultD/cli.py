@@ -1,0 +1,13 @@
+"""Command line of faultd (reserved: the daemon arrives with its own issue)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="faultd")
+    parser.parse_args(argv)
+    print("faultd: not implemented yet in this release", file=sys.stderr)
+    return 2
