@@ -1,0 +1,335 @@
+"""The daemons' async door to HTCondor.
+
+`Gateway` runs `common.condor.worker` as a child process and sends it one request at a time.
+Every call has a deadline: when it passes, the child (stuck in a blocking HTCondor call that
+cannot be interrupted) is killed and `GatewayTimeout` is raised; when the child dies mid-call,
+`GatewayCrashed` is raised. Either way the next call starts a fresh child, so a hung collector
+costs one call, never the daemon's event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import structlog
+import trio
+
+from common.condor.errors import (
+    CondorError,
+    DaemonNotFound,
+    GatewayCrashed,
+    GatewayTimeout,
+    ProtocolViolation,
+)
+from common.condor.types import DaemonKind, DaemonRef, PoolLoad, SubmitResult
+from common.wire import FrameDecoder, FrameTooLarge, frame, pack, unpack
+
+log = structlog.get_logger("condor.gateway")
+
+DEFAULT_TIMEOUT = 30.0
+
+
+def _ref(daemon: DaemonRef | None) -> dict[str, Any] | None:
+    return daemon.model_dump(mode="json", exclude_none=True) if daemon else None
+
+
+def _job_constraint(jobs: str | Iterable[str]) -> str:
+    """A constraint from a constraint text, or from job ids like '12' or '12.3'."""
+    if isinstance(jobs, str):
+        return jobs
+    terms = []
+    for job in jobs:
+        cluster, _, proc = job.partition(".")
+        if not cluster.isdigit() or (proc and not proc.isdigit()):
+            raise ValueError(f"not a job id: {job!r}")
+        terms.append(f"(ClusterId == {cluster} && ProcId == {proc})" if proc else f"ClusterId == {cluster}")
+    if not terms:
+        raise ValueError("no job ids given")
+    return " || ".join(terms)
+
+
+class Gateway:
+    """One worker process, one request at a time.
+
+    `condor_config` becomes the worker's CONDOR_CONFIG (without one, HTCondor's default search
+    applies). `collector` is the pool to talk to when a call names none.
+    """
+
+    def __init__(
+        self,
+        *,
+        condor_config: str | Path | None = None,
+        collector: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.condor_config = str(condor_config) if condor_config else None
+        self.collector = collector
+        self.timeout = timeout
+        self._process: trio.Process | None = None
+        self._decoder = FrameDecoder()
+        self._lock = trio.Lock()
+        self._ids = itertools.count(1)
+        self.restarts = 0
+
+    async def __aenter__(self) -> Gateway:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def child_pid(self) -> int | None:
+        return self._process.pid if self._process and self._process.returncode is None else None
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self._discard_child(graceful=True)
+
+    # ------------------------------------------------------------------ the child process
+
+    async def _start_child(self) -> trio.Process:
+        env = dict(os.environ)
+        if self.condor_config:
+            env["CONDOR_CONFIG"] = self.condor_config
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "common.condor.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        self._decoder = FrameDecoder()
+        log.debug("gateway worker started", pid=process.pid)
+        return process
+
+    async def _discard_child(self, *, graceful: bool = False) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if graceful and process.stdin is not None:
+            await process.stdin.aclose()  # EOF: the worker exits on its own
+            with trio.move_on_after(2):
+                await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                await stream.aclose()
+
+    async def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self._process is None or self._process.returncode is not None:
+            if self._process is not None:
+                self.restarts += 1
+            self._process = await self._start_child()
+        process = self._process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            await process.stdin.send_all(frame(pack(request)))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise EOFError from None
+        while True:
+            payload = self._decoder.next_frame()
+            if payload is not None:
+                response = unpack(payload)
+                if isinstance(response, dict) and response.get("id") == request["id"]:
+                    return response
+                raise ProtocolViolation(request["op"], f"unexpected response {response!r:.200}")
+            data = await process.stdout.receive_some(65536)
+            if not data:
+                raise EOFError
+            self._decoder.feed(data)
+
+    async def call(self, op: str, *, timeout: float | None = None, **args: Any) -> Any:
+        """Run one worker operation; raises a GatewayError subclass on any failure."""
+        timeout = self.timeout if timeout is None else timeout
+        request = {"id": next(self._ids), "op": op, "args": args}
+        async with self._lock:
+            try:
+                with trio.fail_after(timeout):
+                    response = await self._exchange(request)
+            except trio.TooSlowError:
+                await self._discard_child()
+                log.warning("gateway call timed out; worker killed", op=op, timeout=timeout)
+                raise GatewayTimeout(op, f"no answer within {timeout:g} s (worker restarted)") from None
+            except (EOFError, FrameTooLarge, ValueError, ProtocolViolation) as e:
+                rc = self._process.returncode if self._process else None
+                await self._discard_child()
+                if isinstance(e, EOFError):
+                    raise GatewayCrashed(
+                        op, f"worker process died during the call (exit status {rc})"
+                    ) from None
+                raise ProtocolViolation(op, f"bad response from worker: {e}") from None
+            except BaseException:
+                # Cancelled from outside: the worker may still be busy with this request.
+                with trio.CancelScope(shield=True):
+                    await self._discard_child()
+                raise
+        if response.get("ok"):
+            return response.get("result")
+        error = response.get("error") or {}
+        kind, message = str(error.get("kind", "Error")), str(error.get("message", ""))
+        if kind == "DaemonNotFound":
+            raise DaemonNotFound(op, kind, message)
+        raise CondorError(op, kind, message)
+
+    # ------------------------------------------------------------------ the API in project terms
+
+    def _pool(self, collector: str | None) -> str | None:
+        return collector or self.collector
+
+    async def version(self) -> str:
+        result = await self.call("version")
+        return result["htcondor"]
+
+    async def pool_load(self, collector: str | None = None, *, timeout: float | None = None) -> PoolLoad:
+        result = await self.call("pool_load", collector=self._pool(collector), timeout=timeout)
+        return PoolLoad.model_validate(result)
+
+    async def list_daemons(self, kind: DaemonKind, collector: str | None = None) -> list[DaemonRef]:
+        result = await self.call("list_daemons", kind=str(kind), collector=self._pool(collector))
+        return [DaemonRef.model_validate(r) for r in result]
+
+    async def list_schedds(self, collector: str | None = None) -> list[DaemonRef]:
+        return await self.list_daemons(DaemonKind.SCHEDD, collector)
+
+    async def get_config(self, daemon: DaemonRef, key: str, collector: str | None = None) -> str | None:
+        """A configuration value as the running daemon sees it (None when not defined)."""
+        return await self.call("get_config", daemon=_ref(daemon), key=key, collector=self._pool(collector))
+
+    async def set_config(
+        self,
+        daemon: DaemonRef,
+        values: Mapping[str, str | None],
+        *,
+        reconfig: bool = True,
+        collector: str | None = None,
+    ) -> None:
+        """Set runtime configuration (None removes a key's runtime value) and reconfig the daemon.
+
+        Needs ENABLE_RUNTIME_CONFIG and the keys in SETTABLE_ATTRS_CONFIG on that daemon.
+        """
+        await self.call(
+            "set_config",
+            daemon=_ref(daemon),
+            values=dict(values),
+            reconfig=reconfig,
+            collector=self._pool(collector),
+        )
+
+    async def reconfig(self, daemon: DaemonRef, collector: str | None = None) -> None:
+        await self.call("reconfig", daemon=_ref(daemon), collector=self._pool(collector))
+
+    async def add_daemons(
+        self, master: DaemonRef, names: Iterable[str], collector: str | None = None
+    ) -> list[str]:
+        """Add daemons (e.g. COLLECTOR, NEGOTIATOR) to a master's DAEMON_LIST and reconfig it."""
+        return await self._edit_daemon_list(master, add=names, remove=(), collector=collector)
+
+    async def remove_daemons(
+        self, master: DaemonRef, names: Iterable[str], collector: str | None = None
+    ) -> list[str]:
+        return await self._edit_daemon_list(master, add=(), remove=names, collector=collector)
+
+    async def _edit_daemon_list(
+        self, master: DaemonRef, *, add: Iterable[str], remove: Iterable[str], collector: str | None
+    ) -> list[str]:
+        if master.kind != DaemonKind.MASTER:
+            raise ValueError(f"DAEMON_LIST belongs to a master, not a {master.kind}")
+        current = await self.get_config(master, "DAEMON_LIST", collector) or "MASTER"
+        daemons = [d.strip().upper() for d in current.replace(",", " ").split() if d.strip()]
+        drop = {d.upper() for d in remove}
+        if "MASTER" in drop:
+            raise ValueError("MASTER cannot be removed from DAEMON_LIST")
+        new = [d for d in daemons if d not in drop]
+        new += [d.upper() for d in add if d.upper() not in new]
+        if new != daemons:
+            await self.set_config(master, {"DAEMON_LIST": ", ".join(new)}, collector=collector)
+        return new
+
+    async def submit(
+        self,
+        description: Mapping[str, str],
+        *,
+        count: int = 1,
+        itemdata: Iterable[Mapping[str, str]] | None = None,
+        schedd: DaemonRef | None = None,
+        collector: str | None = None,
+    ) -> SubmitResult:
+        """Submit one cluster: `count` jobs, or `count` per item of `itemdata`."""
+        result = await self.call(
+            "submit",
+            description=dict(description),
+            count=count,
+            itemdata=[dict(i) for i in itemdata] if itemdata is not None else None,
+            schedd=_ref(schedd),
+            collector=self._pool(collector),
+        )
+        return SubmitResult.model_validate(result)
+
+    async def query_jobs(
+        self,
+        constraint: str = "true",
+        projection: Iterable[str] = (),
+        *,
+        schedd: DaemonRef | None = None,
+        collector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Jobs in a schedd's queue, as plain dicts of the projected attributes."""
+        return await self.call(
+            "query_jobs",
+            constraint=constraint,
+            projection=list(projection),
+            schedd=_ref(schedd),
+            collector=self._pool(collector),
+        )
+
+    async def job_history(
+        self,
+        constraint: str = "true",
+        projection: Iterable[str] = (),
+        *,
+        match: int = -1,
+        schedd: DaemonRef | None = None,
+        collector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Jobs that left the queue (condor_history)."""
+        return await self.call(
+            "job_history",
+            constraint=constraint,
+            projection=list(projection),
+            match=match,
+            schedd=_ref(schedd),
+            collector=self._pool(collector),
+        )
+
+    async def remove_jobs(
+        self,
+        jobs: str | Iterable[str],
+        reason: str,
+        *,
+        schedd: DaemonRef | None = None,
+        collector: str | None = None,
+    ) -> int:
+        """Remove jobs given as a constraint or as ids ('12', '12.3'); returns how many."""
+        result = await self.call(
+            "act",
+            action="remove",
+            constraint=_job_constraint(jobs),
+            reason=reason,
+            schedd=_ref(schedd),
+            collector=self._pool(collector),
+        )
+        return int(result.get("TotalSuccess", 0))
+
+    async def reschedule(self, *, schedd: DaemonRef | None = None, collector: str | None = None) -> None:
+        """Ask a schedd to request a negotiation cycle now."""
+        await self.call("reschedule", schedd=_ref(schedd), collector=self._pool(collector))

@@ -1,0 +1,78 @@
+"""The gateway's vocabulary: HTCondor facts in the project's own terms, not ClassAds."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class DaemonKind(StrEnum):
+    MASTER = "master"
+    COLLECTOR = "collector"
+    NEGOTIATOR = "negotiator"
+    SCHEDD = "schedd"
+    STARTD = "startd"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DaemonRef(_Frozen):
+    """Which daemon to talk to. With `address` (a sinful string such as
+    `<10.0.0.5:9618>`) the collector is not consulted, which is how a daemon is reached while its
+    pool has no collector; otherwise it is looked up by `name` (or the only/first one) in the
+    collector."""
+
+    kind: DaemonKind
+    name: str | None = None
+    address: str | None = None
+    machine: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.name or self.address or '(any)'}"
+
+
+class ScheddLoad(_Frozen):
+    name: str
+    address: str | None
+    idle: int
+    running: int
+    held: int
+    flocked: int = 0
+
+
+class PoolLoad(_Frozen):
+    """A pool's slots (as the collector sees them) and the job counts of its schedds."""
+
+    total_slots: int
+    free_slots: int
+    claimed_slots: int
+    schedds: list[ScheddLoad]
+
+    @property
+    def idle_jobs(self) -> int:
+        return sum(s.idle for s in self.schedds)
+
+    @property
+    def running_jobs(self) -> int:
+        return sum(s.running for s in self.schedds)
+
+    @property
+    def held_jobs(self) -> int:
+        return sum(s.held for s in self.schedds)
+
+    @property
+    def utilization(self) -> float:
+        return self.claimed_slots / self.total_slots if self.total_slots else 0.0
+
+
+class SubmitResult(_Frozen):
+    cluster: int
+    first_proc: int
+    num_procs: int
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [f"{self.cluster}.{p}" for p in range(self.first_proc, self.first_proc + self.num_procs)]

@@ -1,0 +1,276 @@
+"""The gateway's child process: the only code in the suite that imports the HTCondor bindings.
+
+htcondor2 calls hold Python's GIL while they wait on the network, so a daemon that called them
+directly would freeze its whole event loop behind a hung collector. This process does the
+blocking calls one at a time; the daemon talks to it over stdin/stdout with length-prefixed
+msgpack frames (common.wire) and kills it when a call overruns.
+
+Request: {"id": int, "op": str, "args": {...}}. Response: {"id": int, "ok": true, "result": ...}
+or {"id": int, "ok": false, "error": {"kind": str, "message": str}}.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import classad2
+import htcondor2 as htcondor
+
+from common.wire import FrameDecoder, frame, pack, unpack
+
+MY_TYPES = {
+    "master": "DaemonMaster",
+    "collector": "Collector",
+    "negotiator": "Negotiator",
+    "schedd": "Scheduler",
+    "startd": "Machine",
+}
+AD_TYPES = {
+    "master": htcondor.AdType.Master,
+    "collector": htcondor.AdType.Collector,
+    "negotiator": htcondor.AdType.Negotiator,
+    "schedd": htcondor.AdType.Schedd,
+    "startd": htcondor.AdType.Startd,
+}
+JOB_ACTIONS = {
+    "remove": htcondor.JobAction.Remove,
+    "hold": htcondor.JobAction.Hold,
+    "release": htcondor.JobAction.Release,
+}
+
+
+class NotFound(Exception):
+    """Reported to the client as kind 'DaemonNotFound'."""
+
+
+class ConfigRefused(Exception):
+    """A daemon refused a runtime setting; the bindings' own message names neither key nor daemon."""
+
+
+def plain(value: Any) -> Any:
+    """A ClassAd value as msgpack-able plain data; unevaluated expressions become their text."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, classad2.ClassAd):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, classad2.Value):  # Undefined, Error
+        return None
+    return str(value)
+
+
+def collector_for(address: str | None) -> htcondor.Collector:
+    return htcondor.Collector(address) if address else htcondor.Collector()
+
+
+def locate(ref: dict[str, Any], collector: str | None) -> classad2.ClassAd:
+    """A location ad for a daemon: built from its address, or found in the collector."""
+    kind = ref["kind"]
+    if ref.get("address"):
+        ad = classad2.ClassAd()
+        ad["MyType"] = MY_TYPES[kind]
+        ad["MyAddress"] = ref["address"]
+        ad["Name"] = ref.get("name") or ref["address"]
+        ad["Machine"] = ref.get("machine") or ""
+        ad["CondorVersion"] = ""
+        return ad
+    name = ref.get("name")
+    constraint = f'Name == "{name}"' if name else "true"
+    ads = collector_for(collector).query(AD_TYPES[kind], constraint)
+    if not ads:
+        where = collector or "the configured collector"
+        raise NotFound(f"no {kind} named {name!r} in {where}" if name else f"no {kind} in {where}")
+    return ads[0]
+
+
+def schedd_for(ref: dict[str, Any] | None, collector: str | None) -> htcondor.Schedd:
+    return htcondor.Schedd(locate(ref or {"kind": "schedd"}, collector))
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def op_version() -> dict[str, Any]:
+    return {"htcondor": htcondor.version(), "pid": os.getpid()}
+
+
+def op_pool_load(collector: str | None) -> dict[str, Any]:
+    coll = collector_for(collector)
+    slots = coll.query(
+        htcondor.AdType.Startd,
+        projection=["Name", "State", "Activity", "Cpus", "TotalSlotCpus", "PartitionableSlot", "DynamicSlot"],
+    )
+    total = free = claimed = 0
+    for ad in slots:
+        state = ad.get("State")
+        if ad.get("PartitionableSlot") is True:
+            # A partitionable slot counts as one slot per CPU; its claimed CPUs show up as
+            # dynamic slots of their own, so only its unclaimed CPUs are counted here.
+            total += int(ad.get("TotalSlotCpus", ad.get("Cpus", 0)))
+            free += int(ad.get("Cpus", 0))
+            continue
+        if ad.get("DynamicSlot") is not True:
+            total += 1
+        if state == "Claimed":
+            claimed += 1
+        elif state == "Unclaimed" and ad.get("DynamicSlot") is not True:
+            free += 1
+    schedds = []
+    for ad in coll.query(
+        htcondor.AdType.Schedd,
+        projection=[
+            "Name",
+            "MyAddress",
+            "TotalIdleJobs",
+            "TotalRunningJobs",
+            "TotalHeldJobs",
+            "TotalFlockedJobs",
+        ],
+    ):
+        schedds.append(
+            {
+                "name": ad.get("Name"),
+                "address": ad.get("MyAddress"),
+                "idle": int(ad.get("TotalIdleJobs", 0)),
+                "running": int(ad.get("TotalRunningJobs", 0)),
+                "held": int(ad.get("TotalHeldJobs", 0)),
+                "flocked": int(ad.get("TotalFlockedJobs", 0)),
+            }
+        )
+    return {"total_slots": total, "free_slots": free, "claimed_slots": claimed, "schedds": schedds}
+
+
+def op_list_daemons(kind: str, collector: str | None) -> list[dict[str, Any]]:
+    ads = collector_for(collector).query(AD_TYPES[kind], projection=["Name", "MyAddress", "Machine"])
+    return [
+        {"kind": kind, "name": ad.get("Name"), "address": ad.get("MyAddress"), "machine": ad.get("Machine")}
+        for ad in ads
+    ]
+
+
+def op_get_config(daemon: dict[str, Any], key: str, collector: str | None) -> str | None:
+    return htcondor.RemoteParam(locate(daemon, collector)).get(key)
+
+
+def op_set_config(
+    daemon: dict[str, Any], values: dict[str, str | None], reconfig: bool, collector: str | None
+) -> None:
+    ad = locate(daemon, collector)
+    params = htcondor.RemoteParam(ad)
+    for key, value in values.items():
+        # An empty runtime value removes the runtime setting (condor_config_val -rset "KEY =").
+        try:
+            params[key] = "" if value is None else value
+        except htcondor.HTCondorException as e:
+            raise ConfigRefused(
+                f"{ad.get('Name')} refused {key}: {e} (the daemon needs ENABLE_RUNTIME_CONFIG and "
+                f"{key} in SETTABLE_ATTRS_CONFIG)"
+            ) from None
+    if reconfig:
+        htcondor.send_command(ad, htcondor.DaemonCommand.Reconfig)
+
+
+def op_reconfig(daemon: dict[str, Any], collector: str | None) -> None:
+    htcondor.send_command(locate(daemon, collector), htcondor.DaemonCommand.Reconfig)
+
+
+def op_submit(
+    description: dict[str, str],
+    count: int,
+    itemdata: list[dict[str, str]] | None,
+    schedd: dict[str, Any] | None,
+    collector: str | None,
+) -> dict[str, int]:
+    sub = htcondor.Submit(description)
+    kwargs: dict[str, Any] = {"count": count}
+    if itemdata is not None:
+        kwargs["itemdata"] = iter(itemdata)
+    result = schedd_for(schedd, collector).submit(sub, **kwargs)
+    return {"cluster": result.cluster(), "first_proc": result.first_proc(), "num_procs": result.num_procs()}
+
+
+def op_query_jobs(
+    constraint: str, projection: list[str], schedd: dict[str, Any] | None, collector: str | None
+) -> list[dict[str, Any]]:
+    ads = schedd_for(schedd, collector).query(constraint=constraint, projection=projection)
+    return [plain(ad) for ad in ads]
+
+
+def op_job_history(
+    constraint: str, projection: list[str], match: int, schedd: dict[str, Any] | None, collector: str | None
+) -> list[dict[str, Any]]:
+    ads = schedd_for(schedd, collector).history(constraint=constraint, projection=projection, match=match)
+    return [plain(ad) for ad in ads]
+
+
+def op_act(
+    action: str, constraint: str, reason: str, schedd: dict[str, Any] | None, collector: str | None
+) -> dict[str, Any]:
+    # A plain string reason is silently ignored by htcondor2; a (text, code) tuple is honoured.
+    result = schedd_for(schedd, collector).act(JOB_ACTIONS[action], constraint, (reason, 0))
+    return plain(result) if result is not None else {}
+
+
+def op_reschedule(schedd: dict[str, Any] | None, collector: str | None) -> None:
+    schedd_for(schedd, collector).reschedule()
+
+
+OPS: dict[str, Callable[..., Any]] = {
+    "version": op_version,
+    "pool_load": op_pool_load,
+    "list_daemons": op_list_daemons,
+    "get_config": op_get_config,
+    "set_config": op_set_config,
+    "reconfig": op_reconfig,
+    "submit": op_submit,
+    "query_jobs": op_query_jobs,
+    "job_history": op_job_history,
+    "act": op_act,
+    "reschedule": op_reschedule,
+}
+
+
+def handle(request: Any) -> dict[str, Any]:
+    if not isinstance(request, dict) or not isinstance(request.get("args"), dict):
+        return {"id": None, "ok": False, "error": {"kind": "BadRequest", "message": "malformed request"}}
+    req_id, op = request.get("id"), request.get("op")
+    fn = OPS.get(op) if isinstance(op, str) else None
+    if fn is None:
+        return {"id": req_id, "ok": False, "error": {"kind": "BadRequest", "message": f"unknown op {op!r}"}}
+    try:
+        return {"id": req_id, "ok": True, "result": fn(**request["args"])}
+    except NotFound as e:
+        return {"id": req_id, "ok": False, "error": {"kind": "DaemonNotFound", "message": str(e)}}
+    except Exception as e:  # every failure goes back to the caller, typed by its class name
+        return {"id": req_id, "ok": False, "error": {"kind": type(e).__name__, "message": str(e)}}
+
+
+def main() -> int:
+    # Responses go to a private copy of stdout; anything the bindings print lands on stderr.
+    out = os.dup(1)
+    os.dup2(2, 1)
+    decoder = FrameDecoder()
+    while True:
+        data = os.read(0, 65536)
+        if not data:
+            return 0
+        decoder.feed(data)
+        while (payload := decoder.next_frame()) is not None:
+            try:
+                request = unpack(payload)
+            except Exception as e:
+                response = {"id": None, "ok": False, "error": {"kind": "BadRequest", "message": str(e)}}
+            else:
+                response = handle(request)
+            data = frame(pack(response))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view) :]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
