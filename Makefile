@@ -1,0 +1,44 @@
+# Two entry points: `make demo` and `make test`. Both set up everything they need on a fresh
+# Debian 12 machine (run as root): system packages, a virtualenv, the HTCondor sandbox root.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SANDBOX := deploy/sandbox
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-unit test-htcondor lint venv sandbox clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys, venv, ensurepip; assert sys.version_info >= (3, 11)' 2>/dev/null || { \
+		echo "installing python3 (>= 3.11) with venv from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-pip; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(STAMP)
+
+sandbox:
+	$(SANDBOX) provision
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: venv sandbox lint
+	$(VENV)/bin/pytest tests
+
+test-unit: venv
+	$(VENV)/bin/pytest tests -m 'not htcondor'
+
+test-htcondor: venv sandbox
+	$(VENV)/bin/pytest tests -m htcondor
+
+demo: venv sandbox
+	$(PY) deploy/demo.py
+
+clean:
+	$(SANDBOX) down --all
+	rm -rf $(VENV)

@@ -1,0 +1,159 @@
+"""The gateway against real HTCondor daemons from deploy/sandbox (checked with HTCondor's tools)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from common.condor import CondorError, DaemonKind, DaemonNotFound, DaemonRef, Gateway
+from tests.conftest import Sandbox, SandboxPool, sandbox_cli
+
+pytestmark = pytest.mark.htcondor
+
+
+@pytest.fixture(scope="module")
+def pool_a(sandbox: Sandbox) -> SandboxPool:
+    return sandbox.up("gwa", slots=3)
+
+
+@pytest.fixture(scope="module")
+def pool_b(sandbox: Sandbox) -> SandboxPool:
+    return sandbox.up("gwb", slots=1, hosts=2)
+
+
+async def wait_until_done(gw: Gateway, cluster: int, count: int, deadline: float = 120) -> list[dict]:
+    """Poll the history until `count` jobs of the cluster have left the queue."""
+    with trio.fail_after(deadline):
+        while True:
+            done = await gw.job_history(f"ClusterId == {cluster}", ["ProcId", "ExitCode", "JobStatus"])
+            if len(done) >= count:
+                return sorted(done, key=lambda j: j["ProcId"])
+            await trio.sleep(1)
+
+
+async def test_submitted_jobs_run_and_write_their_files(sandbox: Sandbox, pool_a: SandboxPool) -> None:
+    out = sandbox.shared_dir()
+    async with pool_a.gateway() as gw:
+        load = await gw.pool_load()
+        assert load.total_slots == 3 and len(load.schedds) == 1
+        result = await gw.submit(
+            {
+                "executable": "/bin/sh",
+                "arguments": "\"-c 'echo job $(Process) of $(Cluster) > result.$(Process)'\"",
+                "initialdir": str(out),
+                "output": "stdout.$(Process)",
+                "error": "stderr.$(Process)",
+                "log": "jobs.log",
+                "should_transfer_files": "NO",
+            },
+            count=3,
+        )
+        assert result.num_procs == 3
+        queued = await gw.query_jobs(f"ClusterId == {result.cluster}", ["ProcId", "Owner"])
+        assert sorted(j["ProcId"] for j in queued) <= [0, 1, 2]
+        await gw.reschedule()
+        done = await wait_until_done(gw, result.cluster, 3)
+    assert [(j["ProcId"], j["ExitCode"], j["JobStatus"]) for j in done] == [(0, 0, 4), (1, 0, 4), (2, 0, 4)]
+    for proc in range(3):
+        assert (out / f"result.{proc}").read_text() == f"job {proc} of {result.cluster}\n"
+    # HTCondor's own record agrees.
+    history = pool_a.exec(
+        "condor_history",
+        "-constraint",
+        f"ClusterId == {result.cluster}",
+        "-af",
+        "ProcId",
+        "ExitCode",
+        "Owner",
+    ).stdout.split("\n")
+    rows = sorted(line.split() for line in history if line.strip())
+    assert rows == [[str(p), "0", "condor-sandbox"] for p in range(3)]
+
+
+async def test_flock_to_set_through_gateway_is_seen_by_condor_config_val(pool_a: SandboxPool) -> None:
+    async with pool_a.gateway() as gw:
+        (schedd,) = await gw.list_schedds()
+        flock_to = "10.213.200.10:9618, 10.213.201.10:9618"
+        await gw.set_config(schedd, {"FLOCK_TO": flock_to})
+        assert await gw.get_config(schedd, "FLOCK_TO") == flock_to
+        seen = pool_a.exec("condor_config_val", "-schedd", "FLOCK_TO").stdout.strip()
+        assert seen == flock_to
+        await gw.set_config(schedd, {"FLOCK_TO": None})
+        withdrawn = pool_a.exec("condor_config_val", "-schedd", "FLOCK_TO", check=False)
+        assert flock_to not in withdrawn.stdout
+
+
+async def test_daemon_errors_carry_htcondor_message(pool_a: SandboxPool) -> None:
+    async with pool_a.gateway() as gw:
+        (schedd,) = await gw.list_schedds()
+        with pytest.raises(CondorError) as info:
+            await gw.set_config(schedd, {"NOT_A_SETTABLE_KNOB": "1"})
+        message = info.value.condor_message
+        assert info.value.kind == "ConfigRefused" and schedd.name in message
+        assert "refused NOT_A_SETTABLE_KNOB: Failed to set remote daemon parameter" in message
+        with pytest.raises(DaemonNotFound):
+            await gw.get_config(DaemonRef(kind=DaemonKind.SCHEDD, name="nobody@nowhere"), "FLOCK_TO")
+        with pytest.raises(CondorError) as info:
+            await gw.query_jobs("this is not ) a constraint")
+        assert info.value.condor_message
+        assert await gw.version()  # still usable
+
+
+async def test_two_pools_on_separate_hosts_see_each_other(pool_a: SandboxPool, pool_b: SandboxPool) -> None:
+    assert pool_a.hosts[0]["address"] != pool_b.hosts[0]["address"]
+    a_sees_b = pool_a.exec("condor_status", "-pool", pool_b.collector, "-collector", "-af", "MyAddress")
+    b_sees_a = pool_b.exec("condor_status", "-pool", pool_a.collector, "-collector", "-af", "MyAddress")
+    assert pool_b.hosts[0]["address"] in a_sees_b.stdout
+    assert pool_a.hosts[0]["address"] in b_sees_a.stdout
+    async with Gateway(condor_config=pool_a.client_config) as gw:  # one gateway, two pools by address
+        load_a = await gw.pool_load(pool_a.collector)
+        load_b = await gw.pool_load(pool_b.collector)
+    assert (load_a.total_slots, load_b.total_slots) == (3, 2)
+    assert {s.address.split(":")[0].lstrip("<") for s in load_b.schedds} == {
+        h["address"] for h in pool_b.hosts
+    }
+
+
+async def test_daemon_list_edit_starts_and_stops_a_collector(pool_b: SandboxPool) -> None:
+    """What faultD's takeover does: start a collector on an execute host, then stop it."""
+    master = pool_b.master(host=1)  # addressed from its address file, not via the collector
+    async with pool_b.gateway() as gw:
+        new = await gw.add_daemons(master, ["COLLECTOR"])
+        assert new[-1] == "COLLECTOR" and "STARTD" in new
+        listed = pool_b.exec("condor_config_val", "-master", "DAEMON_LIST", host=1).stdout
+        assert "COLLECTOR" in listed
+        address = pool_b.hosts[1]["address"]
+        with trio.fail_after(60):
+            while True:
+                probe = pool_b.exec(
+                    "condor_status",
+                    "-pool",
+                    f"{address}:9618",
+                    "-collector",
+                    "-af",
+                    "Name",
+                    host=1,
+                    check=False,
+                )
+                if probe.returncode == 0 and probe.stdout.strip():
+                    break
+                await trio.sleep(0.5)
+        after = await gw.remove_daemons(master, ["COLLECTOR"])
+        assert "COLLECTOR" not in after and "STARTD" in after
+        listed = pool_b.exec("condor_config_val", "-master", "DAEMON_LIST", host=1).stdout
+        assert "COLLECTOR" not in listed
+
+
+def test_up_is_idempotent_and_down_leaves_nothing(sandbox: Sandbox) -> None:
+    first = sandbox.up("gwc", slots=1)
+    master_address = Path(first._root, first.hosts[0]["local_dir"].lstrip("/"), "log/.master_address")
+    before = master_address.read_text()
+    again = sandbox.up("gwc", slots=1)  # no restart: same master, same address
+    assert again.collector == first.collector and master_address.read_text() == before
+    sandbox.down("gwc")
+    status = json.loads(sandbox_cli("status", "--json").stdout)
+    assert not [n for n in status["leftovers"]["netns"] if n.startswith("sb-gwc-")]
+    assert "gwc" not in [pool["name"] for pool in status["pools"]]
