@@ -1,0 +1,106 @@
+"""Pastry's leaf set: the l/2 nodes closest on each side of us in the circular id space.
+
+It guarantees delivery to the numerically closest node once a message is in our vicinity, and it
+is what faultD replicates to. On a ring of at most l other nodes each side simply holds every node
+(a node may then be on both sides), and the set covers the whole ring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from common.overlay.ids import closeness, cw_distance
+from common.overlay.messages import Peer
+
+
+class LeafSet:
+    def __init__(self, me: Peer, size: int) -> None:
+        if size < 2 or size % 2:
+            raise ValueError("leaf set size must be an even number >= 2")
+        self.me = me
+        self.half = size // 2
+        self.larger: list[Peer] = []  # clockwise neighbours, nearest first
+        self.smaller: list[Peer] = []  # counter-clockwise neighbours, nearest first
+        self._by_id: dict[int, Peer] = {}  # looked up on every incoming message: keep it O(1)
+
+    def members(self) -> list[Peer]:
+        return list(self._by_id.values())
+
+    def __contains__(self, node_id: int) -> bool:
+        return node_id in self._by_id
+
+    def could_hold(self, node_id: int) -> bool:
+        """Whether a node we do not hold yet would enter the set (cheap pre-check)."""
+        if len(self.larger) < self.half or len(self.smaller) < self.half:
+            return True
+        me = self.me.id
+        return cw_distance(me, node_id) < self._cw(self.larger[-1]) or cw_distance(node_id, me) < self._ccw(
+            self.smaller[-1]
+        )
+
+    def get(self, node_id: int) -> Peer | None:
+        return self._by_id.get(node_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    @property
+    def full(self) -> bool:
+        return len(self.larger) >= self.half and len(self.smaller) >= self.half
+
+    def _cw(self, p: Peer) -> int:
+        return cw_distance(self.me.id, p.id)
+
+    def _ccw(self, p: Peer) -> int:
+        return cw_distance(p.id, self.me.id)
+
+    def add(self, peer: Peer) -> bool:
+        """Insert if the peer belongs on either side; True if the set changed."""
+        if peer.id == self.me.id:
+            return False
+        changed = self._insert(self.larger, peer, self._cw)
+        changed = self._insert(self.smaller, peer, self._ccw) or changed
+        if changed:
+            self._by_id = {p.id: p for p in self.smaller} | {p.id: p for p in self.larger}
+        return changed
+
+    def _insert(self, side: list[Peer], peer: Peer, measure: Callable[[Peer], int]) -> bool:
+        for i, p in enumerate(side):
+            if p.id == peer.id:
+                if p.addr != peer.addr:
+                    side[i] = peer
+                    return True
+                return False
+        if len(side) >= self.half and measure(peer) >= measure(side[-1]):
+            return False
+        side.append(peer)
+        side.sort(key=measure)
+        del side[self.half :]
+        return any(p.id == peer.id for p in side)
+
+    def add_all(self, peers: Iterable[Peer]) -> list[Peer]:
+        return [p for p in peers if self.add(p)]
+
+    def remove(self, node_id: int) -> bool:
+        if node_id not in self._by_id:
+            return False
+        self.larger = [p for p in self.larger if p.id != node_id]
+        self.smaller = [p for p in self.smaller if p.id != node_id]
+        del self._by_id[node_id]
+        return True
+
+    def covers(self, key: int) -> bool:
+        """Whether the key falls within the arc our leaf set spans (then we know its root)."""
+        if not self.full:
+            return True  # we hold every node of a small ring
+        return cw_distance(self.me.id, key) <= self._cw(self.larger[-1]) or cw_distance(
+            key, self.me.id
+        ) <= self._ccw(self.smaller[-1])
+
+    def closest(self, key: int) -> Peer:
+        """The node (us included) numerically closest to the key among us and the leaf set."""
+        return min([self.me, *self.larger, *self.smaller], key=lambda p: closeness(key, p.id))
+
+    def farthest(self, side: str) -> Peer | None:
+        nodes = self.larger if side == "larger" else self.smaller
+        return nodes[-1] if nodes else None

@@ -1,0 +1,531 @@
+"""The overlay node: Pastry's join, routing, proximity neighbour selection and repair, as a pure
+state machine.
+
+Every entry point takes `now` and returns an `Output`: messages to send (address, message),
+events for the application, and the time at which the node wants `on_timer` called next. The node
+never reads a clock, sleeps or touches a socket, so the trio driver runs it over UDP and the
+simulator runs thousands of them on virtual time, with identical behaviour.
+
+Liveness: leaf-set members are pinged every `keepalive_interval` and declared dead after
+`leaf_timeout` of silence; routing-table entries are probed every `table_probe_interval` and
+declared dead after two unanswered probes. A dead leaf member is replaced from the leaf sets of
+the remaining extreme members; a dead table entry from the same row of another entry (Pastry's
+repair). Nodes declared dead are not re-learned second-hand for `dead_memory` seconds.
+
+Healing: the last `departed_memory` nodes declared dead are probed again, one every
+`revive_interval`; one that answers is learned anew. After a partition heals, that is how the two
+halves (each of which declared the other dead) find each other and merge back into one ring.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pydantic import Field
+
+from common.config import StrictModel
+from common.overlay.ids import closeness, digit, shared_prefix_len
+from common.overlay.leafset import LeafSet
+from common.overlay.messages import (
+    Broadcast,
+    Direct,
+    Hello,
+    JoinInfo,
+    JoinRequest,
+    LeafSetPush,
+    LeafSetRequest,
+    Peer,
+    Ping,
+    Pong,
+    Route,
+    RowReply,
+    RowRequest,
+)
+from common.overlay.table import RoutingTable
+from common.wire import Message
+
+
+class OverlayParams(StrictModel):
+    """Protocol parameters; the `[overlay]` section of a daemon's config."""
+
+    b: int = Field(4, description="bits per digit: rows of 2^b columns")
+    leaf_set_size: int = Field(16, ge=2, description="l: l/2 neighbours on each side")
+    keepalive_interval: float = Field(10.0, gt=0)
+    leaf_timeout: float = Field(30.0, gt=0, description="silence after which a leaf member is dead")
+    probe_timeout: float = Field(3.0, gt=0)
+    table_probe_interval: float = Field(60.0, gt=0)
+    row_maintenance_interval: float = Field(60.0, gt=0)
+    leaf_exchange_interval: float = Field(60.0, gt=0)
+    join_retry: float = Field(5.0, gt=0)
+    dead_memory: float = Field(120.0, gt=0)
+    revive_interval: float = Field(30.0, gt=0, description="how often a departed node is probed again")
+    departed_memory: int = Field(64, ge=0, description="how many departed nodes are remembered for that")
+
+
+# ----------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Joined:
+    """The node is part of the ring."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A routed payload arrived at its root: us."""
+
+    key: int
+    payload: Message
+    origin: Peer
+    hops: int
+
+
+@dataclass(frozen=True)
+class Received:
+    """A payload sent directly to us (row send, leaf-set send)."""
+
+    payload: Message
+    sender: Peer
+
+
+@dataclass(frozen=True)
+class BroadcastReceived:
+    payload: Message
+    origin: Peer
+
+
+@dataclass(frozen=True)
+class LeafSetChanged:
+    members: tuple[Peer, ...]
+
+
+Event = Joined | Delivered | Received | BroadcastReceived | LeafSetChanged
+
+
+@dataclass
+class Output:
+    sends: list[tuple[str, Message]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    wakeup: float | None = None
+
+
+ForwardHook = Callable[[int, Message, Peer], Message | None]
+"""Sees a routed payload at each hop (key, payload, next hop); returns it (possibly changed) or
+None to stop it here."""
+
+
+@dataclass
+class _Probe:
+    peer: Peer
+    sent: float
+    keepalive: bool
+    attempt: int
+
+
+class OverlayNode:
+    def __init__(self, me: Peer, params: OverlayParams, rng: random.Random) -> None:
+        self.me = me
+        self.params = params
+        self.rng = rng
+        self.leaf = LeafSet(me, params.leaf_set_size)
+        self.table = RoutingTable(me, params.b)
+        self.rtt: dict[int, float] = {}
+        self.last_heard: dict[int, float] = {}
+        self.dead: dict[int, float] = {}
+        self.joined = False
+        self.bootstrap: str | None = None
+        self.forward_hook: ForwardHook | None = None
+        self._pending: dict[int, _Probe] = {}  # insertion order = deadline order
+        self._probing: dict[int, int] = {}  # peer id -> nonce of its outstanding probe
+        self._candidates: dict[int, Peer] = {}
+        self._departed: OrderedDict[int, Peer] = OrderedDict()
+        self._nonce = 0
+        self._bcast_seq = 0
+        self._bcast_seen: OrderedDict[tuple[int, int], None] = OrderedDict()
+        self._timers: dict[str, float] = {}
+        self._out = Output()
+        self._leaf_changed = False
+
+    # ------------------------------------------------------------------ entry points
+
+    def start(self, now: float, bootstrap: str | None = None) -> Output:
+        """Found a ring (no bootstrap) or join one through the node at `bootstrap`."""
+        self.bootstrap = bootstrap
+        if bootstrap is None:
+            self._become_joined(now)
+        else:
+            self._send(bootstrap, JoinRequest(joiner=self.me))
+            self._timers["join"] = now + self.params.join_retry
+        return self._flush()
+
+    def on_message(self, msg: Message, now: float) -> Output:
+        sender = getattr(msg, "sender", None)
+        if isinstance(sender, Peer):
+            self._heard(sender, now)
+        handler = self._handlers.get(type(msg))
+        if handler is not None:
+            handler(self, msg, now)
+        return self._flush()
+
+    def on_timer(self, now: float) -> Output:
+        self._expire_probes(now)
+        t = self._timers
+        if not self.joined and t.get("join", float("inf")) <= now and self.bootstrap:
+            self._send(self.bootstrap, JoinRequest(joiner=self.me))
+            t["join"] = now + self.params.join_retry
+        if self.joined:
+            if t["keepalive"] <= now:
+                self._keepalive(now)
+                t["keepalive"] = self._next(now, self.params.keepalive_interval)
+            if t["table_probe"] <= now:
+                self._probe_table(now)
+                t["table_probe"] = self._next(now, self.params.table_probe_interval)
+            if t["row_maintenance"] <= now:
+                self._row_maintenance()
+                t["row_maintenance"] = self._next(now, self.params.row_maintenance_interval)
+            if t["leaf_exchange"] <= now:
+                self._leaf_exchange()
+                t["leaf_exchange"] = self._next(now, self.params.leaf_exchange_interval)
+            if t["revive"] <= now:
+                if self._departed:
+                    self._probe(self.rng.choice(list(self._departed.values())), now, keepalive=True)
+                t["revive"] = self._next(now, self.params.revive_interval)
+        return self._flush()
+
+    def route(self, key: int, payload: Message, now: float) -> Output:
+        """Send a payload to the live node numerically closest to `key` (maybe us)."""
+        self._route(Route(key=key, origin=self.me, payload=payload), now)
+        return self._flush()
+
+    def send_to_row(self, row: int, payload: Message) -> Output:
+        for peer in self.table.row(row):
+            self._send(peer.addr, Direct(sender=self.me, payload=payload))
+        return self._flush()
+
+    def send_to_leaf_set(self, payload: Message) -> Output:
+        for peer in self.leaf.members():
+            self._send(peer.addr, Direct(sender=self.me, payload=payload))
+        return self._flush()
+
+    def send_direct(self, addr: str, payload: Message) -> Output:
+        self._send(addr, Direct(sender=self.me, payload=payload))
+        return self._flush()
+
+    def broadcast(self, payload: Message) -> Output:
+        """Reach every node of the ring once, down the routing-table rows (for small rings)."""
+        self._bcast_seq += 1
+        self._on_broadcast(
+            Broadcast(origin=self.me, seq=self._bcast_seq, level=0, payload=payload), local=True
+        )
+        return self._flush()
+
+    # ------------------------------------------------------------------ queries
+
+    def next_hop(self, key: int, exclude: int | None = None) -> Peer | None:
+        """Pastry's routing decision; None means we are the key's root."""
+        if self.leaf.covers(key):
+            best = min(
+                (p for p in [self.me, *self.leaf.larger, *self.leaf.smaller] if p.id != exclude),
+                key=lambda p: closeness(key, p.id),
+            )
+            return None if best.id == self.me.id else best
+        b = self.params.b
+        r = shared_prefix_len(key, self.me.id, b)
+        if r >= self.table.rows:
+            return None
+        entry = self.table.get(r, digit(key, r, b))
+        if entry is not None and entry.id != exclude:
+            return entry
+        # Rare case: any known node sharing as long a prefix and numerically closer.
+        best, best_closeness = self.me, closeness(key, self.me.id)
+        for p in self.known():
+            if p.id == exclude or shared_prefix_len(p.id, key, b) < r:
+                continue
+            c = closeness(key, p.id)
+            if c < best_closeness:
+                best, best_closeness = p, c
+        return None if best is self.me else best
+
+    def known(self) -> list[Peer]:
+        """Every node in our leaf set and routing table."""
+        seen = {p.id: p for p in self.table.entries()}
+        for p in self.leaf.members():
+            seen.setdefault(p.id, p)
+        return list(seen.values())
+
+    # ------------------------------------------------------------------ internals
+
+    def _send(self, addr: str, msg: Message) -> None:
+        self._out.sends.append((addr, msg))
+
+    def _next(self, now: float, interval: float) -> float:
+        return now + interval * (0.9 + 0.2 * self.rng.random())  # jitter avoids lockstep rounds
+
+    def _flush(self) -> Output:
+        if self._leaf_changed:
+            self._out.events.append(LeafSetChanged(tuple(self.leaf.members())))
+            self._leaf_changed = False
+        out, self._out = self._out, Output()
+        deadlines = list(self._timers.values())
+        if self._pending:
+            first = next(iter(self._pending.values()))
+            deadlines.append(first.sent + self.params.probe_timeout)
+        out.wakeup = min(deadlines) if deadlines else None
+        return out
+
+    def _become_joined(self, now: float) -> None:
+        self.joined = True
+        self._timers.pop("join", None)
+        p = self.params
+        self._timers.update(
+            keepalive=self._next(now, p.keepalive_interval),
+            table_probe=self._next(now, p.table_probe_interval),
+            row_maintenance=self._next(now, p.row_maintenance_interval),
+            leaf_exchange=self._next(now, p.leaf_exchange_interval),
+            revive=self._next(now, p.revive_interval),
+        )
+        self._out.events.append(Joined())
+
+    def _heard(self, peer: Peer, now: float) -> None:
+        self.last_heard[peer.id] = now
+        self.dead.pop(peer.id, None)
+        if self._departed.pop(peer.id, None) is not None:
+            self._consider(peer, now, firsthand=True)  # back from the dead, or from a partition
+
+    def _consider(self, peer: Peer, now: float, *, firsthand: bool = False) -> None:
+        """Learn of a node: leaf set if it belongs there, routing table by proximity."""
+        pid = peer.id
+        if pid == self.me.id:
+            return
+        if not firsthand and self.dead.get(pid, 0.0) > now:
+            return
+        held = self.leaf.get(pid)
+        if held is not None:
+            if held.addr != peer.addr:
+                self.leaf.add(peer)  # same node, new address
+        elif self.leaf.could_hold(pid) and self.leaf.add(peer):
+            self._leaf_changed = True
+            self.last_heard.setdefault(peer.id, now)  # grace period before keepalives judge it
+            if self.joined:
+                self._send(peer.addr, LeafSetPush(sender=self.me, leaf_set=self.leaf.members()))
+        where = self.table.slot(peer.id)
+        if where is None:
+            return
+        current = self.table.get(*where)
+        if current is None:
+            self.table.set(*where, peer)
+            if peer.id not in self.rtt:
+                self._probe(peer, now)
+        elif current.id == peer.id:
+            if current.addr != peer.addr:
+                self.table.set(*where, peer)
+        elif peer.id in self.rtt:
+            if current.id in self.rtt and self.rtt[peer.id] < self.rtt[current.id]:
+                self.table.set(*where, peer)
+        else:
+            self._candidates[peer.id] = peer
+            self._probe(peer, now)
+
+    def _consider_all(self, peers: Iterable[Peer], now: float) -> None:
+        for p in peers:
+            self._consider(p, now)
+
+    def _probe(self, peer: Peer, now: float, *, keepalive: bool = False, attempt: int = 1) -> None:
+        if peer.id in self._probing:
+            return
+        self._nonce += 1
+        self._pending[self._nonce] = _Probe(peer, now, keepalive, attempt)
+        self._probing[peer.id] = self._nonce
+        self._send(peer.addr, Ping(sender=self.me, nonce=self._nonce, sent=now))
+
+    def _expire_probes(self, now: float) -> None:
+        timeout = self.params.probe_timeout
+        while self._pending:
+            nonce, probe = next(iter(self._pending.items()))
+            if probe.sent + timeout > now:
+                break
+            del self._pending[nonce]
+            self._probing.pop(probe.peer.id, None)
+            if probe.keepalive:
+                continue  # leaf liveness is judged by silence over leaf_timeout, not one ping
+            if probe.attempt < 2 and self.table.contains(probe.peer.id):
+                self._probe(probe.peer, now, attempt=probe.attempt + 1)
+            elif self.table.contains(probe.peer.id) or probe.peer.id in self.leaf:
+                self._declare_dead(probe.peer, now)
+            else:
+                self._candidates.pop(probe.peer.id, None)
+
+    def _declare_dead(self, peer: Peer, now: float) -> None:
+        self.dead[peer.id] = now + self.params.dead_memory
+        self._departed[peer.id] = peer
+        self._departed.move_to_end(peer.id)
+        while len(self._departed) > self.params.departed_memory:
+            self._departed.popitem(last=False)
+        self.rtt.pop(peer.id, None)
+        self.last_heard.pop(peer.id, None)
+        self._candidates.pop(peer.id, None)
+        if self.leaf.remove(peer.id):
+            self._leaf_changed = True
+            asked = {p.id: p for p in (self.leaf.farthest("larger"), self.leaf.farthest("smaller")) if p}
+            if not asked:
+                asked = {p.id: p for p in list(self.table.entries())[:1]}
+            for p in asked.values():
+                self._send(p.addr, LeafSetRequest(sender=self.me))
+        where = self.table.remove(peer.id)
+        if where is not None:
+            row, _ = where
+            for r in range(row, self.table.rows):
+                others = self.table.row(r)
+                if others:
+                    self._send(self.rng.choice(others).addr, RowRequest(sender=self.me, row=row))
+                    break
+
+    def _keepalive(self, now: float) -> None:
+        timeout = self.params.leaf_timeout
+        for peer in self.leaf.members():
+            if now - self.last_heard.get(peer.id, now) > timeout:
+                self._declare_dead(peer, now)
+        for peer in self.leaf.members():
+            if now - self.last_heard.get(peer.id, -1e18) >= self.params.keepalive_interval * 0.5:
+                self._probe(peer, now, keepalive=True)
+
+    def _probe_table(self, now: float) -> None:
+        horizon = self.params.table_probe_interval * 0.5
+        for peer in list(self.table.entries()):
+            if now - self.last_heard.get(peer.id, -1e18) >= horizon:
+                self._probe(peer, now)
+
+    def _row_maintenance(self) -> None:
+        rows = [r for r in range(self.table.used_rows()) if self.table.row(r)]
+        if rows:
+            row = self.rng.choice(rows)
+            self._send(self.rng.choice(self.table.row(row)).addr, RowRequest(sender=self.me, row=row))
+
+    def _leaf_exchange(self) -> None:
+        push = LeafSetPush(sender=self.me, leaf_set=self.leaf.members())
+        for side in (self.leaf.larger, self.leaf.smaller):
+            if side:
+                self._send(side[0].addr, push)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _on_ping(self, msg: Ping, now: float) -> None:
+        self._send(msg.sender.addr, Pong(sender=self.me, nonce=msg.nonce, sent=msg.sent))
+        self._consider(msg.sender, now, firsthand=True)
+
+    def _on_pong(self, msg: Pong, now: float) -> None:
+        probe = self._pending.get(msg.nonce)
+        if probe is None or probe.peer.id != msg.sender.id:
+            return
+        del self._pending[msg.nonce]
+        self._probing.pop(msg.sender.id, None)
+        sample = max(now - msg.sent, 0.0)
+        old = self.rtt.get(msg.sender.id)
+        self.rtt[msg.sender.id] = sample if old is None else 0.7 * old + 0.3 * sample
+        candidate = self._candidates.pop(msg.sender.id, None)
+        if candidate is not None:
+            where = self.table.slot(candidate.id)
+            if where is not None:
+                current = self.table.get(*where)
+                if current is None or (
+                    current.id != candidate.id
+                    and self.rtt[candidate.id] < self.rtt.get(current.id, float("inf"))
+                ):
+                    self.table.set(*where, candidate)
+
+    def _on_join(self, msg: JoinRequest, now: float) -> None:
+        joiner = msg.joiner
+        if joiner.id == self.me.id:
+            return
+        nxt = self.next_hop(joiner.id, exclude=joiner.id)
+        upto = min(shared_prefix_len(self.me.id, joiner.id, self.params.b), self.table.rows - 1)
+        candidates = [p for r in range(upto + 1) for p in self.table.row(r) if p.id != joiner.id]
+        root = nxt is None
+        leaf = [p for p in self.leaf.members() if p.id != joiner.id] if root else []
+        self._send(joiner.addr, JoinInfo(sender=self.me, candidates=candidates, leaf_set=leaf, root=root))
+        if not root:
+            assert nxt is not None
+            self._send(nxt.addr, JoinRequest(joiner=joiner, hops=msg.hops + 1))
+
+    def _on_join_info(self, msg: JoinInfo, now: float) -> None:
+        self._consider(msg.sender, now, firsthand=True)
+        self._consider_all(msg.candidates, now)
+        self._consider_all(msg.leaf_set, now)
+        if msg.root and not self.joined:
+            self._become_joined(now)
+            for peer in self.known():
+                self._send(peer.addr, Hello(sender=self.me))
+
+    def _on_hello(self, msg: Hello, now: float) -> None:
+        self._consider(msg.sender, now, firsthand=True)
+
+    def _on_leaf_request(self, msg: LeafSetRequest, now: float) -> None:
+        self._send(msg.sender.addr, LeafSetPush(sender=self.me, leaf_set=self.leaf.members()))
+        self._consider(msg.sender, now, firsthand=True)
+
+    def _on_leaf_push(self, msg: LeafSetPush, now: float) -> None:
+        self._consider(msg.sender, now, firsthand=True)
+        self._consider_all(msg.leaf_set, now)
+
+    def _on_row_request(self, msg: RowRequest, now: float) -> None:
+        if 0 <= msg.row < self.table.rows:
+            self._send(
+                msg.sender.addr, RowReply(sender=self.me, row=msg.row, entries=self.table.row(msg.row))
+            )
+        self._consider(msg.sender, now, firsthand=True)
+
+    def _on_row_reply(self, msg: RowReply, now: float) -> None:
+        self._consider(msg.sender, now, firsthand=True)
+        self._consider_all(msg.entries, now)
+
+    def _route(self, msg: Route, now: float) -> None:
+        nxt = self.next_hop(msg.key)
+        if nxt is None:
+            self._out.events.append(Delivered(msg.key, msg.payload, msg.origin, msg.hops))
+            return
+        payload: Message | None = msg.payload
+        if self.forward_hook is not None and msg.origin.id != self.me.id:
+            payload = self.forward_hook(msg.key, msg.payload, nxt)
+            if payload is None:
+                return
+        self._send(nxt.addr, Route(key=msg.key, origin=msg.origin, payload=payload, hops=msg.hops + 1))
+
+    def _on_route(self, msg: Route, now: float) -> None:
+        self._route(msg, now)
+
+    def _on_direct(self, msg: Direct, now: float) -> None:
+        self._out.events.append(Received(msg.payload, msg.sender))
+
+    def _on_broadcast(self, msg: Broadcast, now: float = 0.0, *, local: bool = False) -> None:
+        key = (msg.origin.id, msg.seq)
+        if key in self._bcast_seen:
+            return
+        self._bcast_seen[key] = None
+        if len(self._bcast_seen) > 4096:
+            self._bcast_seen.popitem(last=False)
+        if not local:
+            self._out.events.append(BroadcastReceived(msg.payload, msg.origin))
+        for r in range(msg.level, self.table.used_rows()):
+            for peer in self.table.row(r):
+                if peer.id != msg.origin.id:
+                    self._send(
+                        peer.addr, Broadcast(origin=msg.origin, seq=msg.seq, level=r + 1, payload=msg.payload)
+                    )
+
+    _handlers: dict[type[Message], Callable[[OverlayNode, Message, float], None]] = {
+        Ping: _on_ping,
+        Pong: _on_pong,
+        JoinRequest: _on_join,
+        JoinInfo: _on_join_info,
+        Hello: _on_hello,
+        LeafSetRequest: _on_leaf_request,
+        LeafSetPush: _on_leaf_push,
+        RowRequest: _on_row_request,
+        RowReply: _on_row_reply,
+        Route: _on_route,
+        Direct: _on_direct,
+        Broadcast: _on_broadcast,
+    }  # type: ignore[dict-item]

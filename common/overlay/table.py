@@ -1,0 +1,68 @@
+"""Pastry's routing table: row r holds, for each digit value, a node sharing r digits with us
+and having that digit next, the nearest such node by measured round-trip time (proximity
+neighbour selection), so that each routing step goes to a nearby node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from common.overlay.ids import ID_BITS, digit, shared_prefix_len
+from common.overlay.messages import Peer
+
+
+class RoutingTable:
+    def __init__(self, me: Peer, b: int) -> None:
+        if ID_BITS % b:
+            raise ValueError("b must divide 128")
+        self.me = me
+        self.b = b
+        self.rows = ID_BITS // b
+        self.cols = 1 << b
+        self._rows: list[list[Peer | None]] = [[None] * self.cols for _ in range(self.rows)]
+
+    def slot(self, node_id: int) -> tuple[int, int] | None:
+        """Where a node would sit in our table (None for ourselves)."""
+        r = shared_prefix_len(self.me.id, node_id, self.b)
+        if r >= self.rows:
+            return None
+        return r, digit(node_id, r, self.b)
+
+    def get(self, row: int, col: int) -> Peer | None:
+        return self._rows[row][col]
+
+    def set(self, row: int, col: int, peer: Peer | None) -> None:
+        self._rows[row][col] = peer
+
+    def row(self, row: int) -> list[Peer]:
+        return [p for p in self._rows[row] if p is not None]
+
+    def entries(self) -> Iterator[Peer]:
+        for row in self._rows:
+            for p in row:
+                if p is not None:
+                    yield p
+
+    def remove(self, node_id: int) -> tuple[int, int] | None:
+        where = self.slot(node_id)
+        if where is None:
+            return None
+        r, c = where
+        current = self._rows[r][c]
+        if current is not None and current.id == node_id:
+            self._rows[r][c] = None
+            return where
+        return None
+
+    def contains(self, node_id: int) -> bool:
+        where = self.slot(node_id)
+        if where is None:
+            return False
+        current = self._rows[where[0]][where[1]]
+        return current is not None and current.id == node_id
+
+    def used_rows(self) -> int:
+        """Index one past the deepest non-empty row."""
+        for r in range(self.rows - 1, -1, -1):
+            if any(self._rows[r]):
+                return r + 1
+        return 0

@@ -1,0 +1,102 @@
+"""Routing properties of the pure core: no network, no clock."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.overlay.ids import ID_SPACE, closeness, cw_distance, digit, node_id_from_name, shared_prefix_len
+from common.overlay.leafset import LeafSet
+from common.overlay.messages import Peer, Ping, Pong
+from common.overlay.node import OverlayNode, OverlayParams
+
+ids_strategy = st.lists(
+    st.integers(min_value=0, max_value=ID_SPACE - 1), min_size=1, max_size=80, unique=True
+)
+
+
+def fully_informed_ring(ids: list[int], params: OverlayParams) -> dict[int, OverlayNode]:
+    """Every node has learned of every other (what a converged ring approximates)."""
+    nodes = {i: OverlayNode(Peer(id=i, addr=f"n{i:x}"), params, random.Random(i)) for i in ids}
+    peers = [n.me for n in nodes.values()]
+    for node in nodes.values():
+        node.start(0.0)
+        for p in peers:
+            node._consider(p, 0.0, firsthand=True)
+        node._flush()
+    return nodes
+
+
+def walk(nodes: dict[int, OverlayNode], src: int, key: int) -> tuple[int, int]:
+    here, hops = src, 0
+    while (nxt := nodes[here].next_hop(key)) is not None:
+        here, hops = nxt.id, hops + 1
+        assert hops <= len(nodes), "routing loop"
+    return here, hops
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ids_strategy,
+    st.lists(st.integers(min_value=0, max_value=ID_SPACE - 1), min_size=1, max_size=20),
+    st.data(),
+)
+def test_routing_ends_at_numerically_closest_node(
+    ids: list[int], keys: list[int], data: st.DataObject
+) -> None:
+    nodes = fully_informed_ring(ids, OverlayParams(leaf_set_size=8))
+    for key in keys:
+        src = data.draw(st.sampled_from(ids))
+        root, hops = walk(nodes, src, key)
+        assert root == min(ids, key=lambda i: closeness(key, i))
+        assert hops <= 32 + 1  # one digit per hop at worst, plus the leaf-set step
+
+
+@settings(max_examples=150, deadline=None)
+@given(ids_strategy)
+def test_leaf_set_holds_exactly_the_closest_on_each_side(ids: list[int]) -> None:
+    me, others = ids[0], ids[1:]
+    leaf = LeafSet(Peer(id=me, addr="me"), 8)
+    for i in random.Random(len(ids)).sample(others, len(others)):
+        leaf.add(Peer(id=i, addr=f"n{i}"))
+    assert [p.id for p in leaf.larger] == sorted(others, key=lambda x: cw_distance(me, x))[:4]
+    assert [p.id for p in leaf.smaller] == sorted(others, key=lambda x: cw_distance(x, me))[:4]
+
+
+def test_ids_and_digits() -> None:
+    a = node_id_from_name("poolA")
+    assert a == node_id_from_name("poolA") and 0 <= a < ID_SPACE
+    assert shared_prefix_len(a, a, 4) == 32
+    x = 0xABC << 116
+    assert [digit(x, r, 4) for r in range(4)] == [0xA, 0xB, 0xC, 0]
+    assert shared_prefix_len(0xAB << 120, 0xAC << 120, 4) == 1
+    assert closeness(10, ID_SPACE - 5) < closeness(10, 30)  # the id space is a ring
+
+
+def learn(node: OverlayNode, peer: Peer, now: float) -> list:
+    """The node hears of a peer second-hand (as from a row reply); returns what it sends."""
+    node._consider(peer, now)
+    return node._flush().sends
+
+
+def test_routing_table_prefers_lower_rtt_for_the_same_slot() -> None:
+    """Proximity neighbour selection: a candidate for an occupied slot is probed, and replaces
+    the entry only if its measured round-trip time is lower."""
+    node = OverlayNode(Peer(id=0x1 << 124, addr="me"), OverlayParams(), random.Random(0))
+    node.start(0.0)
+    far = Peer(id=0x5 << 124, addr="far")
+    near = Peer(id=(0x5 << 124) + 1, addr="near")
+    slower = Peer(id=(0x5 << 124) + 2, addr="slower")
+
+    def answer(peer: Peer, out_sends: list, now: float) -> None:
+        ping = next(m for a, m in out_sends if a == peer.addr and isinstance(m, Ping))
+        node.on_message(Pong(sender=peer, nonce=ping.nonce, sent=ping.sent), now)
+
+    answer(far, learn(node, far, 0.0), 0.200)  # empty slot: taken, RTT 0.2
+    assert node.table.get(0, 5) == far
+    answer(slower, learn(node, slower, 1.0), 1.300)  # RTT 0.3: stays a candidate
+    assert node.table.get(0, 5) == far
+    answer(near, learn(node, near, 2.0), 2.050)  # RTT 0.05: replaces
+    assert node.table.get(0, 5) == near
