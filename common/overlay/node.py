@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from common.config import StrictModel
 from common.overlay.ids import closeness, digit, shared_prefix_len
@@ -63,6 +63,20 @@ class OverlayParams(StrictModel):
     dead_memory: float = Field(120.0, gt=0)
     revive_interval: float = Field(30.0, gt=0, description="how often a departed node is probed again")
     departed_memory: int = Field(64, ge=0, description="how many departed nodes are remembered for that")
+
+    @field_validator("b")
+    @classmethod
+    def _digit_bits(cls, value: int) -> int:
+        if value not in (1, 2, 4, 8):
+            raise ValueError("b must be 1, 2, 4 or 8 (a digit width dividing 128)")
+        return value
+
+    @field_validator("leaf_set_size")
+    @classmethod
+    def _even(cls, value: int) -> int:
+        if value % 2:
+            raise ValueError("the leaf set size must be even (l/2 on each side)")
+        return value
 
 
 # ----------------------------------------------------------------------------- events

@@ -1,0 +1,45 @@
+"""The [ring] configuration: identity, addresses and key file, with one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.config import ConfigError, parse_config
+from common.overlay.driver import RingConfig
+from common.overlay.ids import node_id_from_name
+
+
+def test_identity_from_name_or_explicit_id() -> None:
+    cfg = parse_config(
+        'node_name = "cm.poolA"\nkey_file = "/etc/poold/ring.key"\n', RingConfig, source="p.toml"
+    )
+    assert cfg.identity() == node_id_from_name("cm.poolA") and cfg.port == 7640 and cfg.bootstrap is None
+    text = (
+        'node_name = "x"\nnode_id = "'
+        + "0" * 31
+        + '1"\nkey_file = "k"\n[overlay]\nkeepalive_interval = 1.5\n'
+    )
+    cfg = parse_config(text, RingConfig, source="p.toml")
+    assert cfg.identity() == 1 and cfg.overlay.keepalive_interval == 1.5
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ('bootstrap = "poolB"', "key 'bootstrap': Value error, 'poolB' is not host:port"),
+        ('node_id = "xyz"', "key 'node_id'"),
+        ("port = 70000", "key 'port'"),
+        ("[overlay]\nleaf_set_size = 0", "key 'overlay.leaf_set_size'"),
+        ("[overlay]\nkeepalive = 3", "unknown key 'overlay.keepalive'"),
+        ("[overlay]\nleaf_set_size = 15", "must be even"),
+        ("[overlay]\nb = 3", "b must be 1, 2, 4 or 8"),
+    ],
+)
+def test_bad_values_name_the_key(extra: str, fragment: str, tmp_path: Path) -> None:
+    text = f'node_name = "a"\nkey_file = "k"\n{extra}\n'
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, RingConfig, source="poold.toml")
+    assert str(info.value).startswith("poold.toml: ") and fragment in str(info.value)
+    assert "\n" not in str(info.value)

@@ -1,0 +1,44 @@
+"""`poold simulate overlay` prints the summary the overlay issue specifies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from poolD.cli import main
+
+KEYS = {
+    "nodes", "hops_mean", "hops_p99", "rdp_mean", "rdp_p99", "join_msgs_per_node",
+    "maintenance_msgs_per_node_per_min", "lookups", "lookup_success", "sim_seconds", "wall_seconds",
+}  # fmt: skip
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main(["simulate", "overlay", "--settle", "60", "--steady", "60", "--repair", "120", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_summary_keys_and_values(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(capsys, "--nodes", "80", "--seed", "3", "--lookups", "500")
+    assert KEYS <= result.keys()
+    assert result["nodes"] == 80 and result["lookups"] == 500 and result["lookup_success"] == 1.0
+    assert 1.0 <= result["hops_mean"] <= 3 and result["rdp_mean"] >= 1.0
+    assert result["maintenance_msgs_per_node_per_min"] > 0 and result["join_msgs_per_node"] > 0
+
+
+def test_churn_and_matrix_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    matrix = tmp_path / "lat.txt"
+    size = 30
+    matrix.write_text("\n".join(" ".join(str(abs(i - j) * 2.0) for j in range(size)) for i in range(size)))
+    result = run(capsys, "--nodes", "60", "--topology", str(matrix), "--churn", "0.2", "--lookups", "300")
+    assert result["nodes_alive"] == 48 and result["lookup_success"] == 1.0
+
+
+def test_bad_matrix_file_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text("0 1\n1\n")
+    assert main(["simulate", "overlay", "--nodes", "5", "--topology", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("poold: error: ") and str(bad) in err and err.count("\n") == 1
