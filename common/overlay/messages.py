@@ -138,6 +138,16 @@ class Route(Message):
     origin: Peer
     payload: AppPayload
     hops: int = 0
+    via: Peer | None = None  # the previous hop, which waits for our RouteAck
+    hop_nonce: int = 0
+
+
+class RouteAck(Message):
+    """Per-hop acknowledgement: a hop that does not ack in time is routed around."""
+
+    TYPE = "route_ack"
+    sender: Peer
+    hop_nonce: int
 
 
 class Direct(Message):
@@ -160,7 +170,7 @@ class Broadcast(Message):
 
 OVERLAY_MESSAGES: list[type[Message]] = [
     Ping, Pong, JoinRequest, JoinInfo, Hello, LeafSetRequest, LeafSetPush, RowRequest, RowReply,
-    Route, Direct, Broadcast,
+    Route, RouteAck, Direct, Broadcast,
 ]  # fmt: skip
 
 

@@ -12,6 +12,11 @@ declared dead after two unanswered probes. A dead leaf member is replaced from t
 the remaining extreme members; a dead table entry from the same row of another entry (Pastry's
 repair). Nodes declared dead are not re-learned second-hand for `dead_memory` seconds.
 
+Routed messages are acknowledged hop by hop: a hop that does not ack within `hop_timeout` is
+probed (and declared dead if the probes fail too) while the message is routed around it at once.
+That is what makes a message keyed to a node that just died (faultD's manager_missing) reach the
+closest live node before any leaf set has noticed the death.
+
 Healing: the last `departed_memory` nodes declared dead are probed again, one every
 `revive_interval`; one that answers is learned anew. After a partition heals, that is how the two
 halves (each of which declared the other dead) find each other and merge back into one ring.
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from pydantic import Field, field_validator
@@ -41,6 +46,7 @@ from common.overlay.messages import (
     Ping,
     Pong,
     Route,
+    RouteAck,
     RowReply,
     RowRequest,
 )
@@ -59,6 +65,8 @@ class OverlayParams(StrictModel):
     table_probe_interval: float = Field(60.0, gt=0)
     row_maintenance_interval: float = Field(60.0, gt=0)
     leaf_exchange_interval: float = Field(60.0, gt=0)
+    hop_timeout: float = Field(1.0, gt=0, description="wait for a routed message's per-hop ack")
+    max_reroutes: int = Field(4, ge=0, description="hops tried around silent nodes before giving up")
     join_retry: float = Field(5.0, gt=0)
     dead_memory: float = Field(120.0, gt=0)
     revive_interval: float = Field(30.0, gt=0, description="how often a departed node is probed again")
@@ -132,6 +140,14 @@ None to stop it here."""
 
 
 @dataclass
+class _HopWait:
+    msg: Route
+    next_hop: Peer
+    sent: float
+    tried: set[int]
+
+
+@dataclass
 class _Probe:
     peer: Peer
     sent: float
@@ -153,6 +169,7 @@ class OverlayNode:
         self.bootstrap: str | None = None
         self.forward_hook: ForwardHook | None = None
         self._pending: dict[int, _Probe] = {}  # insertion order = deadline order
+        self._hops: dict[int, _HopWait] = {}  # routed messages awaiting their hop's ack, same order
         self._probing: dict[int, int] = {}  # peer id -> nonce of its outstanding probe
         self._candidates: dict[int, Peer] = {}
         self._departed: OrderedDict[int, Peer] = OrderedDict()
@@ -186,6 +203,7 @@ class OverlayNode:
 
     def on_timer(self, now: float) -> Output:
         self._expire_probes(now)
+        self._expire_hops(now)
         t = self._timers
         if not self.joined and t.get("join", float("inf")) <= now and self.bootstrap:
             self._send(self.bootstrap, JoinRequest(joiner=self.me))
@@ -238,11 +256,11 @@ class OverlayNode:
 
     # ------------------------------------------------------------------ queries
 
-    def next_hop(self, key: int, exclude: int | None = None) -> Peer | None:
-        """Pastry's routing decision; None means we are the key's root."""
+    def next_hop(self, key: int, exclude: Collection[int] = ()) -> Peer | None:
+        """Pastry's routing decision, skipping the nodes in `exclude`; None means we are the root."""
         if self.leaf.covers(key):
             best = min(
-                (p for p in [self.me, *self.leaf.larger, *self.leaf.smaller] if p.id != exclude),
+                (p for p in [self.me, *self.leaf.larger, *self.leaf.smaller] if p.id not in exclude),
                 key=lambda p: closeness(key, p.id),
             )
             return None if best.id == self.me.id else best
@@ -251,12 +269,12 @@ class OverlayNode:
         if r >= self.table.rows:
             return None
         entry = self.table.get(r, digit(key, r, b))
-        if entry is not None and entry.id != exclude:
+        if entry is not None and entry.id not in exclude:
             return entry
         # Rare case: any known node sharing as long a prefix and numerically closer.
         best, best_closeness = self.me, closeness(key, self.me.id)
         for p in self.known():
-            if p.id == exclude or shared_prefix_len(p.id, key, b) < r:
+            if p.id in exclude or shared_prefix_len(p.id, key, b) < r:
                 continue
             c = closeness(key, p.id)
             if c < best_closeness:
@@ -287,6 +305,8 @@ class OverlayNode:
         if self._pending:
             first = next(iter(self._pending.values()))
             deadlines.append(first.sent + self.params.probe_timeout)
+        if self._hops:
+            deadlines.append(next(iter(self._hops.values())).sent + self.params.hop_timeout)
         out.wakeup = min(deadlines) if deadlines else None
         return out
 
@@ -403,20 +423,32 @@ class OverlayNode:
             if now - self.last_heard.get(peer.id, now) > timeout:
                 self._declare_dead(peer, now)
         for peer in self.leaf.members():
-            if now - self.last_heard.get(peer.id, -1e18) >= self.params.keepalive_interval * 0.5:
+            # A ping received proves the sender alive as well as the pong does: one exchange per
+            # pair and interval is enough.
+            if now - self.last_heard.get(peer.id, -1e18) >= self.params.keepalive_interval:
                 self._probe(peer, now, keepalive=True)
 
     def _probe_table(self, now: float) -> None:
-        horizon = self.params.table_probe_interval * 0.5
+        horizon = self.params.table_probe_interval
         for peer in list(self.table.entries()):
             if now - self.last_heard.get(peer.id, -1e18) >= horizon:
                 self._probe(peer, now)
 
     def _row_maintenance(self) -> None:
-        rows = [r for r in range(self.table.used_rows()) if self.table.row(r)]
-        if rows:
-            row = self.rng.choice(rows)
-            self._send(self.rng.choice(self.table.row(row)).addr, RowRequest(sender=self.me, row=row))
+        """Proximity maintenance: for every row, ask a random member of that row and our nearest
+        known node for the nodes they know that would fit that row of ours. Nodes near us know
+        nodes near them, hence near us (the triangle inequality), which is how tables built from
+        random join paths become proximity-aware over time."""
+        known = self.known()
+        measured = [p for p in known if p.id in self.rtt]
+        nearest = min(measured, key=lambda p: self.rtt[p.id]) if measured else None
+        for row in range(self.table.used_rows()):
+            members = self.table.row(row)
+            targets = {p.id: p for p in ([self.rng.choice(members)] if members else [])}
+            if nearest is not None:
+                targets.setdefault(nearest.id, nearest)
+            for peer in targets.values():
+                self._send(peer.addr, RowRequest(sender=self.me, row=row))
 
     def _leaf_exchange(self) -> None:
         push = LeafSetPush(sender=self.me, leaf_set=self.leaf.members())
@@ -454,7 +486,7 @@ class OverlayNode:
         joiner = msg.joiner
         if joiner.id == self.me.id:
             return
-        nxt = self.next_hop(joiner.id, exclude=joiner.id)
+        nxt = self.next_hop(joiner.id, exclude=(joiner.id,))
         upto = min(shared_prefix_len(self.me.id, joiner.id, self.params.b), self.table.rows - 1)
         candidates = [p for r in range(upto + 1) for p in self.table.row(r) if p.id != joiner.id]
         root = nxt is None
@@ -485,9 +517,18 @@ class OverlayNode:
         self._consider_all(msg.leaf_set, now)
 
     def _on_row_request(self, msg: RowRequest, now: float) -> None:
+        """Answer with the nodes we know that would sit in row `row` of the requester's table."""
         if 0 <= msg.row < self.table.rows:
+            b, requester = self.params.b, msg.sender.id
+            fits = [
+                p
+                for p in self.known()
+                if p.id != requester and shared_prefix_len(p.id, requester, b) == msg.row
+            ]
+            if shared_prefix_len(self.me.id, requester, b) == msg.row:
+                fits.append(self.me)
             self._send(
-                msg.sender.addr, RowReply(sender=self.me, row=msg.row, entries=self.table.row(msg.row))
+                msg.sender.addr, RowReply(sender=self.me, row=msg.row, entries=fits[: 2 * self.table.cols])
             )
         self._consider(msg.sender, now, firsthand=True)
 
@@ -495,20 +536,44 @@ class OverlayNode:
         self._consider(msg.sender, now, firsthand=True)
         self._consider_all(msg.entries, now)
 
-    def _route(self, msg: Route, now: float) -> None:
-        nxt = self.next_hop(msg.key)
+    def _route(self, msg: Route, now: float, tried: set[int] | None = None) -> None:
+        tried = tried or set()
+        nxt = self.next_hop(msg.key, exclude=tried)
         if nxt is None:
             self._out.events.append(Delivered(msg.key, msg.payload, msg.origin, msg.hops))
             return
         payload: Message | None = msg.payload
-        if self.forward_hook is not None and msg.origin.id != self.me.id:
+        if self.forward_hook is not None and msg.origin.id != self.me.id and not tried:
             payload = self.forward_hook(msg.key, msg.payload, nxt)
             if payload is None:
                 return
-        self._send(nxt.addr, Route(key=msg.key, origin=msg.origin, payload=payload, hops=msg.hops + 1))
+        self._nonce += 1
+        onward = Route(key=msg.key, origin=msg.origin, payload=payload, hops=msg.hops + 1, via=self.me,
+                       hop_nonce=self._nonce)  # fmt: skip
+        self._hops[self._nonce] = _HopWait(onward, nxt, now, tried)
+        self._send(nxt.addr, onward)
+
+    def _expire_hops(self, now: float) -> None:
+        timeout = self.params.hop_timeout
+        while self._hops:
+            nonce, wait = next(iter(self._hops.items()))
+            if wait.sent + timeout > now:
+                break
+            del self._hops[nonce]
+            self._probe(wait.next_hop, now)  # declared dead only if the probes fail as well
+            tried = wait.tried | {wait.next_hop.id}
+            if len(tried) <= self.params.max_reroutes:
+                self._route(wait.msg.model_copy(update={"hops": wait.msg.hops - 1}), now, tried)
 
     def _on_route(self, msg: Route, now: float) -> None:
+        if msg.via is not None:
+            self._send(msg.via.addr, RouteAck(sender=self.me, hop_nonce=msg.hop_nonce))
         self._route(msg, now)
+
+    def _on_route_ack(self, msg: RouteAck, now: float) -> None:
+        wait = self._hops.get(msg.hop_nonce)
+        if wait is not None and wait.next_hop.id == msg.sender.id:
+            del self._hops[msg.hop_nonce]
 
     def _on_direct(self, msg: Direct, now: float) -> None:
         self._out.events.append(Received(msg.payload, msg.sender))
@@ -540,6 +605,7 @@ class OverlayNode:
         RowRequest: _on_row_request,
         RowReply: _on_row_reply,
         Route: _on_route,
+        RouteAck: _on_route_ack,
         Direct: _on_direct,
         Broadcast: _on_broadcast,
     }  # type: ignore[dict-item]

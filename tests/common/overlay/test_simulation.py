@@ -118,3 +118,21 @@ def test_partition_then_heal() -> None:
             pytest.fail(f"node {n.index} lost its whole leaf set")
     net.run_until(net.now + 600)
     assert s.lookups(1000) == (1000, 1000)
+
+
+def test_message_keyed_to_a_node_that_just_died_reaches_the_closest_live_node() -> None:
+    """faultD's manager_missing: routed with the dead manager's id as key, at once after the
+    death, when every leaf set still lists it. Per-hop acks route around it."""
+    s = Scenario(200, seed=12)
+    net = s.net
+    for victim in (17, 101, 150):
+        key = net.nodes[victim].node_id
+        net.crash(victim)
+        oracle = net.root_oracle()
+        s.delivered.clear()
+        sources = [i for i in range(0, 200, 23) if net.nodes[i].alive]
+        for k, src in enumerate(sources):
+            net.route(src, key, Lookup(n=k))
+        net.run_until(net.now + 10)  # far less than leaf_timeout: no leaf set has dropped it yet
+        assert any(p.id == key for n in net.alive() for p in n.core.leaf.members())
+        assert s.delivered == dict.fromkeys(range(len(sources)), oracle.root(key))
