@@ -1,0 +1,129 @@
+"""Proximity-aware remote pool discovery (seed §3.2): announcing our free slots along the routing
+table's rows, and taking in, checking and forwarding the offers of others.
+
+Pure logic: it reads the overlay node's state (rows, RTTs, identity) but sends nothing itself;
+it returns (address, payload) pairs for the driver to send directly. The same code runs in the
+daemon and in `poold simulate`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+import structlog
+
+from common.condor.types import PoolLoad
+from common.overlay.driver import parse_address
+from common.overlay.messages import Peer
+from common.overlay.node import OverlayNode
+from common.wire import Message
+from poolD.messages import Announcement
+from poolD.policy import Direction, Policy, Subject
+from poolD.willing import WillingList
+
+log = structlog.get_logger("poold.discovery")
+
+
+@dataclass(frozen=True)
+class DiscoverySettings:
+    pool: str
+    collector: str  # our central manager's collector, host:port
+    ttl: int = 1
+    valid_for: float = 120.0  # how long our offers stand
+    max_valid_for: float = 3600.0  # longer offers from others are refused as absurd
+
+
+Send = tuple[str, Message]
+
+
+def peer_host(peer: Peer) -> str:
+    try:
+        return parse_address(peer.addr)[0]
+    except ValueError:
+        return peer.addr
+
+
+class Discovery:
+    def __init__(
+        self, settings: DiscoverySettings, overlay: OverlayNode, policy: Policy, willing: WillingList
+    ) -> None:
+        self.settings = settings
+        self.overlay = overlay
+        self.policy = policy
+        self.willing = willing
+        self.seq = 0
+        self.pool_of: dict[int, str] = {}  # overlay id -> pool name, learned from offers
+        self.dropped: Counter[str] = Counter()
+        self.accepted = 0
+        self.decisions: list[str] = []  # recent policy decisions, newest last, for status
+        self._seen: OrderedDict[tuple[int, int, int], None] = OrderedDict()
+
+    def _note(self, text: str) -> None:
+        self.decisions.append(text)
+        del self.decisions[:-50]
+
+    def announce(self, load: PoolLoad, now: float) -> list[Send]:
+        """Offers for every routing-table row, starting from row 0, if we have free slots."""
+        if load.free_slots <= 0:
+            return []
+        self.seq += 1
+        sends: list[Send] = []
+        me = self.overlay.me
+        for row in range(self.overlay.table.used_rows()):
+            ann = Announcement(
+                pool=self.settings.pool, collector=self.settings.collector, origin=me, seq=self.seq,
+                free_slots=load.free_slots, total_slots=load.total_slots, queue_length=load.idle_jobs,
+                utilization=load.utilization, valid_for=self.settings.valid_for, ttl=self.settings.ttl,
+                row=row,
+            )  # fmt: skip
+            sends += self._to_row(ann, row, now)
+        return sends
+
+    def _to_row(self, ann: Announcement, row: int, now: float) -> list[Send]:
+        sends = []
+        for peer in self.overlay.table.row(row):
+            subject = Subject(self.pool_of.get(peer.id), peer_host(peer))
+            decision = self.policy.decide(subject, Direction.ANNOUNCE, now)
+            if decision.allowed:
+                sends.append((peer.addr, ann))
+            else:
+                self._note(f"not announcing to {subject.pool or peer.addr}: {decision.rule}")
+        return sends
+
+    def on_announcement(self, ann: Announcement, now: float) -> list[Send]:
+        """Check an offer, record it in the willing list, and forward it while its TTL lasts."""
+        key = (ann.origin.id, ann.seq, ann.row)
+        if key in self._seen:
+            self.dropped["duplicate"] += 1
+            return []
+        self._seen[key] = None
+        if len(self._seen) > 10_000:
+            self._seen.popitem(last=False)
+        problem = self._absurd(ann)
+        if problem is not None:
+            self.dropped["absurd"] += 1
+            log.warning("announcement dropped", pool=ann.pool, origin=ann.origin.addr, reason=problem)
+            return []
+        self.pool_of[ann.origin.id] = ann.pool
+        decision = self.policy.decide(Subject(ann.pool, peer_host(ann.origin)), Direction.ACCEPT, now)
+        forwards: list[Send] = []
+        if ann.ttl - 1 > 0:
+            forwards = self._to_row(ann.model_copy(update={"ttl": ann.ttl - 1}), ann.row, now)
+        if not decision.allowed:
+            self.dropped["policy"] += 1
+            self.willing.remove(ann.pool)
+            self._note(f"refused offer of {ann.pool}: {decision.rule}")
+            return forwards
+        self.willing.offer(ann, now)
+        self.accepted += 1
+        return forwards
+
+    def _absurd(self, ann: Announcement) -> str | None:
+        if ann.origin.id == self.overlay.me.id or ann.pool == self.settings.pool:
+            return "our own offer"
+        if ann.free_slots > ann.total_slots:
+            return f"free_slots {ann.free_slots} > total_slots {ann.total_slots}"
+        if ann.valid_for > self.settings.max_valid_for:
+            return f"valid_for {ann.valid_for:.0f} s exceeds {self.settings.max_valid_for:.0f} s"
+        return None

@@ -1,0 +1,55 @@
+"""The Flocking Manager's decision (seed §3.2, §4.1): when local jobs wait, point the schedds'
+FLOCK_TO at the nearest willing pools; when the pool has been quiet (free slots, no idle jobs)
+for `withdraw_after`, take it back. Pure: the daemon applies the decision through the gateway."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.condor.types import PoolLoad
+from poolD.willing import WillingEntry
+
+
+@dataclass(frozen=True)
+class FlockDecision:
+    flock_to: list[str] | None  # collectors in order; None: leave FLOCK_TO as it is; []: withdraw
+    reason: str
+
+
+def format_flock_to(collectors: list[str]) -> str:
+    return ", ".join(collectors)
+
+
+def parse_flock_to(value: str | None) -> list[str]:
+    if not value:
+        return []
+    return [part for part in value.replace(",", " ").split() if part]
+
+
+class FlockingManager:
+    def __init__(self, *, max_pools: int = 5, withdraw_after: float = 300.0) -> None:
+        self.max_pools = max_pools
+        self.withdraw_after = withdraw_after
+        self.quiet_since: float | None = None
+        self.active: list[str] = []
+
+    def decide(self, load: PoolLoad, willing: list[WillingEntry], now: float) -> FlockDecision:
+        idle, free = load.idle_jobs, load.free_slots
+        if idle > free:
+            self.quiet_since = None
+            if not willing:
+                return FlockDecision(None, f"{idle} idle jobs > {free} free slots, but no willing pool")
+            target = [e.collector for e in willing[: self.max_pools]]
+            return FlockDecision(
+                target, f"{idle} idle jobs > {free} free slots: flock to {len(target)} pool(s)"
+            )
+        if free > 0 and idle == 0:
+            if self.quiet_since is None:
+                self.quiet_since = now
+            if self.active and now - self.quiet_since >= self.withdraw_after:
+                return FlockDecision(
+                    [], f"no idle jobs and {free} free slots for {now - self.quiet_since:.0f} s"
+                )
+            return FlockDecision(None, "quiet")
+        self.quiet_since = None
+        return FlockDecision(None, f"{idle} idle jobs, {free} free slots: keep")

@@ -1,0 +1,119 @@
+"""The Policy Manager: who may share with whom.
+
+A policy file is TOML: an ordered list of rules, the first matching rule wins, `default` decides
+when none matches. A rule matches when every criterion it names matches (pool name globs, host
+name globs such as "*.example.org", CIDR networks of the central manager's address); a rule may
+apply to what we announce, to what we accept, or both. Pools that announced free slots but left
+our flocked jobs idle are blacklisted for a while, ahead of every rule. Each decision carries the
+rule that made it, for the log and `poold status`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from common.config import StrictModel, load_config
+
+
+class Direction(StrEnum):
+    ANNOUNCE = "announce"  # whom we announce our free slots to
+    ACCEPT = "accept"  # whose announcements (and flocked jobs) we accept
+
+
+class Rule(StrictModel):
+    action: Literal["allow", "deny"]
+    pools: list[str] = Field(default_factory=list, description="globs on pool names")
+    hosts: list[str] = Field(default_factory=list, description="globs on central-manager host names")
+    networks: list[str] = Field(default_factory=list, description="CIDR blocks")
+    direction: Literal["both", "announce", "accept"] = "both"
+    comment: str = ""
+
+    @field_validator("networks")
+    @classmethod
+    def _cidr(cls, value: list[str]) -> list[str]:
+        for net in value:
+            ipaddress.ip_network(net, strict=False)  # raises ValueError naming the bad block
+        return value
+
+    def describe(self, index: int) -> str:
+        parts = [f"{k}={','.join(v)}" for k, v in (("pools", self.pools), ("hosts", self.hosts),
+                                                     ("networks", self.networks)) if v]  # fmt: skip
+        text = f"rule {index} ({self.action} {' '.join(parts) or 'all'}"
+        return text + (f"; {self.comment})" if self.comment else ")")
+
+
+class PolicyFile(StrictModel):
+    default: Literal["allow", "deny"] = "deny"
+    rule: list[Rule] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Who a decision is about: a pool name (if known) and its central manager's host."""
+
+    pool: str | None
+    host: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    rule: str
+
+
+class Policy:
+    def __init__(self, spec: PolicyFile, source: str = "(built-in)") -> None:
+        self.spec = spec
+        self.source = source
+        self._networks = [[ipaddress.ip_network(n, strict=False) for n in r.networks] for r in spec.rule]
+        self.blacklist: dict[str, tuple[float, str]] = {}  # pool -> (until, reason)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Policy:
+        return cls(load_config(path, PolicyFile), str(path))
+
+    @classmethod
+    def allow_all(cls) -> Policy:
+        return cls(PolicyFile(default="allow"))
+
+    def decide(self, subject: Subject, direction: Direction, now: float) -> Decision:
+        if subject.pool is not None:
+            listed = self.blacklist.get(subject.pool)
+            if listed is not None:
+                if listed[0] > now:
+                    return Decision(False, f"blacklist ({listed[1]}) until t={listed[0]:.0f}")
+                del self.blacklist[subject.pool]
+        for index, (rule, networks) in enumerate(zip(self.spec.rule, self._networks, strict=True), 1):
+            if rule.direction not in ("both", direction.value):
+                continue
+            if self._matches(rule, networks, subject):
+                return Decision(rule.action == "allow", f"{self.source}: {rule.describe(index)}")
+        return Decision(self.spec.default == "allow", f"{self.source}: default {self.spec.default}")
+
+    @staticmethod
+    def _matches(rule: Rule, networks: list, subject: Subject) -> bool:
+        if rule.pools and not (
+            subject.pool and any(fnmatch.fnmatchcase(subject.pool, g) for g in rule.pools)
+        ):
+            return False
+        host = subject.host.lower()
+        if rule.hosts and not any(fnmatch.fnmatchcase(host, g.lower()) for g in rule.hosts):
+            return False
+        if networks:
+            try:
+                address = ipaddress.ip_address(host)
+            except ValueError:
+                return False  # a name, not an address: CIDR rules cannot match it
+            if not any(address in net for net in networks):
+                return False
+        return True
+
+    def add_to_blacklist(self, pool: str, until: float, reason: str) -> None:
+        self.blacklist[pool] = (until, reason)

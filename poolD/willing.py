@@ -1,0 +1,72 @@
+"""The willing_list (seed §3.2.1): pools that offered us free slots, nearest first.
+
+It is an array of sublists: the i-th holds pools whose offer reached us through row i of a routing
+table, and thanks to proximity neighbour selection each sublist is exponentially farther than the
+one before. Within a sublist pools are ordered by measured round-trip time, in buckets of
+`resolution` seconds; within a bucket more free slots come first, then a random order drawn anew
+with every offer, so that many pools that learn of the same free pool do not all pile onto it.
+Entries expire when their offer does.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from common.overlay.messages import Peer
+from poolD.messages import Announcement
+
+
+@dataclass
+class WillingEntry:
+    pool: str
+    collector: str
+    origin: Peer
+    row: int
+    free_slots: int
+    total_slots: int
+    queue_length: int
+    utilization: float
+    expires_at: float
+    tiebreak: float
+
+
+class WillingList:
+    def __init__(self, rng: random.Random, *, resolution: float = 0.005) -> None:
+        self.rng = rng
+        self.resolution = resolution
+        self.entries: dict[str, WillingEntry] = {}
+
+    def offer(self, ann: Announcement, now: float) -> WillingEntry:
+        """Record (or refresh) a pool's offer; the newest offer of a pool replaces the older."""
+        previous = self.entries.get(ann.pool)
+        row = ann.row if previous is None or previous.expires_at <= now else min(previous.row, ann.row)
+        entry = WillingEntry(
+            pool=ann.pool, collector=ann.collector, origin=ann.origin, row=row, free_slots=ann.free_slots,
+            total_slots=ann.total_slots, queue_length=ann.queue_length, utilization=ann.utilization,
+            expires_at=now + ann.valid_for, tiebreak=self.rng.random(),
+        )  # fmt: skip
+        self.entries[ann.pool] = entry
+        return entry
+
+    def remove(self, pool: str) -> None:
+        self.entries.pop(pool, None)
+
+    def expire(self, now: float) -> list[str]:
+        gone = [p for p, e in self.entries.items() if e.expires_at <= now]
+        for pool in gone:
+            del self.entries[pool]
+        return gone
+
+    def ordered(self, now: float, rtt: Callable[[int], float | None]) -> list[WillingEntry]:
+        """Live entries, sublist by sublist, nearest first (unmeasured ones last in their sublist)."""
+        self.expire(now)
+
+        def key(e: WillingEntry) -> tuple[int, float, int, float]:
+            measured = rtt(e.origin.id)
+            bucket = math.inf if measured is None else math.floor(measured / self.resolution)
+            return (e.row, bucket, -e.free_slots, e.tiebreak)
+
+        return sorted(self.entries.values(), key=key)
