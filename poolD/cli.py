@@ -1,14 +1,17 @@
-"""Command line of poold. `simulate overlay` runs the overlay benchmark; the daemon itself
-(`run`, `status`) arrives with the poolD issue."""
+"""Command line of poold: run the daemon, show its state, check a config, run simulations."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 from common.cli import run_main
-from common.config import ConfigError
+from common.config import ConfigError, load_config
+
+DEFAULT_CONFIG = Path("/etc/poold/poold.toml")
 
 
 def _fraction(text: str) -> float:
@@ -21,6 +24,15 @@ def _fraction(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="poold", description="self-organizing flocking of HTCondor pools")
     sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the daemon (systemd: Type=notify)")
+    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    status = sub.add_parser("status", help="what the running daemon knows and did")
+    status.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="to find the control socket")
+    status.add_argument("--socket", type=Path, help="control socket (overrides the config)")
+    status.add_argument("--json", action="store_true")
+    check = sub.add_parser("check-config", help="validate a config file and its policy file")
+    check.add_argument("file", type=Path)
+
     simulate = sub.add_parser("simulate", help="run poolD's logic on the simulator")
     what = simulate.add_subparsers(dest="experiment", required=True)
     overlay = what.add_parser("overlay", help="the overlay alone: joins, lookups, churn; prints JSON")
@@ -36,9 +48,98 @@ def build_parser() -> argparse.ArgumentParser:
     overlay.add_argument("--settle", type=float, default=300.0, help="virtual seconds after the last join")
     overlay.add_argument("--steady", type=float, default=600.0, help="window measuring maintenance traffic")
     overlay.add_argument("--repair", type=float, default=300.0, help="virtual seconds of repair after churn")
-    for name in ("run", "status"):
-        sub.add_parser(name, help="(arrives with the poolD daemon)")
     return parser
+
+
+def _load(path: Path) -> Any:
+    from poolD.config import PooldConfig
+    from poolD.policy import Policy
+
+    config = load_config(path, PooldConfig)
+    if config.daemon.policy_file is not None:
+        Policy.load(config.daemon.policy_file)
+    from common.overlay.auth import KeyFileError, load_ring_key
+
+    try:
+        load_ring_key(config.ring.key_file)
+    except KeyFileError as e:
+        raise ConfigError(f"{path}: ring.key_file: {e}") from None
+    return config
+
+
+def _run(args: argparse.Namespace) -> int:
+    import trio
+
+    from common.logging import configure_logging
+    from poolD.service import PoolDaemon
+
+    config = _load(args.config)
+    configure_logging("poold", config.pool.name, level=config.daemon.log_level)
+    trio.run(PoolDaemon(config).serve)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = _load(args.file)
+    policy = str(config.daemon.policy_file) if config.daemon.policy_file else "none (every pool allowed)"
+    print(
+        f"{args.file}: ok (pool {config.pool.name}, ring {config.ring.node_name} on port {config.ring.port}, "
+        f"bootstrap {config.ring.bootstrap or 'none: founds a ring'}, policy {policy})"
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from common.service import query_control
+    from poolD.config import PooldConfig
+
+    path = args.socket or load_config(args.config, PooldConfig).daemon.control_socket
+    try:
+        status = query_control(path, {"cmd": "status"})
+    except OSError as e:
+        print(f"poold: cannot reach the daemon at {path}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(render_status(status))
+    return 0
+
+
+def render_status(s: dict[str, Any]) -> str:
+    lines = [
+        f"pool {s['pool']} (collector {s['collector']}), overlay node {s['node']['addr']} "
+        f"id {s['node']['id'][:8]}…, {'joined' if s['joined'] else 'joining'}"
+    ]
+    load = s.get("load")
+    if load:
+        idle = sum(x["idle"] for x in load["schedds"])
+        lines.append(f"load: {load['free_slots']}/{load['total_slots']} slots free, {idle} idle jobs")
+    if s.get("load_error"):
+        lines.append(f"load error: {s['load_error']}")
+    lines.append(
+        f"leaf set ({len(s['leaf_set'])}): "
+        + ", ".join(f"{p['addr']} {p['rtt_ms']}ms" for p in s["leaf_set"])
+    )
+    for r, row in enumerate(s["routing_table"]):
+        lines.append(f"row {r}: " + ", ".join(f"[{p['col']:x}] {p['addr']} {p['rtt_ms']}ms" for p in row))
+    lines.append("willing list:" if s["willing_list"] else "willing list: empty")
+    for e in s["willing_list"]:
+        lines.append(
+            f"  {e['pool']:<20} {e['collector']:<22} row {e['row']} rtt {e['rtt_ms']}ms "
+            f"free {e['free_slots']} queue {e['queue_length']} expires in {e['expires_in']}s"
+        )
+    for schedd, flock in s["flock_to"].items():
+        lines.append(f"FLOCK_TO on {schedd}: {', '.join(flock) or '(none)'}")
+    if s["blacklist"]:
+        lines.append("blacklist: " + ", ".join(f"{p} ({b['reason']})" for p, b in s["blacklist"].items()))
+    lines.append(
+        f"offers accepted {s['offers']['accepted']}, dropped {s['offers']['dropped']}, "
+        f"overlay drops {s['overlay_drops']}"
+    )
+    lines.append("last decisions:")
+    lines += [f"  {d}" for d in s["decisions"][-10:]]
+    return "\n".join(lines)
 
 
 def _simulate_overlay(args: argparse.Namespace) -> int:
@@ -49,10 +150,17 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
         print("poold: error: --nodes and --lookups must be at least 1", file=sys.stderr)
         return 2
     config = ExperimentConfig(
-        nodes=args.nodes, seed=args.seed, topology=args.topology, churn=args.churn, loss=args.loss,
-        lookups=args.lookups, join_interval=args.join_interval, settle_seconds=args.settle,
-        steady_seconds=args.steady, repair_seconds=args.repair,
-    )  # fmt: skip
+        nodes=args.nodes,
+        seed=args.seed,
+        topology=args.topology,
+        churn=args.churn,
+        loss=args.loss,
+        lookups=args.lookups,
+        join_interval=args.join_interval,
+        settle_seconds=args.settle,
+        steady_seconds=args.steady,
+        repair_seconds=args.repair,
+    )
     try:
         result = OverlayExperiment(config).run()
     except TopologyError as e:
@@ -61,9 +169,11 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMANDS = {"run": _run, "status": _status, "check-config": _check}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "simulate":
         return run_main("poold", lambda: _simulate_overlay(args))
-    print(f"poold {args.command}: not implemented yet in this release", file=sys.stderr)
-    return 2
+    return run_main("poold", lambda: COMMANDS[args.command](args))

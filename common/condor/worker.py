@@ -87,6 +87,19 @@ def locate(ref: dict[str, Any], collector: str | None) -> classad2.ClassAd:
     return ads[0]
 
 
+def command_target(ad: classad2.ClassAd) -> classad2.ClassAd:
+    """An ad that send_command accepts. htcondor2 maps MyType "Machine" (and "StartD") to ad types
+    it cannot turn into a daemon type, so no startd could be reconfigured; the command only needs
+    the address, so startds are addressed as generic daemons."""
+    if ad.get("MyType") not in ("Machine", "StartD"):
+        return ad
+    generic = classad2.ClassAd()
+    generic["MyType"] = "Generic"
+    generic["MyAddress"] = ad["MyAddress"]
+    generic["Name"] = ad.get("Name") or ad["MyAddress"]
+    return generic
+
+
 def schedd_for(ref: dict[str, Any] | None, collector: str | None) -> htcondor.Schedd:
     return htcondor.Schedd(locate(ref or {"kind": "schedd"}, collector))
 
@@ -171,11 +184,11 @@ def op_set_config(
                 f"{key} in SETTABLE_ATTRS_CONFIG)"
             ) from None
     if reconfig:
-        htcondor.send_command(ad, htcondor.DaemonCommand.Reconfig)
+        htcondor.send_command(command_target(ad), htcondor.DaemonCommand.Reconfig)
 
 
 def op_reconfig(daemon: dict[str, Any], collector: str | None) -> None:
-    htcondor.send_command(locate(daemon, collector), htcondor.DaemonCommand.Reconfig)
+    htcondor.send_command(command_target(locate(daemon, collector)), htcondor.DaemonCommand.Reconfig)
 
 
 def op_submit(

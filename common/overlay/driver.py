@@ -195,5 +195,8 @@ class UdpOverlay:
     async def send_direct(self, addr: str, payload: Message) -> None:
         await self._apply(self._core().send_direct(addr, payload))
 
+    async def measure(self, peer: Peer) -> None:
+        await self._apply(self._core().measure(peer, trio.current_time()))
+
     async def broadcast(self, payload: Message) -> None:
         await self._apply(self._core().broadcast(payload))

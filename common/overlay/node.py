@@ -246,6 +246,12 @@ class OverlayNode:
         self._send(addr, Direct(sender=self.me, payload=payload))
         return self._flush()
 
+    def measure(self, peer: Peer, now: float) -> Output:
+        """Probe a node's round-trip time (e.g. a pool whose offer reached us over several hops)."""
+        if peer.id != self.me.id and peer.id not in self.rtt:
+            self._probe(peer, now)
+        return self._flush()
+
     def broadcast(self, payload: Message) -> Output:
         """Reach every node of the ring once, down the routing-table rows (for small rings)."""
         self._bcast_seq += 1

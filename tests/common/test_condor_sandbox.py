@@ -86,6 +86,16 @@ async def test_flock_to_set_through_gateway_is_seen_by_condor_config_val(pool_a:
         assert flock_to not in withdrawn.stdout
 
 
+async def test_runtime_config_on_a_startd_from_the_collector(pool_a: SandboxPool) -> None:
+    """Startd ads say MyType "Machine", which htcondor2's send_command cannot handle by itself."""
+    async with pool_a.gateway() as gw:
+        startd = (await gw.list_daemons(DaemonKind.STARTD))[0]
+        await gw.set_config(startd, {"FLOCK_FROM": "10.213.99.1, 10.213.99.2"})
+        seen = pool_a.exec("condor_config_val", "-startd", "FLOCK_FROM").stdout.strip()
+        assert seen == "10.213.99.1, 10.213.99.2"
+        await gw.set_config(startd, {"FLOCK_FROM": None})
+
+
 async def test_daemon_errors_carry_htcondor_message(pool_a: SandboxPool) -> None:
     async with pool_a.gateway() as gw:
         (schedd,) = await gw.list_schedds()

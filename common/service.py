@@ -1,0 +1,129 @@
+"""What every daemon of the suite needs around its protocol: systemd readiness and watchdog, a
+local control socket for its CLI (`poold status`, `faultd status`), and signal handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+log = structlog.get_logger("service")
+
+ControlHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+MAX_REQUEST = 64 * 1024
+
+
+def sd_notify(state: str) -> bool:
+    """Tell systemd about our state (READY=1, WATCHDOG=1, STOPPING=1, STATUS=...), if it listens."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.sendto(state.encode(), address)
+        except OSError as e:
+            log.warning("sd_notify failed", error=str(e))
+            return False
+    return True
+
+
+def watchdog_period() -> float | None:
+    """Half the watchdog interval systemd asked for (WATCHDOG_USEC), or None without one."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    return int(usec) / 2e6
+
+
+async def watchdog_loop(healthy: Callable[[], bool]) -> None:
+    """Ping systemd's watchdog while `healthy()` says so; a hung daemon then gets restarted."""
+    period = watchdog_period()
+    if period is None:
+        return
+    while True:
+        if healthy():
+            sd_notify("WATCHDOG=1")
+        await trio.sleep(period)
+
+
+async def serve_control(
+    path: Path, handler: ControlHandler, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Answer one JSON request line per connection on a unix socket (mode 0660)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_socket():
+        path.unlink()
+    elif path.exists():
+        raise OSError(f"{path} exists and is not a socket; refusing to replace it")
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await sock.bind(str(path))
+    os.chmod(path, 0o660)
+    sock.listen(16)
+    listener = trio.SocketListener(sock)
+
+    async def one(stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            with trio.move_on_after(5):
+                while b"\n" not in data and len(data) < MAX_REQUEST:
+                    chunk = await stream.receive_some(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+            try:
+                request = json.loads(data.split(b"\n", 1)[0] or b"{}")
+                if not isinstance(request, dict):
+                    raise ValueError("request must be a JSON object")
+                reply = await handler(request)
+            except (ValueError, KeyError) as e:
+                reply = {"error": f"bad request: {e}"}
+            try:
+                await stream.send_all(json.dumps(reply, default=str).encode() + b"\n")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    try:
+        task_status.started()
+        await trio.serve_listeners(one, [listener])
+    finally:
+        with trio.CancelScope(shield=True):
+            path.unlink(missing_ok=True)
+
+
+def query_control(path: Path, request: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    """The CLI side: one request, one reply (blocking; the CLI has nothing else to do)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)
+
+
+async def signal_loop(on_reload: Callable[[], Awaitable[None]], cancel: trio.CancelScope) -> None:
+    """SIGHUP reloads; SIGTERM and SIGINT end the service through its cancel scope."""
+    with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                log.info("SIGHUP: reloading")
+                await on_reload()
+            else:
+                log.info("stopping", signal=signal.Signals(signum).name)
+                sd_notify("STOPPING=1")
+                cancel.cancel()
+                return

@@ -1,0 +1,7 @@
+"""`python -m poolD` is the `poold` command."""
+
+import sys
+
+from poolD.cli import main
+
+sys.exit(main())

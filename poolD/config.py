@@ -1,0 +1,57 @@
+"""poold's configuration file (TOML); config/poold.toml documents every key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from common.config import StrictModel
+from common.overlay.driver import RingConfig, parse_address
+from poolD.messages import POOL_NAME
+
+
+class PoolSection(StrictModel):
+    name: str = Field(pattern=POOL_NAME, description="this pool's name, unique in the federation")
+    collector: str = Field(description="host:port of this pool's collector, as other pools reach it")
+    condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
+
+    @field_validator("collector")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
+
+class DiscoverySection(StrictModel):
+    interval: float = Field(60.0, gt=0, description="seconds between load readings and offers")
+    ttl: int = Field(1, ge=1, le=32, description="rows an offer travels (system-wide)")
+    valid_for: float = Field(120.0, gt=0, description="how long our offers stand")
+    max_valid_for: float = Field(3600.0, gt=0, description="longer offers from others are refused")
+    proximity_resolution: float = Field(0.005, gt=0, description="RTTs closer than this count as equal")
+
+
+class FlockingSection(StrictModel):
+    interval: float = Field(60.0, gt=0)
+    max_pools: int = Field(5, ge=1, le=100, description="at most this many pools in FLOCK_TO")
+    withdraw_after: float = Field(300.0, ge=0, description="quiet seconds before FLOCK_TO is withdrawn")
+    authorize_timeout: float = Field(5.0, gt=0, description="wait for a pool to authorize our schedds")
+    deliver_timeout: float = Field(900.0, gt=0, description="flocked jobs idle this long: blacklist the pool")
+    blacklist_for: float = Field(3600.0, gt=0)
+    authorize_incoming: bool = Field(True, description="set FLOCK_FROM for pools the policy lets in")
+
+
+class DaemonSection(StrictModel):
+    control_socket: Path = Path("/run/poold/poold.sock")
+    policy_file: Path | None = Field(None, description="none: every pool may share with us")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    gateway_timeout: float = Field(30.0, gt=0)
+
+
+class PooldConfig(StrictModel):
+    pool: PoolSection
+    ring: RingConfig
+    discovery: DiscoverySection = DiscoverySection()
+    flocking: FlockingSection = FlockingSection()
+    daemon: DaemonSection = DaemonSection()
