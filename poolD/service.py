@@ -30,7 +30,7 @@ from common.config import ConfigError
 from common.overlay.driver import UdpOverlay, parse_address
 from common.overlay.messages import Peer
 from common.overlay.node import Event, Received
-from common.service import serve_control, signal_loop, watchdog_loop
+from common.service import sd_notify, serve_control, signal_loop, watchdog_loop
 from poolD.config import PooldConfig
 from poolD.discovery import Discovery, DiscoverySettings, peer_host
 from poolD.flocking import FlockingManager, format_flock_to, parse_flock_to
@@ -73,7 +73,6 @@ class PoolDaemon:
         self.counters: Counter[str] = Counter()
         self._waiters: dict[str, trio.Event] = {}
         self._events_in, self._events_out = trio.open_memory_channel[Event](1000)
-        self._started = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -118,7 +117,7 @@ class PoolDaemon:
                 await nursery.start(serve_control, self.config.daemon.control_socket, self._control)
                 nursery.start_soon(watchdog_loop, lambda: self.load_error is None)
                 nursery.start_soon(signal_loop, self.reload, nursery.cancel_scope)
-                self._started = True
+                sd_notify("READY=1")
                 log.info("poold running", pool=self.config.pool.name, overlay=self.overlay.address)
                 task_status.started()
         finally:
