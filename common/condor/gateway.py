@@ -191,15 +191,22 @@ class Gateway:
         return result["htcondor"]
 
     async def pool_load(self, collector: str | None = None, *, timeout: float | None = None) -> PoolLoad:
+        """Slots of the pool, and the job counts of its own schedds (not of schedds flocking in)."""
         result = await self.call("pool_load", collector=self._pool(collector), timeout=timeout)
         return PoolLoad.model_validate(result)
 
-    async def list_daemons(self, kind: DaemonKind, collector: str | None = None) -> list[DaemonRef]:
-        result = await self.call("list_daemons", kind=str(kind), collector=self._pool(collector))
+    async def list_daemons(
+        self, kind: DaemonKind, collector: str | None = None, *, home_only: bool = True
+    ) -> list[DaemonRef]:
+        """Daemons the collector knows. Schedds of other pools that flock here advertise to our
+        collector too; `home_only` (the default) leaves them out."""
+        result = await self.call(
+            "list_daemons", kind=str(kind), collector=self._pool(collector), home_only=home_only
+        )
         return [DaemonRef.model_validate(r) for r in result]
 
-    async def list_schedds(self, collector: str | None = None) -> list[DaemonRef]:
-        return await self.list_daemons(DaemonKind.SCHEDD, collector)
+    async def list_schedds(self, collector: str | None = None, *, home_only: bool = True) -> list[DaemonRef]:
+        return await self.list_daemons(DaemonKind.SCHEDD, collector, home_only=home_only)
 
     async def get_config(self, daemon: DaemonRef, key: str, collector: str | None = None) -> str | None:
         """A configuration value as the running daemon sees it (None when not defined)."""

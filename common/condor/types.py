@@ -44,7 +44,7 @@ class ScheddLoad(_Frozen):
 
 
 class PoolLoad(_Frozen):
-    """A pool's slots (as the collector sees them) and the job counts of its schedds."""
+    """A pool's slots (as the collector sees them) and the job counts of its own schedds."""
 
     total_slots: int
     free_slots: int

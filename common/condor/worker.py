@@ -67,6 +67,29 @@ def collector_for(address: str | None) -> htcondor.Collector:
     return htcondor.Collector(address) if address else htcondor.Collector()
 
 
+def _endpoint(text: str) -> str:
+    """'host[:port]' or a sinful string, normalized to 'host:port' (HTCondor's default port 9618)."""
+    text = text.strip().strip("<>").split("?", 1)[0].lower()
+    return text if ":" in text else f"{text}:9618"
+
+
+def home_schedd_filter(coll: htcondor.Collector, address: str | None) -> Callable[[classad2.ClassAd], bool]:
+    """Which schedd ads belong to this collector's own pool. A schedd that flocks to a pool also
+    advertises to that pool's collector; its ad's CollectorHost (its own COLLECTOR_HOST) tells
+    where it is at home. Ads without it are taken as local."""
+    names = {_endpoint(address)} if address else set()
+    for ad in coll.query(htcondor.AdType.Collector, projection=["Machine", "MyAddress", "Name"]):
+        names |= {_endpoint(str(ad[k])) for k in ("Machine", "MyAddress", "Name") if ad.get(k)}
+
+    def at_home(ad: classad2.ClassAd) -> bool:
+        home = ad.get("CollectorHost")
+        if not isinstance(home, str) or not home.strip():
+            return True
+        return any(_endpoint(h) in names for h in home.replace(",", " ").split())
+
+    return at_home
+
+
 def locate(ref: dict[str, Any], collector: str | None) -> classad2.ClassAd:
     """A location ad for a daemon: built from its address, or found in the collector."""
     kind = ref["kind"]
@@ -133,6 +156,7 @@ def op_pool_load(collector: str | None) -> dict[str, Any]:
         elif state == "Unclaimed" and ad.get("DynamicSlot") is not True:
             free += 1
     schedds = []
+    at_home = home_schedd_filter(coll, collector)
     for ad in coll.query(
         htcondor.AdType.Schedd,
         projection=[
@@ -142,8 +166,11 @@ def op_pool_load(collector: str | None) -> dict[str, Any]:
             "TotalRunningJobs",
             "TotalHeldJobs",
             "TotalFlockedJobs",
+            "CollectorHost",
         ],
     ):
+        if not at_home(ad):
+            continue  # a schedd of another pool, flocking here
         schedds.append(
             {
                 "name": ad.get("Name"),
@@ -157,8 +184,12 @@ def op_pool_load(collector: str | None) -> dict[str, Any]:
     return {"total_slots": total, "free_slots": free, "claimed_slots": claimed, "schedds": schedds}
 
 
-def op_list_daemons(kind: str, collector: str | None) -> list[dict[str, Any]]:
-    ads = collector_for(collector).query(AD_TYPES[kind], projection=["Name", "MyAddress", "Machine"])
+def op_list_daemons(kind: str, collector: str | None, home_only: bool) -> list[dict[str, Any]]:
+    coll = collector_for(collector)
+    ads = coll.query(AD_TYPES[kind], projection=["Name", "MyAddress", "Machine", "CollectorHost"])
+    if kind == "schedd" and home_only:
+        at_home = home_schedd_filter(coll, collector)
+        ads = [ad for ad in ads if at_home(ad)]
     return [
         {"kind": kind, "name": ad.get("Name"), "address": ad.get("MyAddress"), "machine": ad.get("Machine")}
         for ad in ads

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from common.condor import CondorError, DaemonKind, DaemonNotFound, DaemonRef, Gateway
-from tests.conftest import Sandbox, SandboxPool, sandbox_cli
+from common.sandbox import Sandbox, SandboxPool, sandbox_cli
 
 pytestmark = pytest.mark.htcondor
 
