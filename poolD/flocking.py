@@ -33,6 +33,14 @@ class FlockingManager:
         self.quiet_since: float | None = None
         self.active: list[str] = []
 
+    def changes(self, target: list[str]) -> bool:
+        """Whether applying `target` is worth a schedd reconfig: it withdraws, or it adds a pool.
+        A willing pool that merely dropped out (full now, its offer expired) or a new order among
+        the same pools leaves FLOCK_TO as it is; the schedds skip pools that do not serve them."""
+        if not target:
+            return bool(self.active)
+        return not set(target) <= set(self.active)
+
     def decide(self, load: PoolLoad, willing: list[WillingEntry], now: float) -> FlockDecision:
         idle, free = load.idle_jobs, load.free_slots
         if idle > free:

@@ -254,7 +254,7 @@ class PoolDaemon:
         target = decision.flock_to
         if target:
             target = await self._authorized_collectors([e for e in entries if e.collector in target])
-        if target != self.flocking.active:
+        if self.flocking.changes(target):
             self._decide(decision.reason)
             await self._apply_flock_to(target, decision.reason)
 

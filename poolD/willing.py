@@ -3,9 +3,10 @@
 It is an array of sublists: the i-th holds pools whose offer reached us through row i of a routing
 table, and thanks to proximity neighbour selection each sublist is exponentially farther than the
 one before. Within a sublist pools are ordered by measured round-trip time, in buckets of
-`resolution` seconds; within a bucket more free slots come first, then a random order drawn anew
-with every offer, so that many pools that learn of the same free pool do not all pile onto it.
-Entries expire when their offer does.
+`resolution` seconds; within a bucket more free slots come first, then a random order, so that
+many pools that learn of the same free pool do not all pile onto it. Each pool's random draw is
+kept while its entry lives (redrawing it with every offer would reshuffle FLOCK_TO, and every
+change of FLOCK_TO reconfigures the schedds). Entries expire when their offer does.
 """
 
 from __future__ import annotations
@@ -42,12 +43,22 @@ class WillingList:
     def offer(self, ann: Announcement, now: float) -> WillingEntry:
         """Record (or refresh) a pool's offer; the newest offer of a pool replaces the older."""
         previous = self.entries.get(ann.pool)
-        row = ann.row if previous is None or previous.expires_at <= now else min(previous.row, ann.row)
+        if previous is not None and previous.expires_at > now:
+            row, tiebreak = min(previous.row, ann.row), previous.tiebreak
+        else:
+            row, tiebreak = ann.row, self.rng.random()
         entry = WillingEntry(
-            pool=ann.pool, collector=ann.collector, origin=ann.origin, row=row, free_slots=ann.free_slots,
-            total_slots=ann.total_slots, queue_length=ann.queue_length, utilization=ann.utilization,
-            expires_at=now + ann.valid_for, tiebreak=self.rng.random(),
-        )  # fmt: skip
+            pool=ann.pool,
+            collector=ann.collector,
+            origin=ann.origin,
+            row=row,
+            free_slots=ann.free_slots,
+            total_slots=ann.total_slots,
+            queue_length=ann.queue_length,
+            utilization=ann.utilization,
+            expires_at=now + ann.valid_for,
+            tiebreak=tiebreak,
+        )
         self.entries[ann.pool] = entry
         return entry
 
