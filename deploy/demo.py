@@ -1,70 +1,73 @@
-"""`make demo`: a real HTCondor pool, a few jobs through the gateway, their results, tear-down.
+"""`make demo`: poolD's flocking on four real HTCondor pools.
 
-Grows with the suite; for now it shows the foundation every daemon stands on: a sandbox pool of
-two hosts and the HTCondor gateway driving it.
+Pools A-D (3 slots each, real HTCondor 23.9 daemons in sandbox hosts) get a burst of short jobs
+at D, twice: first with no poolD (D's jobs can only queue for D's three slots), then with poolD
+on every central manager, joined through A (D's poolD finds A-C's free slots and points D's
+schedd at them). The demo prints where D's jobs ran and how long they waited, then tears down.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
+import statistics
 import sys
-import tempfile
-from pathlib import Path
 
 import trio
 
-from common.condor import Gateway
 from common.logging import configure_logging
+from common.sandbox import Sandbox
+from poolD.federation import Federation
 
-SANDBOX = Path(__file__).resolve().parent / "sandbox"
-POOL = "demo"
-JOBS = 6
-
-
-def sandbox(*args: str) -> str:
-    return subprocess.run([str(SANDBOX), *args], check=True, capture_output=True, text=True).stdout
+POOLS = ["A", "B", "C", "D"]
+JOBS = 24
+SECONDS = 6
 
 
-async def run_jobs(pool: dict, workdir: Path) -> int:
-    async with Gateway(condor_config=pool["client_config"], collector=pool["collector"]) as gw:
-        load = await gw.pool_load()
-        print(
-            f"pool {POOL}: {load.total_slots} slots ({load.free_slots} free) on {len(pool['hosts'])} hosts, "
-            f"{len(load.schedds)} schedds; HTCondor bindings {(await gw.version()).split()[1]}"
-        )
+async def burst(fed: Federation) -> list[dict]:
+    """Submit the burst at D and wait for it; returns the finished jobs' records."""
+    async with fed.pools["D"].gateway() as gw:
         result = await gw.submit(
-            {
-                "executable": "/bin/sh",
-                "arguments": "\"-c 'echo $(Process) x $(Process) = `expr $(Process) \\* $(Process)`'\"",
-                "initialdir": str(workdir),
-                "output": "out.$(Process)",
-                "error": "err.$(Process)",
-                "should_transfer_files": "NO",
-            },
+            {"executable": "/bin/sleep", "arguments": str(SECONDS), "should_transfer_files": "NO",
+             "initialdir": "/tmp"},
             count=JOBS,
-        )
-        print(f"submitted jobs {result.job_ids[0]}..{result.job_ids[-1]} through the gateway")
-        await gw.reschedule()
-        with trio.fail_after(180):
+        )  # fmt: skip
+        with trio.fail_after(600):
             while True:
                 done = await gw.job_history(
                     f"ClusterId == {result.cluster}",
-                    ["ProcId", "ExitCode", "LastRemoteHost", "RemoteWallClockTime"],
+                    [
+                        "ProcId",
+                        "QDate",
+                        "JobCurrentStartDate",
+                        "CompletionDate",
+                        "LastRemoteHost",
+                        "ExitCode",
+                    ],
                 )
                 if len(done) == JOBS:
-                    break
+                    return done
                 await trio.sleep(1)
-    print(f"{'job':<8}{'exit':<6}{'ran on':<34}output")
-    failures = 0
-    for job in sorted(done, key=lambda j: j["ProcId"]):
-        output = (workdir / f"out.{job['ProcId']}").read_text().strip()
-        failures += job["ExitCode"] != 0
-        host = job.get("LastRemoteHost", "?")
-        print(f"{result.cluster}.{job['ProcId']:<6}{job['ExitCode']:<6}{host:<34}{output}")
-    return failures
+
+
+def summary(jobs: list[dict]) -> dict[str, object]:
+    waits = [j["JobCurrentStartDate"] - j["QDate"] for j in jobs]
+    where = {p: 0 for p in POOLS}
+    for j in jobs:
+        where[str(j.get("LastRemoteHost", "?@?.?")).split("@")[-1].split(".")[1]] += 1
+    span = max(j["CompletionDate"] for j in jobs) - min(j["QDate"] for j in jobs)
+    return {
+        "ran at A/B/C/D": "/".join(str(where[p]) for p in POOLS),
+        "wait mean (s)": f"{statistics.fmean(waits):.1f}",
+        "wait max (s)": f"{max(waits):.0f}",
+        "all done after (s)": f"{span:.0f}",
+        "failed": str(sum(1 for j in jobs if j.get("ExitCode") != 0)),
+    }
+
+
+def _willing_if_complete(fed: Federation) -> list[dict]:
+    willing = fed.status("D")["willing_list"]
+    return willing if len(willing) == 3 else []
 
 
 def main() -> int:
@@ -72,17 +75,34 @@ def main() -> int:
         print("demo: run as root (the sandbox makes network namespaces)", file=sys.stderr)
         return 2
     configure_logging("demo", level="warning")
-    print("starting sandbox pool (real HTCondor 23.9 daemons in a Debian 13 root)...")
-    pool = json.loads(sandbox("up", POOL, "--slots", "2", "--hosts", "2", "--json"))
-    workdir = Path(tempfile.mkdtemp(prefix="demo-", dir="/tmp"))
-    os.chmod(workdir, 0o1777)
+    box = Sandbox()
+    workdir = box.shared_dir()
+    print(f"starting pools {', '.join(POOLS)}: 3 slots each, real HTCondor in sandbox hosts ...")
+    fed = Federation(box, workdir, POOLS)
     try:
-        failures = trio.run(run_jobs, pool, workdir)
+        print(f"burst of {JOBS} x {SECONDS}-second jobs at D, no poolD ...")
+        without = summary(trio.run(burst, fed))
+        print("starting poolD on every central manager, joined through A ...")
+        fed.start_all()
+        willing = fed.wait("D to learn of A-C's free slots", lambda: _willing_if_complete(fed))
+        print("D's willing list: " + ", ".join(f"{e['pool']} ({e['free_slots']} free)" for e in willing))
+        print("same burst at D, with poolD ...")
+        with_poold = summary(trio.run(burst, fed))
+        print("what D's poold decided:")
+        for line in fed.status("D")["decisions"]:
+            if "flock" in line.lower() or "idle" in line:
+                print(f"  {line}")
+        print()
+        print(f"{'':<22}{'without poolD':>16}{'with poolD':>14}")
+        for key in without:
+            print(f"{key:<22}{without[key]:>16}{with_poold[key]:>14}")
+        return 1 if without["failed"] != "0" or with_poold["failed"] != "0" else 0
     finally:
-        sandbox("down", POOL)
+        fed.stop_all()
+        for name in POOLS:
+            box.down(name)
         shutil.rmtree(workdir, ignore_errors=True)
-        print(f"pool {POOL} stopped")
-    return 1 if failures else 0
+        print("pools stopped")
 
 
 if __name__ == "__main__":

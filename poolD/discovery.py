@@ -72,11 +72,18 @@ class Discovery:
         me = self.overlay.me
         for row in range(self.overlay.table.used_rows()):
             ann = Announcement(
-                pool=self.settings.pool, collector=self.settings.collector, origin=me, seq=self.seq,
-                free_slots=load.free_slots, total_slots=load.total_slots, queue_length=load.idle_jobs,
-                utilization=load.utilization, valid_for=self.settings.valid_for, ttl=self.settings.ttl,
+                pool=self.settings.pool,
+                collector=self.settings.collector,
+                origin=me,
+                seq=self.seq,
+                free_slots=load.free_slots,
+                total_slots=load.total_slots,
+                queue_length=load.idle_jobs,
+                utilization=load.utilization,
+                valid_for=self.settings.valid_for,
+                ttl=self.settings.ttl,
                 row=row,
-            )  # fmt: skip
+            )
             sends += self._to_row(ann, row, now)
         return sends
 

@@ -43,8 +43,11 @@ class Rule(StrictModel):
         return value
 
     def describe(self, index: int) -> str:
-        parts = [f"{k}={','.join(v)}" for k, v in (("pools", self.pools), ("hosts", self.hosts),
-                                                     ("networks", self.networks)) if v]  # fmt: skip
+        parts = [
+            f"{k}={','.join(v)}"
+            for k, v in (("pools", self.pools), ("hosts", self.hosts), ("networks", self.networks))
+            if v
+        ]
         text = f"rule {index} ({self.action} {' '.join(parts) or 'all'}"
         return text + (f"; {self.comment})" if self.comment else ")")
 

@@ -7,151 +7,44 @@ FLOCK_TO must be withdrawn once fd's queue has drained.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
 
-from common.overlay.auth import Sealer, generate_key_file, load_ring_key
+from common.condor import PoolLoad
+from common.overlay.auth import Sealer, load_ring_key
 from common.overlay.driver import parse_address
 from common.overlay.messages import Direct, Peer, overlay_codec
-from common.service import query_control
+from common.sandbox import SANDBOX, Sandbox, SandboxPool
+from poolD.federation import Federation
 from poolD.messages import Announcement
-from tests.conftest import SANDBOX, Sandbox, SandboxPool
 
 pytestmark = pytest.mark.htcondor
 
 POOLS = ["fa", "fb", "fc", "fd"]
-FAST_OVERLAY = """
-[ring.overlay]
-keepalive_interval = 1.0
-leaf_timeout = 4.0
-probe_timeout = 1.0
-table_probe_interval = 5.0
-row_maintenance_interval = 5.0
-leaf_exchange_interval = 5.0
-join_retry = 1.0
+FD_POLICY = """
+default = "allow"
+[[rule]]
+action = "deny"
+pools = ["fc"]
+comment = "not with fc"
 """
-
-
-class Federation:
-    def __init__(self, sandbox: Sandbox, workdir: Path) -> None:
-        self.workdir = workdir
-        self.key = workdir / "ring.key"
-        generate_key_file(self.key)
-        self.pools: dict[str, SandboxPool] = {name: sandbox.up(name, slots=3) for name in POOLS}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        (workdir / "fd-policy.toml").write_text(
-            'default = "allow"\n[[rule]]\naction = "deny"\npools = ["fc"]\ncomment = "not with fc"\n'
-        )
-
-    def config_file(self, name: str) -> Path:
-        pool = self.pools[name]
-        address = pool.hosts[0]["address"]
-        bootstrap = "" if name == "fa" else f'bootstrap = "{self.pools["fa"].hosts[0]["address"]}:7640"'
-        policy = f'policy_file = "{self.workdir / "fd-policy.toml"}"' if name == "fd" else ""
-        path = self.workdir / f"{name}.toml"
-        path.write_text(f"""
-[pool]
-name = "{name}"
-collector = "{pool.collector}"
-condor_config = "{pool.client_config}"
-
-[ring]
-node_name = "{name}"
-bind = "{address}"
-port = 7640
-{bootstrap}
-key_file = "{self.key}"
-{FAST_OVERLAY}
-[discovery]
-interval = 2.0
-valid_for = 15.0
-
-[flocking]
-interval = 2.0
-withdraw_after = 10.0
-max_pools = 3
-
-[daemon]
-control_socket = "{self.socket(name)}"
-{policy}
-""")
-        return path
-
-    def socket(self, name: str) -> Path:
-        return self.workdir / f"{name}.sock"
-
-    def start(self, name: str) -> None:
-        config = self.config_file(name)
-        log = open(self.workdir / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                self.pools[name].hosts[0]["netns"],
-                sys.executable,
-                "-m",
-                "poolD",
-                "run",
-                "--config",
-                str(config),
-            ],
-            stdout=log,
-            stderr=log,
-            cwd=Path(__file__).resolve().parents[2],
-        )
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        # `ip netns exec` execs the command, so the pid is poold's own
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-
-    def status(self, name: str) -> dict:
-        return query_control(self.socket(name), {"cmd": "status"})
-
-    def wait(self, what: str, predicate, timeout: float = 90.0):
-        deadline = time.monotonic() + timeout
-        last: object = None
-        while time.monotonic() < deadline:
-            try:
-                last = predicate()
-                if last:
-                    return last
-            except OSError:
-                pass
-            time.sleep(0.5)
-        logs = {n: (self.workdir / f"{n}.log").read_text()[-3000:] for n in POOLS}
-        raise AssertionError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(logs, indent=1))
 
 
 @pytest.fixture(scope="module")
 def federation(sandbox: Sandbox) -> Iterator[Federation]:
-    workdir = sandbox.shared_dir()
-    fed = Federation(sandbox, workdir)
-    for name in POOLS:
-        fed.start(name)
+    fed = Federation(sandbox, sandbox.shared_dir(), POOLS)
+    fed.policies["fd"] = FD_POLICY
     try:
-        fed.wait("all poolds joined", lambda: all(fed.status(n)["joined"] for n in POOLS))
+        fed.start_all()
         yield fed
     finally:
-        for name in list(fed.procs):
-            fed.stop(name)
-
-
-def flock_to_of(pool: SandboxPool) -> str:
-    res = pool.exec("condor_config_val", "-schedd", "FLOCK_TO", check=False)
-    value = res.stdout.strip()
-    return "" if res.returncode != 0 or value.startswith("Not defined") else value
+        fed.stop_all()
 
 
 def test_overloaded_pool_flocks_to_willing_pools_and_withdraws(federation: Federation) -> None:
@@ -179,10 +72,11 @@ def test_overloaded_pool_flocks_to_willing_pools_and_withdraws(federation: Feder
             return result.cluster
 
     cluster = trio.run(submit)
-    flock_to = federation.wait("FLOCK_TO on fd's schedd", lambda: flock_to_of(fd))
+    flock_to = federation.wait("FLOCK_TO on fd's schedd", lambda: federation.flock_to("fd"))
     collectors = {federation.pools[n].collector for n in ("fa", "fb")}
     assert set(flock_to.replace(",", " ").split()) == collectors
     assert federation.pools["fc"].collector not in flock_to
+    assert fd.collector not in flock_to
 
     def finished() -> list[str]:
         out = fd.exec(
@@ -191,14 +85,31 @@ def test_overloaded_pool_flocks_to_willing_pools_and_withdraws(federation: Feder
         rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
         return [r[0] for r in rows if r[1] == "0"] if len(rows) == 12 else []
 
+    # fd's schedd now advertises to fa's collector too, but fa counts and configures only its own.
+    federation.wait("fd's schedd seen at fa", lambda: "cm.fd.sandbox" in _schedds_at(federation.pools["fa"]))
+    fa_load = trio.run(_pool_load, federation.pools["fa"])
+    assert [s.name for s in fa_load.schedds] == ["condor-sandbox@cm.fa.sandbox"]
+    assert fa_load.idle_jobs == 0
     hosts = federation.wait("fd's 12 jobs to finish", finished, timeout=240)
     elsewhere = [h for h in hosts if not h.endswith(".fd.sandbox")]
     assert elsewhere, f"every job ran at home: {hosts}"
     assert {h.split("@")[1].split(".")[1] for h in elsewhere} <= {"fa", "fb"}
     # Quiet again: the runtime FLOCK_TO is withdrawn.
-    federation.wait("FLOCK_TO withdrawn", lambda: not flock_to_of(fd), timeout=60)
+    federation.wait("FLOCK_TO withdrawn", lambda: not federation.flock_to("fd"), timeout=60)
+    for other in ("fa", "fb", "fc"):  # the pools fd flocked to never thought they had to flock
+        assert not federation.flock_to(other)
+        assert not [d for d in federation.status(other)["decisions"] if "flock to" in d]
     assert any("flock intent from fd: accepted" in d for d in federation.status("fa")["decisions"])
     assert federation.status("fa")["flock_from"]  # fa authorized fd's schedd
+
+
+def _schedds_at(pool: SandboxPool) -> str:
+    return pool.exec("condor_status", "-schedd", "-af", "Name").stdout
+
+
+async def _pool_load(pool: SandboxPool) -> PoolLoad:
+    async with pool.gateway() as gw:
+        return await gw.pool_load()
 
 
 def test_forged_and_absurd_offers_are_dropped_and_counted(federation: Federation) -> None:

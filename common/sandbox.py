@@ -1,0 +1,83 @@
+"""deploy/sandbox from Python: real HTCondor pools for tests, demos and benchmarks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.condor import DaemonKind, DaemonRef, Gateway
+
+REPO = Path(__file__).resolve().parents[1]
+SANDBOX = REPO / "deploy" / "sandbox"
+
+
+class SandboxError(RuntimeError):
+    """deploy/sandbox failed; the message carries its stderr."""
+
+
+def sandbox_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run([str(SANDBOX), *args], capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise SandboxError(f"deploy/sandbox {' '.join(args)} failed ({res.returncode}):\n{res.stderr}")
+    return res
+
+
+@dataclass
+class SandboxPool:
+    """A running sandbox pool."""
+
+    name: str
+    collector: str
+    client_config: str
+    hosts: list[dict[str, Any]]
+
+    def exec(self, *argv: str, host: int = 0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run an HTCondor tool (or anything) on one of the pool's hosts, with its config."""
+        return sandbox_cli("exec", self.name, "--host", str(host), "--", *argv, check=check)
+
+    def gateway(self, **kwargs: Any) -> Gateway:
+        return Gateway(condor_config=self.client_config, collector=self.collector, **kwargs)
+
+    def master(self, host: int = 0) -> DaemonRef:
+        """The master of a host, addressed directly (from its address file, no collector)."""
+        root = Path(self._root) / self.hosts[host]["local_dir"].lstrip("/")
+        address = (root / "log" / ".master_address").read_text().splitlines()[0]
+        return DaemonRef(kind=DaemonKind.MASTER, address=address, machine=self.hosts[host]["name"])
+
+    _root: str = field(default="", repr=False)
+
+
+class Sandbox:
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.dirs: list[str] = []
+
+    def up(self, name: str, *, slots: int = 2, hosts: int = 1) -> SandboxPool:
+        res = sandbox_cli("up", name, "--slots", str(slots), "--hosts", str(hosts), "--json")
+        data = json.loads(res.stdout)
+        if name not in self.started:
+            self.started.append(name)
+        return SandboxPool(
+            name=name,
+            collector=data["collector"],
+            client_config=data["client_config"],
+            hosts=data["hosts"],
+            _root=data["root"],
+        )
+
+    def down(self, name: str) -> None:
+        sandbox_cli("down", name)
+        if name in self.started:
+            self.started.remove(name)
+
+    def shared_dir(self) -> Path:
+        """A directory that jobs (run as the sandbox user, inside the root) can write to."""
+        path = tempfile.mkdtemp(prefix="sandbox-jobs-", dir="/tmp")
+        os.chmod(path, 0o1777)
+        self.dirs.append(path)
+        return Path(path)

@@ -1,0 +1,147 @@
+"""A federation of sandbox pools with poold on each central manager: for tests and `make demo`.
+
+Each poold runs on its pool's central-manager host (inside that host's network namespace, as a
+program of this machine), joins the ring through the first pool, and talks to its pool through
+the gateway with the pool's client config. Intervals are seconds, not minutes, so that a demo
+shows a whole cycle quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from common.overlay.auth import generate_key_file
+from common.sandbox import Sandbox, SandboxPool
+from common.service import query_control
+
+REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+FAST_SETTINGS = """
+[ring.overlay]
+keepalive_interval = 1.0
+leaf_timeout = 4.0
+probe_timeout = 1.0
+table_probe_interval = 5.0
+row_maintenance_interval = 5.0
+leaf_exchange_interval = 5.0
+join_retry = 1.0
+
+[discovery]
+interval = 2.0
+valid_for = 15.0
+
+[flocking]
+interval = 2.0
+withdraw_after = 10.0
+max_pools = 3
+"""
+
+
+class Federation:
+    def __init__(self, sandbox: Sandbox, workdir: Path, names: list[str], *, slots: int = 3) -> None:
+        self.workdir = workdir
+        self.names = names
+        self.key = workdir / "ring.key"
+        if not self.key.exists():
+            generate_key_file(self.key)
+        self.pools: dict[str, SandboxPool] = {name: sandbox.up(name, slots=slots) for name in names}
+        self.policies: dict[str, str] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def address(self, name: str) -> str:
+        return str(self.pools[name].hosts[0]["address"])
+
+    def socket(self, name: str) -> Path:
+        return self.workdir / f"{name}.sock"
+
+    def log_file(self, name: str) -> Path:
+        return self.workdir / f"{name}.log"
+
+    def config_file(self, name: str) -> Path:
+        pool = self.pools[name]
+        first = self.names[0]
+        bootstrap = "" if name == first else f'bootstrap = "{self.address(first)}:7640"'
+        policy = ""
+        if name in self.policies:
+            policy_path = self.workdir / f"{name}-policy.toml"
+            policy_path.write_text(self.policies[name])
+            policy = f'policy_file = "{policy_path}"'
+        path = self.workdir / f"{name}.toml"
+        path.write_text(f"""
+[pool]
+name = "{name}"
+collector = "{pool.collector}"
+condor_config = "{pool.client_config}"
+
+[ring]
+node_name = "{name}"
+bind = "{self.address(name)}"
+port = 7640
+{bootstrap}
+key_file = "{self.key}"
+{FAST_SETTINGS}
+[daemon]
+control_socket = "{self.socket(name)}"
+{policy}
+""")
+        return path
+
+    def start(self, name: str) -> None:
+        config = self.config_file(name)
+        with open(self.log_file(name), "ab") as log:
+            # `ip netns exec` execs the command in place: the pid is poold's own.
+            self.procs[name] = subprocess.Popen(
+                ["ip", "netns", "exec", self.pools[name].hosts[0]["netns"],
+                 sys.executable, "-m", "poolD", "run", "--config", str(config)],
+                stdout=log, stderr=log, cwd=REPO,
+            )  # fmt: skip
+
+    def start_all(self) -> None:
+        for name in self.names:
+            self.start(name)
+        self.wait("every poold joined", lambda: all(self.status(n)["joined"] for n in self.names))
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return query_control(self.socket(name), {"cmd": "status"})
+
+    def wait(self, what: str, predicate: Callable[[], T], timeout: float = 90.0) -> T:
+        """Poll until predicate() is truthy; on timeout, fail with the poolds' recent logs."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = predicate()
+                if last:
+                    return last
+            except OSError:
+                pass  # a control socket not there yet
+            time.sleep(0.5)
+        logs = {n: self.log_file(n).read_text()[-3000:] for n in self.names if self.log_file(n).exists()}
+        raise TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(logs, indent=1))
+
+    def flock_to(self, name: str) -> str:
+        """FLOCK_TO as the pool's schedd sees it, read with condor_config_val ('' if none)."""
+        res = self.pools[name].exec("condor_config_val", "-schedd", "FLOCK_TO", check=False)
+        value = res.stdout.strip()
+        return "" if res.returncode != 0 or value.startswith("Not defined") else value
