@@ -80,11 +80,13 @@ class Pong(Message):
 
 
 class JoinRequest(Message):
-    """Routed towards the joiner's id; every hop tells the joiner what it knows."""
+    """Routed towards the joiner's id; every hop tells the joiner what it knows. A `refresh`
+    request is a joined node's periodic self-lookup: only the root answers, with its leaf set."""
 
     TYPE = "join"
     joiner: Peer
     hops: int = 0
+    refresh: bool = False
 
 
 class JoinInfo(Message):

@@ -7,8 +7,9 @@ never reads a clock, sleeps or touches a socket, so the trio driver runs it over
 simulator runs thousands of them on virtual time, with identical behaviour.
 
 Liveness: leaf-set members are pinged every `keepalive_interval` and declared dead after
-`leaf_timeout` of silence; routing-table entries are probed every `table_probe_interval` and
-declared dead after two unanswered probes. A dead leaf member is replaced from the leaf sets of
+`leaf_timeout` of silence (and never by probes, so that lost datagrams do not cut the ring);
+routing-table entries are probed every `table_probe_interval` and declared dead after three
+unanswered probes. A dead leaf member is replaced from the leaf sets of
 the remaining extreme members; a dead table entry from the same row of another entry (Pastry's
 repair). Nodes declared dead are not re-learned second-hand for `dead_memory` seconds.
 
@@ -16,6 +17,12 @@ Routed messages are acknowledged hop by hop: a hop that does not ack within `hop
 probed (and declared dead if the probes fail too) while the message is routed around it at once.
 That is what makes a message keyed to a node that just died (faultD's manager_missing) reach the
 closest live node before any leaf set has noticed the death.
+
+Leaf-set consistency: concurrent joins can leave a stretch of the ring whose members know each
+other but not their neighbours on either side, and exchanges within leaf sets cannot merge
+chains that share no member. So every `leaf_exchange_interval` a node also routes a join request
+for its own id through a random routing-table entry; the routing tables span the whole ring, so
+the request ends at our true nearest neighbour (excluding us), which answers with its leaf set.
 
 Healing: the last `departed_memory` nodes declared dead are probed again, one every
 `revive_interval`; one that answers is learned anew. After a partition heals, that is how the two
@@ -139,6 +146,9 @@ ForwardHook = Callable[[int, Message, Peer], Message | None]
 None to stop it here."""
 
 
+PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry is declared dead
+
+
 @dataclass
 class _HopWait:
     msg: Route
@@ -220,6 +230,7 @@ class OverlayNode:
                 t["row_maintenance"] = self._next(now, self.params.row_maintenance_interval)
             if t["leaf_exchange"] <= now:
                 self._leaf_exchange()
+                self._self_lookup()
                 t["leaf_exchange"] = self._next(now, self.params.leaf_exchange_interval)
             if t["revive"] <= now:
                 if self._departed:
@@ -389,14 +400,15 @@ class OverlayNode:
                 break
             del self._pending[nonce]
             self._probing.pop(probe.peer.id, None)
-            if probe.keepalive:
-                continue  # leaf liveness is judged by silence over leaf_timeout, not one ping
-            if probe.attempt < 2 and self.table.contains(probe.peer.id):
+            pid = probe.peer.id
+            if probe.keepalive or pid in self.leaf:
+                continue  # leaf members are judged by silence over leaf_timeout, not by probes
+            if probe.attempt < PROBE_ATTEMPTS and self.table.contains(pid):
                 self._probe(probe.peer, now, attempt=probe.attempt + 1)
-            elif self.table.contains(probe.peer.id) or probe.peer.id in self.leaf:
+            elif self.table.contains(pid):
                 self._declare_dead(probe.peer, now)
             else:
-                self._candidates.pop(probe.peer.id, None)
+                self._candidates.pop(pid, None)
 
     def _declare_dead(self, peer: Peer, now: float) -> None:
         self.dead[peer.id] = now + self.params.dead_memory
@@ -457,10 +469,16 @@ class OverlayNode:
                 self._send(peer.addr, RowRequest(sender=self.me, row=row))
 
     def _leaf_exchange(self) -> None:
+        """Push our leaf set to every member: a node that learned of two concurrent joiners tells
+        each about the other, which is what makes leaf sets converge under bursts of joins."""
         push = LeafSetPush(sender=self.me, leaf_set=self.leaf.members())
-        for side in (self.leaf.larger, self.leaf.smaller):
-            if side:
-                self._send(side[0].addr, push)
+        for peer in self.leaf.members():
+            self._send(peer.addr, push)
+
+    def _self_lookup(self) -> None:
+        entries = list(self.table.entries()) or self.leaf.members()
+        if entries:
+            self._send(self.rng.choice(entries).addr, JoinRequest(joiner=self.me, refresh=True))
 
     # ------------------------------------------------------------------ handlers
 
@@ -493,14 +511,18 @@ class OverlayNode:
         if joiner.id == self.me.id:
             return
         nxt = self.next_hop(joiner.id, exclude=(joiner.id,))
-        upto = min(shared_prefix_len(self.me.id, joiner.id, self.params.b), self.table.rows - 1)
-        candidates = [p for r in range(upto + 1) for p in self.table.row(r) if p.id != joiner.id]
         root = nxt is None
-        leaf = [p for p in self.leaf.members() if p.id != joiner.id] if root else []
-        self._send(joiner.addr, JoinInfo(sender=self.me, candidates=candidates, leaf_set=leaf, root=root))
-        if not root:
-            assert nxt is not None
-            self._send(nxt.addr, JoinRequest(joiner=joiner, hops=msg.hops + 1))
+        if root or not msg.refresh:
+            upto = min(shared_prefix_len(self.me.id, joiner.id, self.params.b), self.table.rows - 1)
+            rows = (
+                []
+                if msg.refresh
+                else [p for r in range(upto + 1) for p in self.table.row(r) if p.id != joiner.id]
+            )
+            leaf = [p for p in self.leaf.members() if p.id != joiner.id] if root else []
+            self._send(joiner.addr, JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root))
+        if nxt is not None:
+            self._send(nxt.addr, msg.model_copy(update={"hops": msg.hops + 1}))
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
