@@ -92,6 +92,13 @@ class Discovery:
         for peer in self.overlay.table.row(row):
             subject = Subject(self.pool_of.get(peer.id), peer_host(peer))
             decision = self.policy.decide(subject, Direction.ANNOUNCE, now)
+            log.debug(
+                "announce decision",
+                peer=peer.addr,
+                pool=subject.pool,
+                allowed=decision.allowed,
+                rule=decision.rule,
+            )
             if decision.allowed:
                 sends.append((peer.addr, ann))
             else:
@@ -114,6 +121,7 @@ class Discovery:
             return []
         self.pool_of[ann.origin.id] = ann.pool
         decision = self.policy.decide(Subject(ann.pool, peer_host(ann.origin)), Direction.ACCEPT, now)
+        log.debug("accept decision", pool=ann.pool, allowed=decision.allowed, rule=decision.rule)
         forwards: list[Send] = []
         if ann.ttl - 1 > 0:
             forwards = self._to_row(ann.model_copy(update={"ttl": ann.ttl - 1}), ann.row, now)
@@ -122,6 +130,8 @@ class Discovery:
             self.willing.remove(ann.pool)
             self._note(f"refused offer of {ann.pool}: {decision.rule}")
             return forwards
+        if ann.pool not in self.willing.entries:
+            self._note(f"accepting offers of {ann.pool}: {decision.rule}")
         self.willing.offer(ann, now)
         self.accepted += 1
         return forwards

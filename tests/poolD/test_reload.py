@@ -1,0 +1,51 @@
+"""SIGHUP reload of the policy: a good file takes effect, a broken one is reported and ignored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.config import parse_config
+from common.overlay.auth import generate_key_file
+from poolD.config import PooldConfig
+from poolD.policy import Direction, Subject
+from poolD.service import PoolDaemon
+
+
+def daemon(tmp_path: Path, policy: Path) -> PoolDaemon:
+    key = tmp_path / "ring.key"
+    generate_key_file(key)
+    text = f"""
+[pool]
+name = "home"
+collector = "127.0.0.1:9618"
+[ring]
+node_name = "home"
+key_file = "{key}"
+[daemon]
+policy_file = "{policy}"
+control_socket = "{tmp_path / "ctl.sock"}"
+"""
+    return PoolDaemon(parse_config(text, PooldConfig, source="test.toml"))
+
+
+async def test_reload_applies_a_good_policy_and_keeps_the_blacklist(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    d = daemon(tmp_path, policy)
+    d.policy.add_to_blacklist("cheat", until=1e12, reason="did not deliver")
+    policy.write_text('default = "allow"\n[[rule]]\naction = "deny"\npools = ["x*"]\n')
+    await d.reload()
+    assert not d.policy.decide(Subject("xenon", "h"), Direction.ACCEPT, 0.0).allowed
+    assert "cheat" in d.policy.blacklist
+    assert "policy reloaded" in d.decisions[-1]
+
+
+async def test_reload_keeps_the_old_policy_when_the_file_is_broken(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "deny"\n')
+    d = daemon(tmp_path, policy)
+    old = d.policy
+    policy.write_text("default = \n")
+    await d.reload()
+    assert d.policy is old
+    assert "policy reload failed, old policy kept" in d.decisions[-1] and str(policy) in d.decisions[-1]
