@@ -55,6 +55,17 @@ def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=True)
 
 
+def unpack_array(data: bytes, length: int, shape: str) -> list[Any] | str:
+    """A msgpack array of exactly `length` items, or a text saying why the data is not one."""
+    try:
+        value = unpack(data)
+    except Exception as e:  # msgpack raises several unrelated types for malformed input
+        return f"not msgpack: {type(e).__name__}: {e}"
+    if not (isinstance(value, list) and len(value) == length):
+        return f"not a {shape} envelope"
+    return value
+
+
 def frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
@@ -143,13 +154,9 @@ class MessageCodec:
 
     def decode(self, payload: bytes, peer: object) -> Message | None:
         """The message in a payload, or None after logging and counting why it was dropped."""
-        try:
-            envelope = unpack(payload)
-        except Exception as e:  # msgpack raises several unrelated types for malformed input
-            self.drop(DropReason.GARBAGE, peer, f"not msgpack: {type(e).__name__}: {e}")
-            return None
-        if not (isinstance(envelope, list) and len(envelope) == 3):
-            self.drop(DropReason.GARBAGE, peer, "not a [version, type, body] envelope")
+        envelope = unpack_array(payload, 3, "[version, type, body]")
+        if isinstance(envelope, str):
+            self.drop(DropReason.GARBAGE, peer, envelope)
             return None
         version, type_name, body = envelope
         if version != self.version:

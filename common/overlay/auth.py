@@ -38,7 +38,7 @@ from enum import StrEnum
 
 import structlog
 
-from common.wire import MAX_DATAGRAM, pack, unpack
+from common.wire import MAX_DATAGRAM, pack, unpack_array
 
 MIN_KEY_BYTES = 32
 NONCE_BYTES = 16
@@ -197,13 +197,9 @@ class Sealer:
         if len(datagram) > self.max_size:
             self.drop(AuthDrop.OVERSIZED, peer, f"datagram of {len(datagram)} bytes exceeds {self.max_size}")
             return None
-        try:
-            envelope = unpack(datagram)
-        except Exception as e:  # msgpack raises several unrelated types for malformed input
-            self.drop(AuthDrop.MALFORMED, peer, f"not msgpack: {type(e).__name__}: {e}")
-            return None
-        if not (isinstance(envelope, list) and len(envelope) == 4):
-            self.drop(AuthDrop.MALFORMED, peer, "not a [timestamp, nonce, payload, mac] envelope")
+        envelope = unpack_array(datagram, 4, "[timestamp, nonce, payload, mac]")
+        if isinstance(envelope, str):
+            self.drop(AuthDrop.MALFORMED, peer, envelope)
             return None
         timestamp, nonce, payload, mac = envelope
         if not (isinstance(timestamp, float) and math.isfinite(timestamp)):

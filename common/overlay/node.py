@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pydantic import Field, field_validator
 
@@ -163,6 +164,20 @@ class _Probe:
     sent: float
     keepalive: bool
     attempt: int
+
+
+_Waiting = TypeVar("_Waiting", _Probe, _HopWait)
+
+
+def _expired(queue: dict[int, _Waiting], timeout: float, now: float) -> Iterator[_Waiting]:
+    """Pop, oldest first, the entries whose time is up from a queue kept in sending order (so in
+    deadline order: every entry waits the same `timeout`)."""
+    while queue:
+        key, item = next(iter(queue.items()))
+        if item.sent + timeout > now:
+            return
+        del queue[key]
+        yield item
 
 
 class OverlayNode:
@@ -393,12 +408,7 @@ class OverlayNode:
         self._send(peer.addr, Ping(sender=self.me, nonce=self._nonce, sent=now))
 
     def _expire_probes(self, now: float) -> None:
-        timeout = self.params.probe_timeout
-        while self._pending:
-            nonce, probe = next(iter(self._pending.items()))
-            if probe.sent + timeout > now:
-                break
-            del self._pending[nonce]
+        for probe in _expired(self._pending, self.params.probe_timeout, now):
             self._probing.pop(probe.peer.id, None)
             pid = probe.peer.id
             if probe.keepalive or pid in self.leaf:
@@ -582,12 +592,7 @@ class OverlayNode:
         self._send(nxt.addr, onward)
 
     def _expire_hops(self, now: float) -> None:
-        timeout = self.params.hop_timeout
-        while self._hops:
-            nonce, wait = next(iter(self._hops.items()))
-            if wait.sent + timeout > now:
-                break
-            del self._hops[nonce]
+        for wait in _expired(self._hops, self.params.hop_timeout, now):
             self._probe(wait.next_hop, now)  # declared dead only if the probes fail as well
             tried = wait.tried | {wait.next_hop.id}
             if len(tried) <= self.params.max_reroutes:
