@@ -28,6 +28,7 @@ import trio
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError, PoolLoad
 from common.config import ConfigError
 from common.overlay.driver import UdpOverlay, parse_address
+from common.overlay.ids import digit
 from common.overlay.messages import Peer
 from common.overlay.node import Event, Received
 from common.service import sd_notify, serve_control, signal_loop, watchdog_loop
@@ -349,18 +350,18 @@ class PoolDaemon:
         core = self.overlay.core
         now = trio.current_time()
 
+        def rtt_ms(node_id: int) -> float | None:
+            rtt = self.rtt(node_id)
+            return None if rtt is None else round(rtt * 1000, 2)
+
         def peer(p: Peer) -> dict[str, Any]:
-            rtt = core.rtt.get(p.id) if core else None
-            return {
-                "id": f"{p.id:032x}",
-                "addr": p.addr,
-                "rtt_ms": None if rtt is None else round(rtt * 1000, 2),
-            }
+            return {"id": f"{p.id:032x}", "addr": p.addr, "rtt_ms": rtt_ms(p.id)}
 
         table = []
         if core is not None:
+            b = core.params.b
             for r in range(core.table.used_rows()):
-                table.append([peer(p) | {"col": core.table.slot(p.id)[1]} for p in core.table.row(r)])  # type: ignore[index]
+                table.append([peer(p) | {"col": digit(p.id, r, b)} for p in core.table.row(r)])
         discovery = self.discovery
         return {
             "pool": self.config.pool.name,
@@ -379,9 +380,7 @@ class PoolDaemon:
                     "free_slots": e.free_slots,
                     "queue_length": e.queue_length,
                     "utilization": e.utilization,
-                    "rtt_ms": None
-                    if self.rtt(e.origin.id) is None
-                    else round(self.rtt(e.origin.id) * 1000, 2),  # type: ignore[operator]
+                    "rtt_ms": rtt_ms(e.origin.id),
                     "expires_in": round(e.expires_at - now, 1),
                 }
                 for e in self.willing.ordered(now, self.rtt)
