@@ -136,3 +136,18 @@ def test_message_keyed_to_a_node_that_just_died_reaches_the_closest_live_node() 
         net.run_until(net.now + 10)  # far less than leaf_timeout: no leaf set has dropped it yet
         assert any(p.id == key for n in net.alive() for p in n.core.leaf.members())
         assert s.delivered == dict.fromkeys(range(len(sources)), oracle.root(key))
+
+
+def test_crashed_node_restarts_with_its_id_and_rejoins() -> None:
+    s = Scenario(120, seed=21)
+    net = s.net
+    node_id = net.nodes[40].node_id
+    net.crash(40)
+    net.run_until(net.now + 120)  # the ring notices and repairs
+    assert all(p.id != node_id for n in net.alive() for p in n.core.leaf.members())
+    net.restart(40, bootstrap=0)
+    net.run_until(net.now + 120)
+    assert net.nodes[40].core.joined and net.nodes[40].node_id == node_id
+    assert sum(1 for n in net.alive() if node_id in n.core.leaf) >= 16  # its neighbours know it again
+    assert s.wrong_leaf_sets() == 0
+    assert s.lookups(1000) == (1000, 1000)
