@@ -37,6 +37,7 @@ class FlockingSection(StrictModel):
     max_pools: int = Field(5, ge=1, le=100, description="at most this many pools in FLOCK_TO")
     withdraw_after: float = Field(300.0, ge=0, description="quiet seconds before FLOCK_TO is withdrawn")
     authorize_timeout: float = Field(5.0, gt=0, description="wait for a pool to authorize our schedds")
+    reauthorize_after: float = Field(600.0, gt=0, description="ask a pool again after this long")
     deliver_timeout: float = Field(900.0, gt=0, description="flocked jobs idle this long: blacklist the pool")
     blacklist_for: float = Field(3600.0, gt=0)
     authorize_incoming: bool = Field(True, description="set FLOCK_FROM for pools the policy lets in")

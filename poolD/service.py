@@ -16,6 +16,7 @@ On SIGTERM the runtime FLOCK_TO it set is removed, so the schedds fall back to t
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import time
 from collections import Counter, deque
@@ -69,7 +70,7 @@ class PoolDaemon:
         self.flock_to: dict[str, list[str]] = {}  # schedd name -> FLOCK_TO as read back
         self.flocking_since: float | None = None
         self.flock_from: set[str] = set()  # schedd hosts of other pools we authorized
-        self.authorized: dict[str, tuple[bool, str]] = {}  # pool -> (accepted, reason)
+        self.authorized: dict[str, tuple[bool, str, float]] = {}  # pool -> (accepted, reason, when)
         self.decisions: deque[str] = deque(maxlen=50)
         self.counters: Counter[str] = Counter()
         self._waiters: dict[str, trio.Event] = {}
@@ -192,7 +193,7 @@ class PoolDaemon:
             await self.gateway.set_config(ref, {"FLOCK_FROM": value})
 
     def _on_flock_reply(self, reply: FlockReply) -> None:
-        self.authorized[reply.pool] = (reply.accepted, reply.reason)
+        self.authorized[reply.pool] = (reply.accepted, reply.reason, trio.current_time())
         waiter = self._waiters.pop(reply.pool, None)
         if waiter is not None:
             waiter.set()
@@ -261,7 +262,10 @@ class PoolDaemon:
 
     async def _authorized_collectors(self, entries: list[WillingEntry]) -> list[str]:
         """Ask pools not yet asked to authorize our schedds; keep those that agreed, in order."""
-        pending = [e for e in entries if e.pool not in self.authorized]
+        # Answers expire: the other pool may have restarted (runtime FLOCK_FROM is lost with its
+        # daemons) or changed its policy since.
+        stale = trio.current_time() - self.config.flocking.reauthorize_after
+        pending = [e for e in entries if self.authorized.get(e.pool, (False, "", -math.inf))[2] < stale]
         if pending:
             schedds = await self.gateway.list_schedds()
             hosts = sorted({h for s in schedds for h in (sinful_host(s.address), s.machine) if h})
@@ -277,7 +281,7 @@ class PoolDaemon:
                     await event.wait()
             for pool in waiting:
                 self._waiters.pop(pool, None)
-        return [e.collector for e in entries if self.authorized.get(e.pool, (False, ""))[0]]
+        return [e.collector for e in entries if self.authorized.get(e.pool, (False, "", 0.0))[0]]
 
     def _check_delivery(self, load: PoolLoad, now: float) -> None:
         """Offers that do not deliver: our jobs wait, FLOCK_TO has been set for a while, and none
@@ -388,7 +392,10 @@ class PoolDaemon:
             "flock_to": self.flock_to,
             "flock_active": self.flocking.active,
             "flock_from": sorted(self.flock_from),
-            "authorized": {p: {"accepted": a, "reason": r} for p, (a, r) in self.authorized.items()},
+            "authorized": {
+                p: {"accepted": a, "reason": r, "age": round(now - t, 1)}
+                for p, (a, r, t) in self.authorized.items()
+            },
             "blacklist": {
                 p: {"until_in": round(u - now, 1), "reason": r} for p, (u, r) in self.policy.blacklist.items()
             },
