@@ -22,6 +22,8 @@ venv: $(STAMP)
 
 sandbox:
 	$(SANDBOX) provision
+	@command -v systemd-analyze >/dev/null || { echo "installing systemd (systemd-analyze checks the unit files)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd; }
 
 lint: venv
 	$(VENV)/bin/ruff check .
