@@ -29,7 +29,7 @@ import trio
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError, PoolLoad
 from common.config import ConfigError
 from common.overlay.driver import UdpOverlay, parse_address
-from common.overlay.ids import digit
+from common.overlay.ids import digit, id_hex
 from common.overlay.messages import Peer
 from common.overlay.node import Event, Received
 from common.service import sd_notify, serve_control, signal_loop, watchdog_loop
@@ -359,7 +359,7 @@ class PoolDaemon:
             return None if rtt is None else round(rtt * 1000, 2)
 
         def peer(p: Peer) -> dict[str, Any]:
-            return {"id": f"{p.id:032x}", "addr": p.addr, "rtt_ms": rtt_ms(p.id)}
+            return {"id": id_hex(p.id), "addr": p.addr, "rtt_ms": rtt_ms(p.id)}
 
         table = []
         if core is not None:

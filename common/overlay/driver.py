@@ -27,7 +27,7 @@ from pydantic import Field, field_validator
 
 from common.config import StrictModel
 from common.overlay.auth import Sealer, load_ring_key
-from common.overlay.ids import node_id_from_name, parse_id
+from common.overlay.ids import id_hex, node_id_from_name, parse_id
 from common.overlay.messages import Peer, overlay_codec
 from common.overlay.node import Event, Output, OverlayNode, OverlayParams
 from common.wire import MAX_DATAGRAM, Message
@@ -120,7 +120,7 @@ class UdpOverlay:
             me = Peer(id=cfg.identity(), addr=advertise)
             self.core = OverlayNode(me, cfg.overlay, random.Random(os.urandom(16)))
             self._sock = sock
-            log.info("overlay listening", addr=advertise, node_id=f"{me.id:032x}", bootstrap=cfg.bootstrap)
+            log.info("overlay listening", addr=advertise, node_id=id_hex(me.id), bootstrap=cfg.bootstrap)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._timer_loop)
                 await self._apply(self.core.start(trio.current_time(), cfg.bootstrap))

@@ -7,7 +7,7 @@ is what faultD replicates to. On a ring of at most l other nodes each side simpl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 
 from common.overlay.ids import closeness, cw_distance
 from common.overlay.messages import Peer
@@ -78,9 +78,6 @@ class LeafSet:
         del side[self.half :]
         return any(p.id == peer.id for p in side)
 
-    def add_all(self, peers: Iterable[Peer]) -> list[Peer]:
-        return [p for p in peers if self.add(p)]
-
     def remove(self, node_id: int) -> bool:
         if node_id not in self._by_id:
             return False
@@ -97,9 +94,11 @@ class LeafSet:
             key, self.me.id
         ) <= self._ccw(self.smaller[-1])
 
-    def closest(self, key: int) -> Peer:
-        """The node (us included) numerically closest to the key among us and the leaf set."""
-        return min([self.me, *self.larger, *self.smaller], key=lambda p: closeness(key, p.id))
+    def closest(self, key: int, exclude: Collection[int] = ()) -> Peer:
+        """The node (us included) numerically closest to the key among us and the leaf set,
+        skipping the nodes in `exclude`."""
+        nodes = (p for p in [self.me, *self.larger, *self.smaller] if p.id not in exclude)
+        return min(nodes, key=lambda p: closeness(key, p.id))
 
     def farthest(self, side: str) -> Peer | None:
         nodes = self.larger if side == "larger" else self.smaller

@@ -291,10 +291,7 @@ class OverlayNode:
     def next_hop(self, key: int, exclude: Collection[int] = ()) -> Peer | None:
         """Pastry's routing decision, skipping the nodes in `exclude`; None means we are the root."""
         if self.leaf.covers(key):
-            best = min(
-                (p for p in [self.me, *self.leaf.larger, *self.leaf.smaller] if p.id not in exclude),
-                key=lambda p: closeness(key, p.id),
-            )
+            best = self.leaf.closest(key, exclude)
             return None if best.id == self.me.id else best
         b = self.params.b
         r = shared_prefix_len(key, self.me.id, b)
