@@ -121,6 +121,10 @@ class SimNetwork:
         node = self.nodes[src]
         self._apply(node, node.core.broadcast(payload))
 
+    def send_direct(self, src: int, addr: str, payload: Message) -> None:
+        node = self.nodes[src]
+        self._apply(node, node.core.send_direct(addr, payload))
+
     # ------------------------------------------------------------------ queries
 
     def alive(self) -> list[SimNode]:

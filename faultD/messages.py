@@ -1,0 +1,111 @@
+"""What the machines of one pool tell each other on faultD's ring (seed §3.3, §4.2, Fig. 4)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import Field
+
+from common.overlay.messages import NodeId, Peer, app_message
+from common.wire import Message
+
+HOST_PORT = r"^[A-Za-z0-9._-]+:[0-9]{1,5}$"
+MAX_STATE_FILES = 64
+
+
+@app_message
+class Alive(Message):
+    """The manager's heartbeat, broadcast to every ring member each `interval` seconds.
+
+    `(epoch, manager.id)` is the fencing token: receivers ignore an alive whose token is lower
+    than the highest they have seen, so a manager that was replaced cannot pull the pool back.
+    """
+
+    TYPE = "faultd.alive"
+    manager: Peer
+    collector: str = Field(pattern=HOST_PORT, description="where the pool's daemons must report")
+    epoch: int = Field(ge=1)
+    seq: int = Field(ge=0)
+    interval: float = Field(gt=0, le=3600, description="seconds until the next alive")
+    incarnation: int = Field(ge=0, lt=1 << 64, description="new each time a node becomes manager")
+    state_version: int = Field(0, ge=0)
+
+
+@app_message
+class ManagerMissing(Message):
+    """Routed with the silent manager's id as key: it reaches the live node closest to that id."""
+
+    TYPE = "faultd.missing"
+    manager: NodeId
+    epoch: int = Field(ge=0, description="the highest epoch the sender has seen")
+    sender: Peer
+
+
+@app_message
+class PreemptReplacement(Message):
+    """The original manager is back and asks the replacement for its role."""
+
+    TYPE = "faultd.preempt"
+    original: Peer
+    collector: str = Field(pattern=HOST_PORT)
+
+
+class StateFile(Message):
+    """One replicated file: what it is (`name`, e.g. "accountant") and its content."""
+
+    TYPE = "faultd.state_file"
+    name: str = Field(pattern=r"^[A-Za-z0-9._/-]{1,200}$")
+    data: bytes
+
+
+class PoolState(Message):
+    """A versioned, checksummed snapshot of what a replacement needs to act as central manager."""
+
+    TYPE = "faultd.pool_state"
+    manager: NodeId
+    epoch: int = Field(ge=0)
+    version: int = Field(ge=0)
+    taken_at: float
+    files: list[StateFile] = Field(max_length=MAX_STATE_FILES)
+    checksum: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @staticmethod
+    def digest(files: list[StateFile]) -> str:
+        h = hashlib.sha256()
+        for f in sorted(files, key=lambda f: f.name):
+            h.update(f.name.encode() + b"\0" + len(f.data).to_bytes(8, "big") + f.data)
+        return h.hexdigest()
+
+    def intact(self) -> bool:
+        return self.digest(self.files) == self.checksum
+
+
+@app_message
+class ReplicaPush(Message):
+    """The manager's Replication Module pushes its state to one of its K nearest ring neighbours."""
+
+    TYPE = "faultd.replica"
+    sender: Peer
+    state: PoolState
+
+
+@app_message
+class ReplicaAck(Message):
+    TYPE = "faultd.replica_ack"
+    sender: Peer
+    version: int = Field(ge=0)
+
+
+@app_message
+class Handover(Message):
+    """The replacement's answer to `PreemptReplacement`: the current state, and its role given up."""
+
+    TYPE = "faultd.handover"
+    sender: Peer
+    epoch: int = Field(ge=1)
+    state: PoolState | None
+
+
+def token(epoch: int, node_id: int) -> tuple[int, int]:
+    """The fencing order between managers: higher epoch wins, ties go to the higher id."""
+    return (epoch, node_id)

@@ -1,0 +1,430 @@
+"""faultD's role machine (seed §4.2, Fig. 4): Listener and Manager, takeover and return.
+
+Pure: it is fed messages, timer firings, leaf-set changes and snapshots of the local
+central-manager state, each with `now`, and returns what to send and what to change in HTCondor
+(`RoleOutput`). The trio daemon (faultD.service) and the simulator (faultD.sim) drive the same
+object.
+
+Rules, beyond the seed's figure:
+- Fencing. Every alive carries `(epoch, manager id)`. A node remembers the highest such token it
+  has seen and ignores alives below it. A takeover uses the highest epoch its node has seen plus
+  one, so a replaced manager that comes back (or a partition that heals) cannot pull listeners
+  back to itself.
+- Two managers at once (two candidates took over in the same instant, or a partition healed):
+  each hears the other's alive; the one with the lower token steps down. Deterministic by id.
+- A listener that still hears the manager ignores `manager_missing` for it: the sender's trouble
+  is its own link, and a second manager would be worse than one listener waiting.
+- The original manager (`original = True`) takes its role back: when it hears a replacement's
+  alive it sends `preempt_replacement`; the replacement answers with `handover` (its state),
+  stops its collector and negotiator, and listens; the original restores that state and becomes
+  manager with a higher epoch. With nobody's alive heard for `missed_alives` intervals after start,
+  the original simply becomes manager.
+- Network partition: see docs/faultd.md. In short, the side without the manager elects its own
+  (like condor_had, split brain is accepted while the partition lasts, because each side can
+  then still run jobs); when it heals, the lower token steps down and everybody repoints.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from common.overlay.ids import closeness, id_hex
+from common.overlay.messages import Peer
+from common.wire import Message
+from faultD.messages import (
+    Alive,
+    Handover,
+    ManagerMissing,
+    PoolState,
+    PreemptReplacement,
+    ReplicaAck,
+    ReplicaPush,
+    StateFile,
+    token,
+)
+
+
+class Role(StrEnum):
+    LISTENER = "listener"
+    MANAGER = "manager"
+
+
+@dataclass(frozen=True)
+class RoleParams:
+    alive_interval: float = 1.0
+    missed_alives: int = 3
+    replicas: int = 3  # K
+    replication_interval: float = 10.0
+    preempt_retry: float = 2.0
+
+
+# ---------------------------------------------------------------------------- HTCondor actions
+
+
+@dataclass(frozen=True)
+class PointTo:
+    """Make the local daemons report to this collector (and its negotiator)."""
+
+    collector: str
+
+
+@dataclass(frozen=True)
+class StartManager:
+    """Run a collector and a negotiator here, restoring the replicated state first."""
+
+    state: PoolState | None
+    epoch: int
+
+
+@dataclass(frozen=True)
+class StopManager:
+    """Stop this host's collector and negotiator (another node manages the pool now)."""
+
+
+CondorAction = PointTo | StartManager | StopManager
+
+
+@dataclass
+class RoleOutput:
+    broadcasts: list[Message] = field(default_factory=list)
+    routes: list[tuple[int, Message]] = field(default_factory=list)
+    directs: list[tuple[str, Message]] = field(default_factory=list)
+    condor: list[CondorAction] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # decisions worth a log line
+    wakeup: float | None = None
+
+
+class RoleMachine:
+    def __init__(
+        self,
+        me: Peer,
+        collector: str,
+        params: RoleParams,
+        rng: random.Random,
+        *,
+        original: bool,
+        manager_hint: int | None = None,
+    ) -> None:
+        self.me = me
+        self.collector = collector  # where a collector on this host would listen
+        self.params = params
+        self.rng = rng
+        self.original = original
+        self.manager_hint = manager_hint  # the original manager's id, if configured
+        self.role = Role.LISTENER
+        self.manager: Peer | None = None
+        self.manager_collector: str | None = None
+        self.best: tuple[int, int] = (0, 0)  # highest fencing token seen
+        self.epoch = 0  # this node's epoch while it manages
+        self.seq = 0
+        self.incarnation = 0
+        self.last_seq = -1
+        self.last_incarnation = -1
+        self.last_alive: float | None = None
+        self.last_alive_msg: Alive | None = None
+        self.alive_interval = params.alive_interval
+        self.started = 0.0
+        self.missing_at: float | None = None  # when manager_missing is next due
+        self.missing_sent = 0
+        self.next_alive = 0.0
+        self.next_replication = 0.0
+        self.preempt_at: float | None = None
+        self.leaf_set: tuple[Peer, ...] = ()
+        self.local_state: PoolState | None = None  # what this node, as manager, replicates
+        self.replica: PoolState | None = None  # the latest state pushed to us by a manager
+        self.replica_at: float | None = None
+        self.acked: dict[int, int] = {}  # replica holder -> version it confirmed
+        self.handover: tuple[int, str, Handover] | None = None  # (original id, addr, what we sent)
+        self.fenced = 0
+        self.takeovers = 0
+        self._out = RoleOutput()
+
+    # ------------------------------------------------------------------ inputs
+
+    def start(self, now: float) -> RoleOutput:
+        self.started = now
+        self.missing_at = now + self._silence_limit()
+        return self._flush(now)
+
+    def on_timer(self, now: float) -> RoleOutput:
+        if self.role is Role.MANAGER:
+            if now >= self.next_alive:
+                self._send_alive(now)
+            if now >= self.next_replication:
+                self._replicate(now, force=True)
+        else:
+            if self.missing_at is not None and now >= self.missing_at:
+                self._on_silence(now)
+            if self.preempt_at is not None and now >= self.preempt_at and self.manager is not None:
+                self._preempt(now)
+        return self._flush(now)
+
+    def on_message(self, msg: Message, now: float) -> RoleOutput:
+        handler = {
+            Alive: self._on_alive,
+            ManagerMissing: self._on_missing,
+            PreemptReplacement: self._on_preempt,
+            Handover: self._on_handover,
+            ReplicaPush: self._on_replica,
+            ReplicaAck: self._on_replica_ack,
+        }.get(type(msg))
+        if handler is not None:
+            handler(msg, now)  # type: ignore[operator]
+        return self._flush(now)
+
+    def on_leaf_set(self, members: tuple[Peer, ...], now: float) -> RoleOutput:
+        self.leaf_set = members
+        if self.role is Role.MANAGER:
+            self._replicate(now, force=False)  # new nearest neighbours get the state at once
+        return self._flush(now)
+
+    def on_local_state(self, files: list[StateFile], now: float) -> RoleOutput:
+        """The Replication Module read this host's central-manager state; push it if it changed."""
+        checksum = PoolState.digest(files)
+        if self.local_state is None or self.local_state.checksum != checksum:
+            version = (self.local_state.version if self.local_state else 0) + 1
+            if self.replica is not None:
+                version = max(version, self.replica.version + 1)
+            self.local_state = PoolState(
+                manager=self.me.id,
+                epoch=self.epoch,
+                version=version,
+                taken_at=now,
+                files=files,
+                checksum=checksum,
+            )
+            if self.role is Role.MANAGER:
+                self._replicate(now, force=False)
+        return self._flush(now)
+
+    # ------------------------------------------------------------------ status
+
+    def replica_holders(self) -> list[Peer]:
+        """The K ring neighbours nearest this node's id: where the manager keeps its replicas."""
+        ranked = sorted(self.leaf_set, key=lambda p: closeness(self.me.id, p.id))
+        return ranked[: self.params.replicas]
+
+    def status(self, now: float) -> dict[str, object]:
+        return {
+            "role": self.role.value,
+            "node_id": id_hex(self.me.id),
+            "original_manager": self.original,
+            "manager": None if self.manager is None else id_hex(self.manager.id),
+            "manager_address": None if self.manager is None else self.manager.addr,
+            "manager_collector": self.manager_collector,
+            "epoch": self.best[0],
+            "seq": self.seq if self.role is Role.MANAGER else self.last_seq,
+            "last_alive_s_ago": None if self.last_alive is None else round(now - self.last_alive, 3),
+            "replica": None
+            if self.replica is None
+            else {
+                "manager": id_hex(self.replica.manager),
+                "version": self.replica.version,
+                "epoch": self.replica.epoch,
+                "files": [f.name for f in self.replica.files],
+                "age_s": None if self.replica_at is None else round(now - self.replica_at, 3),
+            },
+            "replica_holders": [p.addr for p in self.replica_holders()] if self.role is Role.MANAGER else [],
+            "fenced_alives": self.fenced,
+            "takeovers": self.takeovers,
+        }
+
+    # ------------------------------------------------------------------ listener
+
+    def _silence_limit(self) -> float:
+        return self.alive_interval * self.params.missed_alives
+
+    def _on_alive(self, msg: Alive, now: float) -> None:
+        tok = token(msg.epoch, msg.manager.id)
+        if msg.manager.id == self.me.id:
+            return  # our own broadcast
+        if tok < self.best:
+            self.fenced += 1
+            return
+        if self.role is Role.MANAGER:
+            if tok < token(self.epoch, self.me.id):
+                return  # it will hear our alive and step down
+            self._note(f"alive from {msg.manager.addr} with epoch {msg.epoch}: stepping down")
+            self._step_down()
+        same = (
+            self.manager is not None
+            and self.manager.id == msg.manager.id
+            and tok == self.best
+            and msg.incarnation == self.last_incarnation
+        )
+        if same and msg.seq <= self.last_seq:
+            return  # duplicate or reordered
+        self.best = tok
+        self.last_seq = msg.seq
+        self.last_incarnation = msg.incarnation
+        self.last_alive_msg = msg
+        self.last_alive = now
+        self.alive_interval = msg.interval
+        self.missing_at = now + self._silence_limit()
+        self.missing_sent = 0
+        if not same or self.manager_collector != msg.collector:
+            self._note(f"new manager {msg.manager.addr} (epoch {msg.epoch}), collector {msg.collector}")
+            self.manager = msg.manager
+            self.manager_collector = msg.collector
+            self._out.condor.append(PointTo(msg.collector))
+            if self.original and msg.manager.id != self.me.id:
+                self._preempt(now)
+
+    def _on_silence(self, now: float) -> None:
+        if self.manager is None and self.original:
+            self._note("no manager heard since start: the original manager takes its role")
+            self._become_manager(now, state=self.replica)
+            return
+        key = self.manager.id if self.manager is not None else self.manager_hint
+        if key is None:
+            self.missing_at = now + self._silence_limit()
+            return
+        self.missing_sent += 1
+        self._note(f"manager {id_hex(key)[:8]} silent: manager_missing #{self.missing_sent}")
+        self._out.routes.append((key, ManagerMissing(manager=key, epoch=self.best[0], sender=self.me)))
+        self.missing_at = now + self._silence_limit()
+
+    def _on_missing(self, msg: ManagerMissing, now: float) -> None:
+        if self.role is Role.MANAGER:
+            # The seed ignores it (the next alive will reach the sender); we also answer the sender
+            # directly, in case our broadcast tree does not reach it (e.g. it joined just now).
+            self._out.directs.append((msg.sender.addr, self._alive()))
+            return
+        heard_recently = self.last_alive is not None and now - self.last_alive < self._silence_limit()
+        still_heard = heard_recently and self.manager is not None and self.manager.id == msg.manager
+        if msg.epoch < self.best[0] or still_heard:
+            # The sender is behind (a newer manager exists) or has link trouble of its own (we still
+            # hear the manager): one node's view must not elect a second manager. Tell it what we know.
+            if self.last_alive_msg is not None:
+                self._out.directs.append((msg.sender.addr, self.last_alive_msg))
+            return
+        self._note(f"manager_missing from {msg.sender.addr}: taking over as the closest live node")
+        self._become_manager(now, state=self.replica)
+
+    def _preempt(self, now: float) -> None:
+        assert self.manager is not None
+        self._out.directs.append(
+            (self.manager.addr, PreemptReplacement(original=self.me, collector=self.collector))
+        )
+        self.preempt_at = now + self.params.preempt_retry
+
+    def _on_handover(self, msg: Handover, now: float) -> None:
+        if not self.original or self.role is Role.MANAGER:
+            return
+        state = msg.state if msg.state is not None and msg.state.intact() else self.replica
+        self._note(f"handover from {msg.sender.addr}: resuming as manager")
+        self._become_manager(now, state=state, epoch=max(msg.epoch, self.best[0] + 1))
+
+    def _on_replica(self, msg: ReplicaPush, now: float) -> None:
+        state = msg.state
+        if not state.intact():
+            self._note(f"replica from {msg.sender.addr} fails its checksum: dropped")
+            return
+        current = self.replica
+        if current is None or (state.epoch, state.version) >= (current.epoch, current.version):
+            self.replica = state
+            self.replica_at = now
+        self._out.directs.append((msg.sender.addr, ReplicaAck(sender=self.me, version=state.version)))
+
+    # ------------------------------------------------------------------ manager
+
+    def _become_manager(self, now: float, *, state: PoolState | None, epoch: int | None = None) -> None:
+        self.epoch = epoch if epoch is not None else self.best[0] + 1
+        self.best = token(self.epoch, self.me.id)
+        self.role = Role.MANAGER
+        self.takeovers += 1
+        self.incarnation = self.rng.getrandbits(63)
+        self.seq = 0
+        self.handover = None
+        self.manager = self.me
+        self.manager_collector = self.collector
+        self.preempt_at = None
+        self.missing_at = None
+        self.acked.clear()
+        if state is not None:
+            self.local_state = state
+        self._out.condor.append(StartManager(state=state, epoch=self.epoch))
+        self._out.condor.append(PointTo(self.collector))
+        self.next_replication = now
+        self._send_alive(now)
+        self._replicate(now, force=True)
+
+    def _step_down(self) -> None:
+        self.role = Role.LISTENER
+        self._out.condor.append(StopManager())
+        self.local_state = None
+
+    def _alive(self) -> Alive:
+        return Alive(
+            manager=self.me,
+            collector=self.collector,
+            epoch=self.epoch,
+            seq=self.seq,
+            incarnation=self.incarnation,
+            interval=self.params.alive_interval,
+            state_version=self.local_state.version if self.local_state else 0,
+        )
+
+    def _send_alive(self, now: float) -> None:
+        """Down the overlay's broadcast tree, and straight to the leaf set: a node that joined
+        a moment ago may be missing from the tree, but the manager's leaf set learns of it first."""
+        self.seq += 1
+        alive = self._alive()
+        self._out.broadcasts.append(alive)
+        for peer in self.leaf_set:
+            self._out.directs.append((peer.addr, alive))
+        self.next_alive = now + self.params.alive_interval
+        self._replicate(now, force=False)  # retries pushes not yet acknowledged
+
+    def _replicate(self, now: float, *, force: bool) -> None:
+        state = self.local_state
+        if force:
+            self.next_replication = now + self.params.replication_interval
+        if state is None:
+            return
+        if state.epoch != self.epoch or state.manager != self.me.id:
+            state = state.model_copy(update={"epoch": self.epoch, "manager": self.me.id})
+            self.local_state = state
+        for peer in self.replica_holders():
+            if force or self.acked.get(peer.id, -1) < state.version:
+                self._out.directs.append((peer.addr, ReplicaPush(sender=self.me, state=state)))
+
+    def _on_replica_ack(self, msg: ReplicaAck, now: float) -> None:
+        self.acked[msg.sender.id] = max(self.acked.get(msg.sender.id, -1), msg.version)
+
+    def _on_preempt(self, msg: PreemptReplacement, now: float) -> None:
+        if self.role is not Role.MANAGER:
+            if self.handover is not None and self.handover[0] == msg.original.id:
+                self._out.directs.append((msg.original.addr, self.handover[2]))  # ours was lost
+            return
+        self._note(f"original manager {msg.original.addr} is back: handing over")
+        # We name the original's epoch, and fence ourselves below it, so that if we must take over
+        # again later we cannot pick the epoch the original is about to use.
+        handover = Handover(sender=self.me, epoch=self.epoch + 1, state=self.local_state)
+        self.handover = (msg.original.id, msg.original.addr, handover)
+        self._out.directs.append((msg.original.addr, handover))
+        self._step_down()
+        self.best = token(self.epoch + 1, msg.original.id)
+        # Until the original's alive arrives we point at it already: it is about to manage.
+        self.manager = msg.original
+        self.manager_collector = msg.collector
+        self.last_alive = now
+        self.missing_at = now + self._silence_limit()
+        self._out.condor.append(PointTo(msg.collector))
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _note(self, text: str) -> None:
+        self._out.notes.append(text)
+
+    def _flush(self, now: float) -> RoleOutput:
+        out, self._out = self._out, RoleOutput()
+        times = []
+        if self.role is Role.MANAGER:
+            times += [self.next_alive, self.next_replication]
+        else:
+            times += [t for t in (self.missing_at, self.preempt_at) if t is not None]
+        out.wakeup = min(times) if times else None
+        return out

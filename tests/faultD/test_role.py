@@ -1,0 +1,134 @@
+"""The role machine on its own: fed messages and times by hand, no network."""
+
+from __future__ import annotations
+
+import random
+
+from common.overlay.messages import Peer
+from faultD.messages import (
+    Alive,
+    Handover,
+    ManagerMissing,
+    PoolState,
+    PreemptReplacement,
+    ReplicaPush,
+    StateFile,
+)
+from faultD.role import PointTo, Role, RoleMachine, RoleParams, StartManager, StopManager
+
+A = Peer(id=10, addr="a:1")
+B = Peer(id=20, addr="b:1")
+C = Peer(id=30, addr="c:1")
+
+
+def machine(me: Peer, *, original: bool = False) -> RoleMachine:
+    m = RoleMachine(me, f"{me.addr.split(':')[0]}:9618", RoleParams(), random.Random(1), original=original)
+    m.start(0.0)
+    return m
+
+
+def alive(mgr: Peer, epoch: int, seq: int, incarnation: int = 1) -> Alive:
+    return Alive(
+        manager=mgr, collector=f"{mgr.addr.split(':')[0]}:9618", epoch=epoch, seq=seq, interval=1.0,
+        incarnation=incarnation,
+    )  # fmt: skip
+
+
+def state(mgr: int, version: int, data: bytes = b"x") -> PoolState:
+    files = [StateFile(name="accountant", data=data)]
+    return PoolState(
+        manager=mgr, epoch=1, version=version, taken_at=0.0, files=files, checksum=PoolState.digest(files)
+    )
+
+
+def test_listener_repoints_on_new_manager_only() -> None:
+    m = machine(C)
+    out = m.on_message(alive(A, 1, 1), 0.5)
+    assert out.condor == [PointTo("a:9618")]
+    assert m.on_message(alive(A, 1, 2), 1.5).condor == []
+    assert m.on_message(alive(A, 1, 2), 1.6).condor == []  # duplicate
+    assert m.manager == A
+
+
+def test_lower_epoch_is_fenced() -> None:
+    m = machine(C)
+    m.on_message(alive(B, 2, 1), 0.5)
+    out = m.on_message(alive(A, 1, 50), 0.6)
+    assert out.condor == [] and m.manager == B and m.fenced == 1
+
+
+def test_silence_sends_manager_missing_routed_to_the_manager_id_then_keeps_listening() -> None:
+    m = machine(C)
+    m.on_message(alive(A, 1, 1), 0.0)
+    assert m.on_timer(2.9).routes == []
+    out = m.on_timer(3.0)
+    assert [(k, type(p)) for k, p in out.routes] == [(A.id, ManagerMissing)]
+    assert m.role is Role.LISTENER
+    assert out.wakeup == 6.0  # and again later, while the silence lasts
+
+
+def test_manager_ignores_missing_but_answers_with_an_alive() -> None:
+    m = machine(A, original=True)
+    m.on_timer(3.0)  # nobody heard: the original becomes manager
+    assert m.role is Role.MANAGER
+    out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 4.0)
+    assert m.role is Role.MANAGER
+    assert [(addr, type(msg)) for addr, msg in out.directs] == [("c:1", Alive)]
+
+
+def test_listener_that_still_hears_the_manager_does_not_take_over() -> None:
+    m = machine(B)
+    m.on_message(alive(A, 1, 1), 0.0)
+    out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 1.0)
+    assert m.role is Role.LISTENER and out.condor == []
+
+
+def test_takeover_restores_the_replica_with_a_higher_epoch() -> None:
+    m = machine(B)
+    m.on_message(alive(A, 1, 1), 0.0)
+    m.on_message(ReplicaPush(sender=A, state=state(A.id, 4)), 0.1)
+    out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 5.0)
+    assert m.role is Role.MANAGER
+    start = next(a for a in out.condor if isinstance(a, StartManager))
+    assert start.epoch == 2 and start.state is not None and start.state.version == 4
+    assert any(isinstance(b, Alive) and b.epoch == 2 for b in out.broadcasts)
+
+
+def test_corrupt_replica_is_dropped() -> None:
+    m = machine(B)
+    bad = state(A.id, 1).model_copy(update={"checksum": "0" * 64})
+    m.on_message(ReplicaPush(sender=A, state=bad), 0.1)
+    assert m.replica is None
+
+
+def test_two_managers_the_lower_token_steps_down() -> None:
+    b = machine(B)
+    b.on_message(ManagerMissing(manager=A.id, epoch=0, sender=C), 5.0)  # B manages, epoch 1
+    c = machine(C)
+    c.on_message(ManagerMissing(manager=A.id, epoch=0, sender=A), 5.0)  # C manages, epoch 1
+    out = b.on_message(alive(C, 1, 1), 5.1)  # (1, 30) > (1, 20): B steps down
+    assert b.role is Role.LISTENER and StopManager() in out.condor and PointTo("c:9618") in out.condor
+    c.on_message(alive(B, 1, 1), 5.1)
+    assert c.role is Role.MANAGER
+
+
+def test_original_preempts_and_resumes_with_the_handed_over_state() -> None:
+    repl = machine(B)
+    repl.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 5.0)
+    repl.on_local_state([StateFile(name="accountant", data=b"newer")], 5.5)
+    orig = machine(A, original=True)
+    out = orig.on_message(alive(B, 2, 7), 10.0)
+    assert [(addr, type(msg)) for addr, msg in out.directs] == [("b:1", PreemptReplacement)]
+    preempt = out.directs[0][1]
+    out = repl.on_message(preempt, 10.1)
+    assert repl.role is Role.LISTENER and StopManager() in out.condor
+    handover = next(msg for _, msg in out.directs if isinstance(msg, Handover))
+    out = orig.on_message(handover, 10.2)
+    assert orig.role is Role.MANAGER
+    start = next(a for a in out.condor if isinstance(a, StartManager))
+    assert start.state is not None and start.state.files[0].data == b"newer"
+    assert start.epoch == 3
+    # The replacement follows the original, and fences itself below the original's epoch.
+    new_alive = next(b for b in out.broadcasts if isinstance(b, Alive))
+    repl.on_message(new_alive, 10.3)
+    assert repl.manager == A and repl.best == (3, A.id)
