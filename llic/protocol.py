@@ -1,0 +1,640 @@
+"""The llic master-agent wire protocol, sans-IO: frames, an incremental decoder, the handshake MACs.
+
+Stdlib + msgpack only, Python 3.9+, works with msgpack's pure-Python fallback: the agent ships this
+module inside its zipapp. Nothing here touches a socket except the two small blocking helpers at the
+end (the agent's); the master feeds the same `Decoder` from trio streams and sends `encode_frames`.
+
+Frames: a 4-byte big-endian length, then that many bytes. A message frame holds one msgpack map
+`{"t": type, ...fields}` (at most 1 MiB). A `task` or `result` message may carry
+`"files": [{"path": rel, "size": n, "mode": int, "kind": "file"|"stdout"|"stderr"}, ...]` and is
+then followed by one raw blob frame per entry, in order, each exactly `size` bytes (at most 1 GiB).
+Both limits are checked from the header, before any buffer grows. `path` is a canonical relative
+path (`files.check_relpath`); `kind` (default `file`) marks the task's captured stdout/stderr,
+which the master places where the task's `output`/`error` say (`files.place_outputs`): an agent
+never chooses where they go. Master -> agent blobs are always `file`s: the private inputs of a task
+in TRANSFER modes, at the path where condor would put them in the execution directory.
+
+Messages (fields beyond these are dropped on decoding, so later versions can add some):
+
+    agent -> master   hello {agent, master, version, nonce_a}   auth {mac_a}   result {result} + files
+    master -> agent   challenge {nonce_m, mac_m}   welcome {window}   refused {reason}
+                      task {task} + files   no_more_tasks {}
+
+Handshake, mutual, with the master's 32-byte secret (given to the agent in its input file):
+hello -> challenge (mac_m = master_mac(secret, nonce_a, agent)) -> the agent checks mac_m and sends
+auth (mac_a = agent_mac(secret, nonce_m, agent)) -> welcome or refused. A master decodes with
+`Decoder(allowed={HELLO})` until then, so an unauthenticated peer can make it buffer 1 MiB at most.
+
+Anything malformed raises ProtocolError: the caller drops the connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from .files import KIND_FILE, KINDS, UnsafePath, check_relpath
+
+PROTOCOL_VERSION = 1
+HEADER = struct.Struct(">I")
+MAX_MESSAGE = 1 << 20  # 1 MiB: a task or result with its file list is a few KiB
+MAX_BLOB = 1 << 30  # 1 GiB per file: larger outputs are not sent (the result says so in `error`)
+SECRET_SIZE = 32
+NONCE_SIZE = 32
+MAC_SIZE = 32  # HMAC-SHA256
+TAIL_SIZE = 4096  # bytes of stdout/stderr kept in a TaskResult
+MAX_FILE_MODE = 0o7777
+
+HELLO = "hello"
+CHALLENGE = "challenge"
+AUTH = "auth"
+WELCOME = "welcome"
+REFUSED = "refused"
+TASK = "task"
+NO_MORE_TASKS = "no_more_tasks"
+RESULT = "result"
+FROM_AGENT = frozenset({HELLO, AUTH, RESULT})
+FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, NO_MORE_TASKS})
+MESSAGE_TYPES = FROM_AGENT | FROM_MASTER
+
+MODE_NFS = "NFS"
+MODE_NFS_INITIALDIR = "NFS_INITIALDIR"
+MODE_TRANSFER = "TRANSFER"
+MODE_TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
+MODES = (MODE_NFS, MODE_NFS_INITIALDIR, MODE_TRANSFER, MODE_TRANSFER_INITIALDIR)
+TRANSFER_MODES = (MODE_TRANSFER, MODE_TRANSFER_INITIALDIR)
+
+STATUS_OK = "ok"
+STATUS_PREPARE_FAILED = "prepare_failed"
+STATUS_LAUNCH_FAILED = "launch_failed"
+STATUSES = (STATUS_OK, STATUS_PREPARE_FAILED, STATUS_LAUNCH_FAILED)
+
+
+class ProtocolError(ValueError):
+    """The peer sent something this protocol does not allow; drop the connection."""
+
+
+# ---------------------------------------------------------------------------------------------
+# field checks
+
+
+def _fail(where: str, what: str) -> ProtocolError:
+    return ProtocolError(f"{where}: {what}")
+
+
+def _int(value: Any, where: str, minimum: int | None = 0) -> int:
+    # bool is an int subclass, and True is not a process number
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _fail(where, f"expected an integer, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise _fail(where, f"expected an integer >= {minimum}, got {value}")
+    return value
+
+
+def _opt_int(value: Any, where: str, minimum: int | None = 0) -> int | None:
+    return None if value is None else _int(value, where, minimum)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(where, f"expected a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise _fail(where, f"expected a finite number >= 0, got {value}")
+    return float(value)
+
+
+def _opt_number(value: Any, where: str) -> float | None:
+    return None if value is None else _number(value, where)
+
+
+def _str(value: Any, where: str, nonempty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise _fail(where, f"expected a string, got {type(value).__name__}")
+    if nonempty and not value:
+        raise _fail(where, "must not be empty")
+    return value
+
+
+def _opt_str(value: Any, where: str) -> str | None:
+    return None if value is None else _str(value, where)
+
+
+def _bytes(value: Any, where: str, size: int) -> bytes:
+    if not isinstance(value, bytes):
+        raise _fail(where, f"expected {size} bytes, got {type(value).__name__}")
+    if len(value) != size:
+        raise _fail(where, f"expected {size} bytes, got {len(value)}")
+    return value
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list):
+        raise _fail(where, f"expected a list, got {type(value).__name__}")
+    return [_str(item, f"{where}[{i}]") for i, item in enumerate(value)]
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise _fail(where, f"expected a map, got {type(value).__name__}")
+    return {_str(k, f"{where} key"): _str(v, f"{where}[{k!r}]") for k, v in value.items()}
+
+
+def _map(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(where, f"expected a map, got {type(value).__name__}")
+    return value
+
+
+def _require(data: Mapping[str, Any], name: str, where: str) -> Any:
+    if name not in data:
+        raise _fail(where, f"missing field {name!r}")
+    return data[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Task and TaskResult
+
+
+@dataclass
+class Task:
+    """One job of the cluster as the agent runs it: the TaskSpec fields plus `attempt`.
+
+    `input`/`output`/`error`/`transfer_input_files` are as submitted (relative to `initialdir`
+    unless absolute); `initialdir` is absolute on the submit machine.
+    """
+
+    process: int
+    executable: str
+    initialdir: str
+    attempt: int = 0
+    arguments: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+    input: str | None = None
+    output: str | None = None
+    error: str | None = None
+    transfer_input_files: list[str] = field(default_factory=list)
+    transfer_output_files: list[str] | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.process, self.attempt)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "process": self.process,
+            "attempt": self.attempt,
+            "executable": self.executable,
+            "arguments": list(self.arguments),
+            "environment": dict(self.environment),
+            "input": self.input,
+            "output": self.output,
+            "error": self.error,
+            "initialdir": self.initialdir,
+            "transfer_input_files": list(self.transfer_input_files),
+            "transfer_output_files": (
+                None if self.transfer_output_files is None else list(self.transfer_output_files)
+            ),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Task:
+        """Validate a task map from the wire or an input file; ProtocolError names the bad field."""
+        data = _map(data, "task")
+        get = data.get
+        initialdir = _str(_require(data, "initialdir", "task"), "task.initialdir", nonempty=True)
+        if not initialdir.startswith("/"):
+            raise _fail("task.initialdir", f"must be absolute, got {initialdir!r}")
+        tof = get("transfer_output_files")
+        return cls(
+            process=_int(_require(data, "process", "task"), "task.process"),
+            attempt=_int(get("attempt", 0), "task.attempt"),
+            executable=_str(_require(data, "executable", "task"), "task.executable", nonempty=True),
+            arguments=_str_list(get("arguments", []), "task.arguments"),
+            environment=_str_map(get("environment", {}), "task.environment"),
+            input=_opt_str(get("input"), "task.input"),
+            output=_opt_str(get("output"), "task.output"),
+            error=_opt_str(get("error"), "task.error"),
+            initialdir=initialdir,
+            transfer_input_files=_str_list(get("transfer_input_files", []), "task.transfer_input_files"),
+            transfer_output_files=None if tof is None else _str_list(tof, "task.transfer_output_files"),
+        )
+
+
+@dataclass
+class TaskResult:
+    """How one task ended. `status` ok: it ran, and exactly one of `exit_code`/`signal` is set."""
+
+    process: int
+    attempt: int
+    status: str
+    exit_code: int | None = None
+    signal: int | None = None
+    run_time: float = 0.0
+    started: float | None = None
+    finished: float | None = None
+    host: str = ""
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    error: str | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.process, self.attempt)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "process": self.process,
+            "attempt": self.attempt,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "run_time": float(self.run_time),
+            "started": self.started,
+            "finished": self.finished,
+            "host": self.host,
+            "stdout_tail": self.stdout_tail,
+            "stderr_tail": self.stderr_tail,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TaskResult:
+        data = _map(data, "result")
+        get = data.get
+        status = _str(_require(data, "status", "result"), "result.status")
+        if status not in STATUSES:
+            raise _fail("result.status", f"unknown status {status!r}")
+        result = cls(
+            process=_int(_require(data, "process", "result"), "result.process"),
+            attempt=_int(_require(data, "attempt", "result"), "result.attempt"),
+            status=status,
+            exit_code=_opt_int(get("exit_code"), "result.exit_code", minimum=None),
+            signal=_opt_int(get("signal"), "result.signal", minimum=1),
+            run_time=_number(get("run_time", 0.0), "result.run_time"),
+            started=_opt_number(get("started"), "result.started"),
+            finished=_opt_number(get("finished"), "result.finished"),
+            host=_str(get("host", ""), "result.host"),
+            stdout_tail=_str(get("stdout_tail", ""), "result.stdout_tail"),
+            stderr_tail=_str(get("stderr_tail", ""), "result.stderr_tail"),
+            error=_opt_str(get("error"), "result.error"),
+        )
+        for name in ("stdout_tail", "stderr_tail"):
+            if len(getattr(result, name)) > TAIL_SIZE:
+                raise _fail(f"result.{name}", f"longer than {TAIL_SIZE} characters")
+        if status == STATUS_OK and (result.exit_code is None) == (result.signal is None):
+            raise _fail("result", "status ok needs exactly one of exit_code and signal")
+        return result
+
+
+# ---------------------------------------------------------------------------------------------
+# messages
+
+_Check = Callable[[Any, str], Any]
+
+
+def _check_version(value: Any, where: str) -> int:
+    return _int(value, where, minimum=1)
+
+
+def _check_nonce(value: Any, where: str) -> bytes:
+    return _bytes(value, where, NONCE_SIZE)
+
+
+def _check_mac(value: Any, where: str) -> bytes:
+    return _bytes(value, where, MAC_SIZE)
+
+
+def _check_window(value: Any, where: str) -> int:
+    return _int(value, where, minimum=1)
+
+
+def _check_text(value: Any, where: str) -> str:
+    return _str(value, where, nonempty=True)
+
+
+def _check_task(value: Any, where: str) -> dict[str, Any]:
+    return Task.from_dict(value).to_dict()
+
+
+def _check_result(value: Any, where: str) -> dict[str, Any]:
+    return TaskResult.from_dict(value).to_dict()
+
+
+_FIELDS: dict[str, dict[str, _Check]] = {
+    HELLO: {"agent": _check_text, "master": _check_text, "version": _check_version, "nonce_a": _check_nonce},
+    CHALLENGE: {"nonce_m": _check_nonce, "mac_m": _check_mac},
+    AUTH: {"mac_a": _check_mac},
+    WELCOME: {"window": _check_window},
+    REFUSED: {"reason": _str},
+    TASK: {"task": _check_task},
+    NO_MORE_TASKS: {},
+    RESULT: {"result": _check_result},
+}
+# which file kinds each message type may carry
+_FILE_KINDS: dict[str, tuple[str, ...]] = {TASK: (KIND_FILE,), RESULT: KINDS}
+
+
+def _check_files(value: Any, kinds: tuple[str, ...], max_blob: int) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise _fail("files", f"expected a list, got {type(value).__name__}")
+    entries: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for i, raw in enumerate(value):
+        where = f"files[{i}]"
+        raw = _map(raw, where)
+        path = _str(_require(raw, "path", where), f"{where}.path")
+        try:
+            check_relpath(path)
+        except UnsafePath as exc:
+            raise _fail(f"{where}.path", str(exc)) from None
+        size = _int(_require(raw, "size", where), f"{where}.size")
+        if size > max_blob:
+            raise _fail(f"{where}.size", f"{size} bytes is more than the {max_blob}-byte blob limit")
+        mode = _int(raw.get("mode", 0o644), f"{where}.mode")
+        if mode > MAX_FILE_MODE:
+            raise _fail(f"{where}.mode", f"not a file mode: {mode:o}")
+        kind = _str(raw.get("kind", KIND_FILE), f"{where}.kind")
+        if kind not in kinds:
+            raise _fail(f"{where}.kind", f"{kind!r} not allowed here")
+        if (kind, path) in seen:
+            raise _fail(f"{where}.path", f"{path!r} appears twice")
+        seen.add((kind, path))
+        entries.append({"path": path, "size": size, "mode": mode, "kind": kind})
+    return entries
+
+
+def validate_message(
+    msg: Any, allowed: Iterable[str] | None = None, max_blob: int = MAX_BLOB
+) -> tuple[str, dict[str, Any]]:
+    """(type, body) of a message map, body holding the known fields only (normalized); else ProtocolError."""
+    msg = _map(msg, "message")
+    mtype = msg.get("t")
+    if not isinstance(mtype, str) or mtype not in _FIELDS:
+        raise _fail("message", f"unknown type {mtype!r}")
+    if allowed is not None and mtype not in allowed:
+        raise _fail("message", f"{mtype!r} not expected here")
+    body: dict[str, Any] = {}
+    for name, check in _FIELDS[mtype].items():
+        body[name] = check(_require(msg, name, mtype), f"{mtype}.{name}")
+    if "files" in msg:
+        if mtype not in _FILE_KINDS:
+            raise _fail(mtype, "this message carries no files")
+        files = _check_files(msg["files"], _FILE_KINDS[mtype], max_blob)
+        if files:
+            body["files"] = files
+    return mtype, body
+
+
+@dataclass
+class Message:
+    """A decoded message: `body` has the validated fields (without "t"), `blobs` one bytes per file entry."""
+
+    type: str
+    body: dict[str, Any]
+    blobs: list[bytes] = field(default_factory=list)
+
+    @property
+    def files(self) -> list[dict[str, Any]]:
+        return self.body.get("files", [])
+
+    def file_pairs(self) -> list[tuple[dict[str, Any], bytes]]:
+        """(entry, content) per file, what `files.place_outputs` takes."""
+        return list(zip(self.files, self.blobs))  # noqa: B905 (strict= is 3.10+; lengths checked)
+
+    def task(self) -> Task:
+        return Task.from_dict(self.body["task"])
+
+    def result(self) -> TaskResult:
+        return TaskResult.from_dict(self.body["result"])
+
+
+def file_entry(path: str, data: bytes, mode: int = 0o644, kind: str = KIND_FILE) -> dict[str, Any]:
+    """The `files` entry describing `data`."""
+    return {"path": path, "size": len(data), "mode": mode & MAX_FILE_MODE, "kind": kind}
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def encode_frames(msg: Mapping[str, Any], blobs: list[bytes] | None = None) -> list[bytes]:
+    """The frames of `msg` (a map with "t") and its blobs, validated as the receiver will.
+
+    Small frames come with their header in one bytes; a large blob comes as header, then the blob
+    itself (not copied), so senders can write the list piece by piece.
+    """
+    plain = {k: (v.to_dict() if isinstance(v, (Task, TaskResult)) else v) for k, v in msg.items()}
+    mtype, body = validate_message(plain)
+    blobs = list(blobs or [])
+    files = body.get("files", [])
+    if len(blobs) != len(files):
+        raise ProtocolError(f"{mtype}: {len(files)} file entries but {len(blobs)} blobs")
+    for entry, blob in zip(files, blobs):  # noqa: B905 (3.9)
+        if len(blob) != entry["size"]:
+            raise ProtocolError(
+                f"{mtype}: blob for {entry['path']!r} has {len(blob)} bytes, not {entry['size']}"
+            )
+    payload = _packb(dict(body, t=mtype))
+    if len(payload) > MAX_MESSAGE:
+        raise ProtocolError(
+            f"{mtype}: {len(payload)} bytes is more than the {MAX_MESSAGE}-byte message limit"
+        )
+    frames = [HEADER.pack(len(payload)) + payload]
+    for blob in blobs:
+        if len(blob) <= 65536:
+            frames.append(HEADER.pack(len(blob)) + bytes(blob))
+        else:
+            frames.append(HEADER.pack(len(blob)))
+            frames.append(blob)
+    return frames
+
+
+def encode(msg: Mapping[str, Any], blobs: list[bytes] | None = None) -> bytes:
+    """`msg` and its blobs as one byte string (see encode_frames)."""
+    return b"".join(encode_frames(msg, blobs))
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise ProtocolError(f"msgpack extension type {code} not allowed")
+
+
+class Decoder:
+    """Incremental decoder: `feed` bytes as they arrive, take whole messages with `next`.
+
+    `allowed` restricts the message types (change it as the conversation moves on). After a
+    ProtocolError the decoder stays broken: every later call raises the same error.
+    """
+
+    def __init__(
+        self, allowed: Iterable[str] | None = None, max_message: int = MAX_MESSAGE, max_blob: int = MAX_BLOB
+    ) -> None:
+        self.allowed: frozenset[str] | None = None if allowed is None else frozenset(allowed)
+        self.max_message = max_message
+        self.max_blob = max_blob
+        self._buf = bytearray()
+        self._pending: Message | None = None  # a message whose blobs are still arriving
+        self._error: ProtocolError | None = None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing buffered: the peer stopped at a message boundary."""
+        return not self._buf and self._pending is None
+
+    def feed(self, data: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+
+    def next(self) -> Message | None:
+        """The next complete message, or None until more bytes arrive."""
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next()
+        except ProtocolError as exc:
+            self._error = exc
+            self._buf = bytearray()
+            raise
+
+    def __iter__(self) -> Iterator[Message]:
+        """Every complete message buffered now."""
+        while True:
+            msg = self.next()
+            if msg is None:
+                return
+            yield msg
+
+    def eof(self) -> None:
+        """The peer closed: fine between messages, ProtocolError in the middle of one."""
+        if self._error is not None:
+            raise self._error
+        if not self.idle:
+            self._error = ProtocolError("connection closed in the middle of a message")
+            raise self._error
+
+    def _take(self, size: int) -> bytes:
+        with memoryview(self._buf) as view:
+            data = bytes(view[HEADER.size : HEADER.size + size])
+        del self._buf[: HEADER.size + size]
+        return data
+
+    def _next(self) -> Message | None:
+        while len(self._buf) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self._buf)
+            pending = self._pending
+            if pending is None:
+                if size == 0 or size > self.max_message:
+                    raise ProtocolError(f"message frame of {size} bytes (limit {self.max_message})")
+                if len(self._buf) < HEADER.size + size:
+                    return None
+                msg = self._parse(self._take(size))
+                if not msg.files:
+                    return msg
+                self._pending = msg
+                continue
+            entry = pending.files[len(pending.blobs)]
+            if size != entry["size"]:
+                raise ProtocolError(
+                    f"blob frame of {size} bytes for {entry['path']!r}, announced {entry['size']}"
+                )
+            if len(self._buf) < HEADER.size + size:
+                return None
+            pending.blobs.append(self._take(size))
+            if len(pending.blobs) == len(pending.files):
+                self._pending = None
+                return pending
+        return None
+
+    def _parse(self, payload: bytes) -> Message:
+        try:
+            raw = msgpack.unpackb(payload, raw=False, strict_map_key=True, ext_hook=_no_ext)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # msgpack raises many kinds on garbage, RecursionError on deep nesting
+            raise ProtocolError(f"not a msgpack message: {type(exc).__name__}: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ProtocolError(f"message is a msgpack {type(raw).__name__}, not a map")
+        mtype, body = validate_message(raw, self.allowed, self.max_blob)
+        return Message(mtype, body)
+
+
+# ---------------------------------------------------------------------------------------------
+# handshake
+
+
+def make_secret() -> bytes:
+    """A fresh per-master secret (32 random bytes); goes to agents hex-encoded in their input files."""
+    return os.urandom(SECRET_SIZE)
+
+
+def make_nonce() -> bytes:
+    return os.urandom(NONCE_SIZE)
+
+
+def secret_from_hex(text: str) -> bytes:
+    """The secret from its hex form; ValueError if it is not 32 bytes of hex."""
+    secret = bytes.fromhex(text)
+    if len(secret) != SECRET_SIZE:
+        raise ValueError(f"secret must be {SECRET_SIZE} bytes, got {len(secret)}")
+    return secret
+
+
+def _mac(secret: bytes, role: bytes, nonce: bytes, agent: str) -> bytes:
+    if len(nonce) != NONCE_SIZE:
+        raise ValueError(f"nonce must be {NONCE_SIZE} bytes")
+    # the nonce has a fixed size, so role | nonce | agent cannot be read two ways
+    return hmac.new(secret, role + nonce + agent.encode("utf-8"), hashlib.sha256).digest()
+
+
+def master_mac(secret: bytes, nonce_a: bytes, agent: str) -> bytes:
+    """What the master proves with: HMAC(secret, "master" | agent's nonce | agent id)."""
+    return _mac(secret, b"master", nonce_a, agent)
+
+
+def agent_mac(secret: bytes, nonce_m: bytes, agent: str) -> bytes:
+    """What the agent proves with: HMAC(secret, "agent" | master's nonce | agent id)."""
+    return _mac(secret, b"agent", nonce_m, agent)
+
+
+def macs_equal(a: bytes, b: bytes) -> bool:
+    """Constant-time comparison, so timing does not reveal how much of a guess was right."""
+    return hmac.compare_digest(a, b)
+
+
+def check_master_mac(secret: bytes, nonce_a: bytes, agent: str, mac: bytes) -> bool:
+    return macs_equal(master_mac(secret, nonce_a, agent), mac)
+
+
+def check_agent_mac(secret: bytes, nonce_m: bytes, agent: str, mac: bytes) -> bool:
+    return macs_equal(agent_mac(secret, nonce_m, agent), mac)
+
+
+# ---------------------------------------------------------------------------------------------
+# blocking sockets (the agent)
+
+
+def send_message(sock: Any, msg: Mapping[str, Any], blobs: list[bytes] | None = None) -> None:
+    """Encode and write one message with its blobs to a blocking socket."""
+    for frame in encode_frames(msg, blobs):
+        sock.sendall(frame)
+
+
+def recv_message(sock: Any, decoder: Decoder, bufsize: int = 1 << 18) -> Message | None:
+    """The next message from a blocking socket; None if the peer closed between messages."""
+    while True:
+        msg = decoder.next()
+        if msg is not None:
+            return msg
+        data = sock.recv(bufsize)
+        if not data:
+            decoder.eof()
+            return None
+        decoder.feed(data)
