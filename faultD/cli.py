@@ -1,13 +1,126 @@
-"""Command line of faultd (reserved: the daemon arrives with its own issue)."""
+"""Command line of faultd: run the daemon, show its state, check a config file."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+from typing import Any
+
+from common.cli import run_main
+from common.config import ConfigError, load_config
+
+DEFAULT_CONFIG = Path("/etc/faultd/faultd.toml")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="faultd", description="central-manager failover for an HTCondor pool"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the daemon (systemd: Type=notify)")
+    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    status = sub.add_parser("status", help="role, manager, epoch, last alive, replicas held")
+    status.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="to find the control socket")
+    status.add_argument("--socket", type=Path, help="control socket (overrides the config)")
+    status.add_argument("--json", action="store_true")
+    check = sub.add_parser("check-config", help="validate a config file")
+    check.add_argument("file", type=Path)
+    return parser
+
+
+def _load(path: Path) -> Any:
+    from common.overlay.auth import KeyFileError, load_ring_key
+    from faultD.config import FaultdConfig
+
+    config = load_config(path, FaultdConfig)
+    try:
+        load_ring_key(config.ring.key_file)
+    except KeyFileError as e:
+        raise ConfigError(f"{path}: ring.key_file: {e}") from None
+    if not config.condor.config_dir.is_dir():
+        raise ConfigError(f"{path}: condor.config_dir: {config.condor.config_dir} is not a directory")
+    return config
+
+
+def _run(args: argparse.Namespace) -> int:
+    import trio
+
+    from common.logging import configure_logging
+    from faultD.service import FaultDaemon
+
+    config = _load(args.config)
+    configure_logging("faultd", config.ring.node_name, level=config.daemon.log_level)
+    trio.run(FaultDaemon(config).serve)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = _load(args.file)
+    f = config.fault
+    print(
+        f"{args.file}: ok (node {config.ring.node_name} on port {config.ring.port}, "
+        f"{'original manager' if f.original_manager else 'listener'}, collector {f.collector}, "
+        f"bootstrap {config.ring.bootstrap or 'none: founds the ring'}, role file "
+        f"{config.condor.config_dir / config.condor.role_file})"
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from common.service import query_control
+    from faultD.config import FaultdConfig
+
+    path = args.socket or load_config(args.config, FaultdConfig).daemon.control_socket
+    try:
+        status = query_control(path, {"cmd": "status"})
+    except OSError as e:
+        print(f"faultd: cannot reach the daemon at {path}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=2) if args.json else render_status(status))
+    return 0
+
+
+def _ago(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds} s ago"
+
+
+def render_status(s: dict[str, Any]) -> str:
+    if s.get("role") == "joining":
+        return f"faultd on {s.get('overlay')}: joining the pool's ring"
+    lines = [
+        f"role            {s['role']}{' (original manager)' if s.get('original_manager') else ''}",
+        f"node            {s['node_id']} at {s.get('overlay')}",
+        f"manager         {s.get('manager') or 'unknown'} at {s.get('manager_address') or '-'}",
+        f"collector       {s.get('manager_collector') or '-'}",
+        f"epoch / seq     {s['epoch']} / {s['seq']}",
+        f"last alive      {_ago(s.get('last_alive_s_ago'))}",
+    ]
+    replica = s.get("replica")
+    if replica:
+        lines.append(
+            f"replica held    version {replica['version']} (epoch {replica['epoch']}) of "
+            f"{replica['manager'][:8]}, {replica['age_s']} s old: {', '.join(replica['files']) or 'no files'}"
+        )
+    else:
+        lines.append("replica held    none")
+    if s.get("replica_holders"):
+        lines.append(f"replicas at     {', '.join(s['replica_holders'])}")
+    c = s.get("condor", {})
+    lines.append(f"HTCondor        role file {c.get('role_file')}, {c.get('reconfigs')} reconfig(s)")
+    if c.get("error"):
+        lines.append(f"HTCondor error  {c['error']}")
+    lines.append(f"leaf set        {len(s.get('leaf_set', []))} machine(s)")
+    drops = {k: v for k, v in s.get("drops", {}).items() if v}
+    if drops:
+        lines.append(f"dropped         {drops}")
+    for h in s.get("history", []):
+        lines.append(f"  {h}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="faultd")
-    parser.parse_args(argv)
-    print("faultd: not implemented yet in this release", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    handlers = {"run": _run, "status": _status, "check-config": _check}
+    return run_main("faultd", lambda: handlers[args.command](args))

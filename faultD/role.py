@@ -345,8 +345,7 @@ class RoleMachine:
         self.acked.clear()
         if state is not None:
             self.local_state = state
-        self._out.condor.append(StartManager(state=state, epoch=self.epoch))
-        self._out.condor.append(PointTo(self.collector))
+        self._out.condor.append(StartManager(state=state, epoch=self.epoch))  # points here too
         self.next_replication = now
         self._send_alive(now)
         self._replicate(now, force=True)

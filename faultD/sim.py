@@ -181,6 +181,7 @@ class FaultSim:
                 m.points_to = action.collector
             elif isinstance(action, StartManager):
                 m.runs_manager = True
+                m.points_to = collector_of(index)
                 self.epoch_holders[action.epoch].add(index)
                 self.manager_since[index] = now
                 self.report.takeovers += 1

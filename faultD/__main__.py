@@ -1,0 +1,7 @@
+"""`python -m faultD` is `faultd`."""
+
+import sys
+
+from faultD.cli import main
+
+sys.exit(main())

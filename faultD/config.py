@@ -1,0 +1,57 @@
+"""faultd's configuration file (TOML); config/faultd.toml documents every key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from common.config import StrictModel
+from common.overlay.driver import RingConfig, parse_address
+
+
+class FaultSection(StrictModel):
+    original_manager: bool = Field(False, description="true only in the central manager's config")
+    manager_name: str | None = Field(
+        None, description="the original manager's ring node_name: lets machines elect one if it never starts"
+    )
+    collector: str = Field(description="host:port a collector on this machine listens on")
+    alive_interval: float = Field(1.0, gt=0, le=60)
+    missed_alives: int = Field(3, ge=1, le=100)
+    replicas: int = Field(3, ge=1, le=16, description="K: ring neighbours holding the manager's state")
+    replication_interval: float = Field(10.0, gt=0)
+    state_interval: float = Field(2.0, gt=0, description="how often the manager re-reads its state")
+
+    @field_validator("collector")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
+
+class CondorSection(StrictModel):
+    condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
+    config_dir: Path = Field(Path("/etc/condor/config.d"), description="where faultd writes its role file")
+    role_file: str = Field("99-faultd-role.conf", pattern=r"^[A-Za-z0-9._-]+\.conf$")
+    log_dir: Path = Field(Path("/var/log/condor"), description="HTCondor's LOG (holds .master_address)")
+    spool_dir: Path = Field(Path("/var/lib/condor/spool"), description="HTCondor's SPOOL (Accountant log)")
+    listener_daemons: list[str] = ["MASTER", "SCHEDD", "STARTD"]
+    manager_daemons: list[str] = ["COLLECTOR", "NEGOTIATOR"]
+    manager_config_files: list[Path] = Field(
+        [], description="central-manager-only config files: replicated, installed on a replacement"
+    )
+    poold_state: Path | None = Field(None, description="poold's state file, replicated if poold runs here")
+
+
+class DaemonSection(StrictModel):
+    control_socket: Path = Path("/run/faultd/faultd.sock")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    gateway_timeout: float = Field(10.0, gt=0)
+
+
+class FaultdConfig(StrictModel):
+    fault: FaultSection
+    ring: RingConfig
+    condor: CondorSection = CondorSection()
+    daemon: DaemonSection = DaemonSection()

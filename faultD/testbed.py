@@ -1,0 +1,209 @@
+"""A sandbox pool with faultd on every host: for the real-HTCondor tests and bench/failover.
+
+Each faultd runs on its host's network (inside the host's namespace, as a program of this
+machine, as root) and writes its role file into that host's HTCondor config directory inside the
+sandbox root. Host 0 is the original central manager.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from common.condor import DaemonKind, DaemonRef
+from common.overlay.auth import generate_key_file
+from common.sandbox import Sandbox, SandboxPool, sandbox_cli
+from common.service import query_control
+
+REPO = Path(__file__).resolve().parents[1]
+PORT = 7641
+T = TypeVar("T")
+
+
+class FaultPool:
+    def __init__(self, sandbox: Sandbox, workdir: Path, name: str, *, hosts: int = 4, slots: int = 2) -> None:
+        self.sandbox = sandbox
+        self.workdir = workdir
+        self.name = name
+        self.nhosts = hosts
+        self.slots = slots
+        self.key = workdir / "ring.key"
+        if not self.key.exists():
+            generate_key_file(self.key)
+        self.pool: SandboxPool = sandbox.up(name, slots=slots, hosts=hosts)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------------ layout
+
+    def host(self, j: int) -> dict[str, Any]:
+        return self.pool.hosts[j]
+
+    def address(self, j: int) -> str:
+        return str(self.host(j)["address"])
+
+    def collector(self, j: int) -> str:
+        return f"{self.address(j)}:9618"
+
+    def local_dir(self, j: int) -> Path:
+        return Path(self.pool._root) / str(self.host(j)["local_dir"]).lstrip("/")
+
+    def socket(self, j: int) -> Path:
+        return self.workdir / f"faultd-{j}.sock"
+
+    def log_file(self, j: int) -> Path:
+        return self.workdir / f"faultd-{j}.log"
+
+    def schedd(self, j: int) -> DaemonRef:
+        address = (self.local_dir(j) / "spool" / ".schedd_address").read_text().splitlines()[0]
+        return DaemonRef(kind=DaemonKind.SCHEDD, address=address)
+
+    def config_file(self, j: int) -> Path:
+        local = self.local_dir(j)
+        bootstrap = "" if j == 0 else f'bootstrap = "{self.address(0)}:{PORT}"'
+        path = self.workdir / f"faultd-{j}.toml"
+        path.write_text(f"""
+[fault]
+original_manager = {"true" if j == 0 else "false"}
+manager_name = "{self.host(0)["name"]}"
+collector = "{self.collector(j)}"
+state_interval = 1.0
+
+[condor]
+condor_config = "{self.pool.client_config}"
+config_dir = "{local / "config.d"}"
+log_dir = "{local / "log"}"
+spool_dir = "{local / "spool"}"
+
+[ring]
+node_name = "{self.host(j)["name"]}"
+bind = "{self.address(j)}"
+port = {PORT}
+{bootstrap}
+key_file = "{self.key}"
+
+[ring.overlay]
+keepalive_interval = 2.0
+leaf_timeout = 6.0
+probe_timeout = 1.0
+hop_timeout = 0.5
+table_probe_interval = 20.0
+row_maintenance_interval = 30.0
+leaf_exchange_interval = 20.0
+join_retry = 1.0
+revive_interval = 3.0
+
+[daemon]
+control_socket = "{self.socket(j)}"
+log_level = "info"
+""")
+        return path
+
+    # ------------------------------------------------------------------ processes
+
+    def start(self, j: int) -> None:
+        config = self.config_file(j)
+        with open(self.log_file(j), "ab") as log:
+            # `ip netns exec` execs the command in place: the pid is faultd's own.
+            self.procs[j] = subprocess.Popen(
+                ["ip", "netns", "exec", str(self.host(j)["netns"]),
+                 sys.executable, "-m", "faultD", "run", "--config", str(config)],
+                stdout=log, stderr=log, cwd=REPO,
+            )  # fmt: skip
+
+    def start_all(self) -> None:
+        for j in range(self.nhosts):
+            self.start(j)
+            time.sleep(0.2)  # host 0 founds the ring before the others ask to join it
+        self.wait("host 0 manages and every host follows it", lambda: self.follow_count(0) == self.nhosts)
+
+    def stop_all(self) -> None:
+        for j, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            del self.procs[j]
+
+    def kill_host(self, j: int) -> float:
+        """kill -9 of everything on a host (its HTCondor daemons, its faultd); returns the time."""
+        pids = subprocess.run(
+            ["ip", "netns", "pids", str(self.host(j)["netns"])], capture_output=True, text=True
+        ).stdout.split()
+        t = time.time()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc = self.procs.pop(j, None)
+        if proc is not None:
+            proc.wait()
+        return t
+
+    def restart_host(self, j: int) -> None:
+        """The machine comes back: HTCondor (its condor_master, from its config), then faultd."""
+        sandbox_cli("exec", self.name, "--host", str(j), "--", "/usr/sbin/condor_master")
+        self.start(j)
+
+    # ------------------------------------------------------------------ observation
+
+    def status(self, j: int) -> dict[str, Any]:
+        return query_control(self.socket(j), {"cmd": "status"}, timeout=3)
+
+    def statuses(self) -> dict[int, dict[str, Any]]:
+        out = {}
+        for j in self.procs:
+            try:
+                out[j] = self.status(j)
+            except OSError:
+                pass
+        return out
+
+    def managers(self) -> list[int]:
+        return [j for j, s in self.statuses().items() if s.get("role") == "manager"]
+
+    def follow_count(self, j: int) -> int:
+        """How many faultds name host j's collector as the pool's (j's own included, if it manages)."""
+        want = self.collector(j)
+        return sum(
+            1
+            for s in self.statuses().values()
+            if s.get("manager_collector") == want and s.get("condor", {}).get("collector") == want
+        )
+
+    def condor_processes(self, j: int) -> list[str]:
+        pids = subprocess.run(
+            ["ip", "netns", "pids", str(self.host(j)["netns"])], capture_output=True, text=True
+        ).stdout.split()
+        names = []
+        for pid in pids:
+            try:
+                names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+            except OSError:
+                pass
+        return names
+
+    def wait(self, what: str, predicate: Callable[[], T], timeout: float = 90.0, poll: float = 0.5) -> T:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = predicate()
+                if last:
+                    return last
+            except OSError:
+                pass
+            time.sleep(poll)
+        files = [self.log_file(j) for j in range(self.nhosts)]
+        logs = {str(f): f.read_text()[-2500:] for f in files if f.exists()}
+        raise TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(logs, indent=1))
