@@ -75,6 +75,11 @@ def _split_rel(rel: Any) -> list[str]:
     return parts
 
 
+def normalize_relpath(rel: Any) -> str:
+    """`rel` with `.` and empty parts dropped (`./a//b` -> `a/b`); UnsafePath if it could escape."""
+    return "/".join(_split_rel(rel))
+
+
 def check_relpath(rel: Any) -> str:
     """A wire path: relative, canonical (`a/b`, no `.`, `..` or empty parts), else UnsafePath.
 
@@ -119,13 +124,13 @@ class DirInfo:
     def _scan(self, directory: str, prefix: str, recursive: bool) -> None:
         try:
             entries = list(os.scandir(directory))
-        except FileNotFoundError:
-            return
+        except OSError:
+            return  # gone, or made unreadable by the task: nothing in it can be sent anyway
         for entry in entries:
             rel = prefix + entry.name
             try:
                 st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
+            except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
                 self.files[rel] = (st.st_size, st.st_mtime_ns)
@@ -168,7 +173,7 @@ def select_outputs(
         wanted = []
         for name in transfer_output_files:
             try:
-                wanted.append("/".join(_split_rel(name)))
+                wanted.append(normalize_relpath(name))
             except UnsafePath:
                 continue  # absolute or escaping entries name nothing in the execution directory
         chosen = sorted(
@@ -248,7 +253,7 @@ def place_outputs(
             kind = entry.get("kind", KIND_FILE)
             mode = entry.get("mode", DEFAULT_FILE_MODE)
             if kind == KIND_FILE:
-                rel = "/".join(_split_rel(path))
+                rel = normalize_relpath(path)
                 dest = safe_join(root, posixpath.basename(rel) if style == STYLE_CONDOR else rel)
                 dest.parent.mkdir(parents=True, exist_ok=True)
             elif kind in (KIND_STDOUT, KIND_STDERR):

@@ -26,6 +26,9 @@ auth (mac_a = agent_mac(secret, nonce_m, agent)) -> welcome or refused. A master
 `Decoder(allowed={HELLO})` until then, so an unauthenticated peer can make it buffer 1 MiB at most.
 
 Anything malformed raises ProtocolError: the caller drops the connection.
+
+The agent may be writing a large result while a task is on its way to it: a master must keep
+reading while it sends (separate send and receive tasks), or both sides can block on full buffers.
 """
 
 from __future__ import annotations
@@ -442,7 +445,10 @@ def encode_frames(msg: Mapping[str, Any], blobs: list[bytes] | None = None) -> l
             raise ProtocolError(
                 f"{mtype}: blob for {entry['path']!r} has {len(blob)} bytes, not {entry['size']}"
             )
-    payload = _packb(dict(body, t=mtype))
+    try:
+        payload = _packb(dict(body, t=mtype))
+    except (TypeError, ValueError, OverflowError) as exc:  # e.g. a str that is not valid Unicode
+        raise ProtocolError(f"{mtype}: cannot encode: {exc}") from None
     if len(payload) > MAX_MESSAGE:
         raise ProtocolError(
             f"{mtype}: {len(payload)} bytes is more than the {MAX_MESSAGE}-byte message limit"
