@@ -1,0 +1,298 @@
+"""Preparing tasks to run and collecting what they leave behind (seed §3.9.2: the communicator's part).
+
+NFS modes: the task runs in its initialdir and reads and writes its files there; nothing travels.
+TRANSFER modes: each task gets an execution directory under the agent's scratch directory. The
+executable and the common input files, transferred once by HTCondor next to the input file (the
+cache), are hard-linked into it (copied if linking fails) and made read-only in the cache so that
+a task cannot spoil them for the next one; the task's private inputs arrive as blobs with its
+`task` message (or, for initial tasks, next to the input file). stdout/stderr are captured next to
+the execution directory, not in it, and return as `stdout`/`stderr` blobs; the files the task
+created or changed return as `file` blobs, chosen by `files.select_outputs` per files style.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import protocol
+from ..files import STYLE_IMPROVED, DirInfo, UnsafePath, normalize_relpath, safe_join, select_outputs
+from .inputfile import AgentInput
+
+STDOUT_NAME = "_condor_stdout"
+STDERR_NAME = "_condor_stderr"
+
+
+class PrepareError(Exception):
+    """The task cannot run here (missing input, unsafe name, disk trouble): a prepare_failed result."""
+
+
+@dataclass
+class Job:
+    """A task ready for the launcher, and after it ran, its result."""
+
+    task: protocol.Task
+    cwd: str = ""
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    stdin: str | None = None  # None: /dev/null
+    stdout: str = ""
+    stderr: str | None = None  # None: merged into stdout (output == error)
+    exec_dir: str | None = None  # TRANSFER modes only
+    executable_name: str | None = None  # the linked executable, never sent back
+    before: DirInfo | None = None
+    after: DirInfo | None = None
+    temporary: list[str] = field(default_factory=list)  # capture files removed after the result went
+    result: protocol.TaskResult | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.task.key
+
+
+def _resolve(iwd: str, name: str) -> str:
+    return os.path.normpath(name if os.path.isabs(name) else os.path.join(iwd, name))
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
+def _install(src: str, dst: str) -> None:
+    """Put a cached file or directory into an execution directory without copying data if possible."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if os.path.isdir(src):
+        shutil.copytree(src, dst, copy_function=_link_or_copy, dirs_exist_ok=True)
+    else:
+        _link_or_copy(src, dst)
+
+
+def _chmod(path: str, set_bits: int = 0, clear_bits: int = 0o222) -> None:
+    """Best effort: a cache file owned by someone else stays as it is."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode):
+            os.chmod(path, (stat.S_IMODE(st.st_mode) | set_bits) & ~clear_bits)
+    except OSError:
+        pass
+
+
+def _read_only(path: str) -> None:
+    """Protect a cached input: it is hard-linked into every execution directory."""
+    if not os.path.isdir(path):
+        _chmod(path)
+        return
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            _chmod(os.path.join(root, name))
+
+
+class Workspace:
+    """The agent's files: `home` (the cache HTCondor filled) and a private work directory in `scratch`."""
+
+    def __init__(self, config: AgentInput, home: str, scratch: str, base_env: Mapping[str, str]) -> None:
+        self.config = config
+        self.home = os.path.abspath(home)
+        self.scratch = os.path.abspath(scratch)
+        self.base_env = dict(base_env)
+        self.work = ""
+
+    def setup(self) -> None:
+        """Create the work directory and check the cache; OSError/UnsafePath here are fatal."""
+        self.work = tempfile.mkdtemp(prefix="llic-work-", dir=self.scratch)
+        if not self.config.transfer:
+            return
+        for name in self.config.common_files:
+            path = safe_join(self.home, name)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"common file {name!r} is missing from {self.home}")
+            _read_only(str(path))
+        if self.config.executable:
+            exe = str(safe_join(self.home, self.config.executable))
+            if not os.path.isfile(exe):
+                raise FileNotFoundError(f"executable {self.config.executable!r} is missing from {self.home}")
+            _chmod(exe, set_bits=0o555)
+
+    def cleanup(self) -> None:
+        if self.work:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    # -- preparing ----------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        task: protocol.Task,
+        blobs: Iterable[tuple[Mapping[str, Any], bytes]] = (),
+        initial_files: Iterable[tuple[str, str]] = (),
+    ) -> Job:
+        """A Job ready to launch, or PrepareError saying why the task cannot run here."""
+        try:
+            if self.config.transfer:
+                return self._prepare_transfer(task, list(blobs), list(initial_files))
+            if list(blobs):
+                raise PrepareError("the master sent input files in an NFS mode")
+            return self._prepare_nfs(task)
+        except UnsafePath as exc:
+            raise PrepareError(f"unsafe file name: {exc}") from None
+        except OSError as exc:
+            raise PrepareError(f"{exc.filename or 'preparing'}: {exc.strerror or exc}") from None
+        except ValueError as exc:  # e.g. a NUL byte in a name
+            raise PrepareError(str(exc)) from None
+
+    def _env(self, task: protocol.Task, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The agent's environment, then the agent's additions, then the task's own (which win)."""
+        env = dict(self.base_env)
+        env.update(extra or {})
+        env.update(task.environment)
+        return env
+
+    def _capture(self, job: Job, suffix: str) -> str:
+        path = os.path.join(self.work, f"task-{job.task.process}.{job.task.attempt}.{suffix}")
+        job.temporary.append(path)
+        return path
+
+    def _streams(self, job: Job, out: str | None, err: str | None) -> None:
+        """stdout/stderr files; `out`/`err` are resolved paths or None (capture for the tails only)."""
+        job.stdout = out if out is not None else self._capture(job, "stdout")
+        if err is not None and err == out:
+            job.stderr = None  # condor merges the two streams when they name one file
+        else:
+            job.stderr = err if err is not None else self._capture(job, "stderr")
+
+    def _prepare_nfs(self, task: protocol.Task) -> Job:
+        iwd = task.initialdir
+        if not os.path.isdir(iwd):
+            raise PrepareError(f"initialdir {iwd} does not exist here")
+        job = Job(task, cwd=iwd, env=self._env(task))
+        if task.input:
+            job.stdin = _resolve(iwd, task.input)
+            if not os.path.isfile(job.stdin):
+                raise PrepareError(f"input {task.input!r} not found in {iwd}")
+        streams = []
+        for name in (task.output, task.error):
+            if name is None:
+                streams.append(None)
+                continue
+            path = _resolve(iwd, name)
+            parent = os.path.dirname(path)
+            if self.config.files_style == STYLE_IMPROVED:
+                os.makedirs(parent, exist_ok=True)
+            elif not os.path.isdir(parent):
+                raise PrepareError(f"directory {parent} for {name!r} does not exist")
+            streams.append(path)
+        self._streams(job, streams[0], streams[1])
+        exe = task.executable
+        if not os.path.isabs(exe) and os.path.exists(os.path.join(iwd, exe)):
+            exe = os.path.join(iwd, exe)
+        job.argv = [exe, *task.arguments]
+        return job
+
+    def _prepare_transfer(
+        self,
+        task: protocol.Task,
+        blobs: list[tuple[Mapping[str, Any], bytes]],
+        initial_files: list[tuple[str, str]],
+    ) -> Job:
+        exec_dir = os.path.join(self.work, f"task-{task.process}.{task.attempt}")
+        if os.path.lexists(exec_dir):
+            shutil.rmtree(exec_dir)
+        os.mkdir(exec_dir, 0o700)
+        job = Job(task, cwd=exec_dir, exec_dir=exec_dir)
+        job.env = self._env(task, {"_CONDOR_SCRATCH_DIR": exec_dir})
+        for name in self.config.common_files:
+            _install(str(safe_join(self.home, name)), str(safe_join(exec_dir, name)))
+        if self.config.executable:
+            name = posixpath.basename(self.config.executable)
+            exe = str(safe_join(exec_dir, name))
+            _install(str(safe_join(self.home, self.config.executable)), exe)
+            job.executable_name = name
+            job.argv = [exe, *task.arguments]
+        else:
+            job.argv = [task.executable, *task.arguments]
+        for src, rel in initial_files:
+            dst = safe_join(exec_dir, rel)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _install(str(safe_join(self.home, src)), str(dst))
+        for entry, data in blobs:
+            dst = safe_join(exec_dir, entry["path"])
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if dst.is_symlink() or dst.exists():
+                dst.unlink()  # never write through a cached hard link or a planted symlink
+            with open(dst, "xb") as fh:
+                fh.write(data)
+            os.chmod(dst, int(entry.get("mode", 0o644)) & 0o777)
+        for item in task.transfer_input_files:
+            if "://" in item or item.endswith("/"):
+                continue  # URLs and directory contents: nothing to check by name
+            name = posixpath.basename(item)
+            if not os.path.lexists(os.path.join(exec_dir, name)):
+                raise PrepareError(f"input file {item!r} was not transferred")
+        if task.input:
+            job.stdin = os.path.join(exec_dir, posixpath.basename(task.input))
+            if not os.path.isfile(job.stdin):
+                raise PrepareError(f"input {task.input!r} was not transferred")
+        out = self._capture(job, "stdout")
+        self._streams(job, out, out if task.error and task.error == task.output else None)
+        job.before = DirInfo.snapshot(exec_dir)
+        return job
+
+    # -- results ------------------------------------------------------------------------------
+
+    def collect(self, job: Job) -> tuple[list[dict[str, Any]], list[bytes], list[str]]:
+        """The output blobs of a finished TRANSFER task: (entries, blobs, notes about files left out)."""
+        entries: list[dict[str, Any]] = []
+        blobs: list[bytes] = []
+        notes: list[str] = []
+        if job.exec_dir is None or job.before is None or job.after is None:
+            return entries, blobs, notes
+
+        def add(path: str, rel: str, kind: str) -> None:
+            try:
+                rel.encode("utf-8")
+            except UnicodeEncodeError:
+                notes.append(f"{rel.encode('utf-8', 'replace').decode()}: name is not UTF-8")
+                return
+            try:
+                st = os.stat(path)
+                if st.st_size > protocol.MAX_BLOB:
+                    notes.append(f"{rel}: {st.st_size} bytes, over the {protocol.MAX_BLOB}-byte limit")
+                    return
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError as exc:
+                notes.append(f"{rel}: {exc.strerror or exc}")
+                return
+            entries.append(protocol.file_entry(rel, data, mode=stat.S_IMODE(st.st_mode), kind=kind))
+            blobs.append(data)
+
+        exclude = [job.executable_name] if job.executable_name else []
+        task = job.task
+        for rel in select_outputs(
+            job.before, job.after, self.config.files_style, task.transfer_output_files, exclude
+        ):
+            add(os.path.join(job.exec_dir, *rel.split("/")), normalize_relpath(rel), "file")
+        if task.output:
+            add(job.stdout, STDOUT_NAME, "stdout")
+        if task.error and job.stderr is not None:
+            add(job.stderr, STDERR_NAME, "stderr")
+        return entries, blobs, notes
+
+    def discard(self, job: Job) -> None:
+        """Remove what the task left in the work directory once its result is sent."""
+        if job.exec_dir:
+            shutil.rmtree(job.exec_dir, ignore_errors=True)
+        for path in job.temporary:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

@@ -1,0 +1,105 @@
+"""Build the agent as one self-contained zipapp, for execute machines that have only a `python3`.
+
+The archive holds `llic/agent/`, `llic/protocol.py`, `llic/files.py`, a stub `llic/__init__.py` (the
+real one may import what the agent must not) and msgpack's pure-Python modules: the compiled
+`_cmsgpack` is left out, and msgpack then falls back to `msgpack.fallback` by itself.
+
+Chefs transfer it with every agent, so it is built once per content: the file name carries a hash
+of everything inside, and an archive already there is reused. The bytes are reproducible: members
+in sorted order with fixed timestamps and permissions. That is why the zip is written with
+`zipfile` and only then turned into an application by `zipapp.create_archive` (which adds the
+`#!/usr/bin/env python3` line): `create_archive` on a directory stores members in directory order
+with their mtimes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+import zipapp
+import zipfile
+from pathlib import Path
+
+BUILD_FORMAT = "1"  # bump when the archive layout changes
+INTERPRETER = "/usr/bin/env python3"
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+_LLIC_STUB = b'"""llic, as shipped inside the agent zipapp: only the agent and the modules it needs."""\n'
+_MAIN = (
+    b'"""Entry point of the llic agent zipapp."""\n'
+    b"import sys\n\n"
+    b"from llic.agent.__main__ import main\n\n"
+    b"sys.exit(main())\n"
+)
+
+
+def _python_files(root: Path, arc_prefix: str) -> dict[str, bytes]:
+    members: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        members[f"{arc_prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    return members
+
+
+def agent_members() -> dict[str, bytes]:
+    """Archive name -> content of everything the agent zipapp contains."""
+    llic_dir = Path(__file__).resolve().parent
+    spec = importlib.util.find_spec("msgpack")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("msgpack is not installed: the agent bundles its pure-Python modules")
+    msgpack_dir = Path(next(iter(spec.submodule_search_locations)))
+    members = {
+        "__main__.py": _MAIN,
+        "llic/__init__.py": _LLIC_STUB,
+        "llic/protocol.py": (llic_dir / "protocol.py").read_bytes(),
+        "llic/files.py": (llic_dir / "files.py").read_bytes(),
+    }
+    members.update(_python_files(llic_dir / "agent", "llic/agent"))
+    members.update(_python_files(msgpack_dir, "msgpack"))  # .py only: no compiled extension
+    if "msgpack/fallback.py" not in members:
+        raise RuntimeError(f"{msgpack_dir} has no fallback.py: cannot ship a pure-Python msgpack")
+    return members
+
+
+def content_hash(members: dict[str, bytes]) -> str:
+    digest = hashlib.sha256(BUILD_FORMAT.encode())
+    for name in sorted(members):
+        data = members[name]
+        digest.update(f"\0{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _write_zip(members: dict[str, bytes], target: Path) -> None:
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+            info.create_system = 3  # unix, so the permissions below mean what they say
+            info.external_attr = 0o100644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, members[name], compresslevel=9)
+
+
+def build_agent(out: Path) -> Path:
+    """The agent zipapp in directory `out` (created if needed): `out/llic-agent-<hash>.pyz`.
+
+    Reused when already built from the same content; written to a temporary name and renamed, so
+    concurrent builders and readers never see half an archive.
+    """
+    members = agent_members()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"llic-agent-{content_hash(members)[:16]}.pyz"
+    if target.is_file():
+        return target
+    with tempfile.TemporaryDirectory(dir=out, prefix=".llic-agent-build-") as tmp:
+        plain = Path(tmp) / "agent.zip"
+        _write_zip(members, plain)
+        built = Path(tmp) / "agent.pyz"
+        zipapp.create_archive(plain, built, interpreter=INTERPRETER)
+        os.chmod(built, 0o755)
+        os.replace(built, target)
+    return target

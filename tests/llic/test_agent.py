@@ -1,0 +1,635 @@
+"""The agent zipapp end to end, against a small master written here on protocol.py and files.py.
+
+The agent runs as `/usr/bin/python3 -I agent.pyz ...`: the system Python, isolated from the venv,
+so these tests also prove the archive is self-contained. No HTCondor involved.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llic import agent_build
+from llic import protocol as p
+from llic.agent.inputfile import AgentInput, InitialTask, parse_input
+from llic.files import place_outputs
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+SECRET = bytes.fromhex("11" * 32)
+JOB_SH = """#!/bin/sh
+# a job: reads a common input, its private input (also its stdin), writes top-level and nested outputs
+set -e
+{ cat common.txt; cat; echo "X=$X"; } > "out.$P.txt"
+mkdir -p "sub/$P"
+echo nested > "sub/$P/n.txt"
+echo "stdout of $P"
+echo "stderr of $P" >&2
+exit 3
+"""
+
+pytestmark = pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason="needs a system python3")
+
+
+@pytest.fixture(scope="session")
+def python39() -> str:
+    """A Python 3.9, the oldest the agent supports, if this machine has one (pyenv or PATH)."""
+    candidates = [*sorted(Path.home().glob(".pyenv/versions/3.9*/bin/python3.9")), shutil.which("python3.9")]
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        check = [str(candidate), "-I", "-c", "import sys; assert sys.version_info[:2] == (3, 9)"]
+        if subprocess.run(check, capture_output=True, check=False).returncode == 0:
+            return str(candidate)
+    pytest.skip("no python3.9 here")
+
+
+@pytest.fixture(scope="session")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return agent_build.build_agent(tmp_path_factory.mktemp("agent-build"))
+
+
+# ---------------------------------------------------------------------------------------------
+# a master for tests
+
+
+@dataclass
+class FakeMaster:
+    """The chef's side of seed §3.9.4 in one thread: keep `window` tasks at the agent, collect results."""
+
+    tasks: list[p.Task]
+    window: int
+    style: str = "condor"
+    transfer: bool = False
+    common_files: tuple[str, ...] = ()
+    initial: list[p.Task] = field(default_factory=list)
+    secret: bytes = SECRET
+    master_id: str = "m1"
+    # misbehaviours, to see the agent refuse them
+    extra_frames: Callable[[p.Task], bytes] | None = None
+    over_window: bool = False
+    refuse: bool = False
+    hang_up_after: int | None = None
+
+    def __post_init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(30)
+        self.port = self.listener.getsockname()[1]
+        self.results: dict[tuple[int, int], p.TaskResult] = {}
+        self.files: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        self.max_outstanding = 0
+        self.outcome = "not started"
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+            conn.settimeout(30)
+            with conn:
+                self._serve(conn)
+        except BaseException as exc:
+            self.error = exc
+            self.outcome = f"error: {exc!r}"
+        finally:
+            self.listener.close()
+
+    def _task_files(self, task: p.Task) -> tuple[list[dict[str, Any]], list[bytes]]:
+        """TRANSFER modes: the task's private inputs, read from its initialdir, at their base names."""
+        if not self.transfer:
+            return [], []
+        names = [n for n in task.transfer_input_files if n not in self.common_files]
+        entries, blobs = [], []
+        for name in names:
+            data = (Path(task.initialdir) / name).read_bytes()
+            entries.append(p.file_entry(os.path.basename(name), data))
+            blobs.append(data)
+        return entries, blobs
+
+    def _serve(self, conn: socket.socket) -> None:
+        decoder = p.Decoder({p.HELLO})
+        hello = p.recv_message(conn, decoder)
+        assert hello is not None
+        assert hello.body["master"] == self.master_id and hello.body["version"] == p.PROTOCOL_VERSION
+        agent = hello.body["agent"]
+        nonce_m = p.make_nonce()
+        mac_m = p.master_mac(self.secret, hello.body["nonce_a"], agent)
+        p.send_message(conn, {"t": "challenge", "nonce_m": nonce_m, "mac_m": mac_m})
+        decoder.allowed = frozenset({p.AUTH})
+        auth = p.recv_message(conn, decoder)
+        if auth is None:
+            self.outcome = "agent hung up in the handshake"
+            return
+        if self.refuse or not p.check_agent_mac(self.secret, nonce_m, agent, auth.body["mac_a"]):
+            p.send_message(conn, {"t": "refused", "reason": "not one of my agents"})
+            self.outcome = "refused"
+            return
+        p.send_message(conn, {"t": "welcome", "window": self.window})
+        decoder.allowed = frozenset({p.RESULT})
+        by_key = {t.key: t for t in [*self.initial, *self.tasks]}
+        outstanding = {t.key for t in self.initial}
+        pending = collections.deque(self.tasks)
+        sent_no_more = False
+        sent = 0
+        while outstanding or not sent_no_more:
+            self.max_outstanding = max(self.max_outstanding, len(outstanding))
+            if self.hang_up_after is not None and sent >= self.hang_up_after:
+                self.outcome = "hung up"
+                return
+            if pending and (len(outstanding) < self.window or self.over_window):
+                task = pending.popleft()
+                entries, blobs = self._task_files(task)
+                msg: dict[str, Any] = {"t": "task", "task": task}
+                if entries:
+                    msg["files"] = entries
+                if self.extra_frames is not None:
+                    conn.sendall(self.extra_frames(task))
+                else:
+                    p.send_message(conn, msg, blobs)
+                outstanding.add(task.key)
+                sent += 1
+                continue
+            if not pending and not sent_no_more:
+                p.send_message(conn, {"t": "no_more_tasks"})
+                sent_no_more = True
+                continue
+            msg_in = p.recv_message(conn, decoder)
+            if msg_in is None:
+                self.outcome = f"agent closed with {len(outstanding)} outstanding"
+                return
+            result = msg_in.result()
+            assert result.key in outstanding, result
+            outstanding.discard(result.key)
+            self.results[result.key] = result
+            self.files[result.key] = msg_in.files
+            if msg_in.blobs:
+                place_outputs(by_key[result.key], msg_in.file_pairs(), self.style)
+        # the agent leaves on its own once everything is reported
+        self.outcome = "done" if p.recv_message(conn, decoder) is None else "agent kept talking"
+
+    def join(self) -> None:
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def agent_input(mode: str, style: str, **over: Any) -> AgentInput:
+    values: dict[str, Any] = {
+        "master": "m1",
+        "secret": SECRET,
+        "window": 2,
+        "mode": mode,
+        "files_style": style,
+        "connect_timeout": 5.0,
+    }
+    values.update(over)
+    return AgentInput(**values)
+
+
+def run_agent(
+    pyz: Path,
+    home: Path,
+    port: int,
+    config: AgentInput | dict[str, Any],
+    python: str = SYSTEM_PYTHON,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    home.mkdir(parents=True, exist_ok=True)
+    input_file = home / "agent.in"
+    input_file.write_text(json.dumps(config.to_json() if isinstance(config, AgentInput) else config))
+    input_file.chmod(0o600)
+    return subprocess.run(
+        [python, "-I", str(pyz), "127.0.0.1", str(port), "a1", str(input_file)],
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# every mode and files style
+
+
+def make_tasks(
+    submit: Path, agent_home: Path, mode: str, style: str, n: int
+) -> tuple[list[p.Task], AgentInput]:
+    transfer = mode in p.TRANSFER_MODES
+    per_dir = mode.endswith("INITIALDIR")
+    (submit / "job.sh").write_text(JOB_SH)
+    (submit / "job.sh").chmod(0o755)
+    tasks = []
+    for proc in range(n):
+        iwd = submit / f"run{proc}" if per_dir else submit
+        iwd.mkdir(exist_ok=True)
+        (iwd / "common.txt").write_text("common\n")
+        (iwd / f"in.{proc}").write_text(f"input {proc}\n")
+        if style == "condor" and not transfer:
+            (iwd / "logs").mkdir(exist_ok=True)  # condor style creates no directories
+        tasks.append(
+            p.Task(
+                process=proc,
+                executable="job.sh" if transfer else str(submit / "job.sh"),
+                initialdir=str(iwd),
+                environment={"P": str(proc), "X": f"x{proc}"},
+                input=f"in.{proc}",
+                output=f"logs/{proc}.out",
+                error=f"logs/{proc}.err",
+                transfer_input_files=["common.txt", f"in.{proc}"] if transfer else [],
+            )
+        )
+    config = agent_input(mode, style)
+    if transfer:
+        # HTCondor brings the executable (and, without initialdir, the common input) with the agent
+        shutil.copy(submit / "job.sh", agent_home / "job.sh")
+        config.executable = "job.sh"
+        if not per_dir:
+            shutil.copy(submit / "common.txt", agent_home / "common.txt")
+            config.common_files = ["common.txt"]
+    # the first two tasks travel in the input file; their private inputs come with the agent
+    for task in tasks[:2]:
+        files: list[tuple[str, str]] = []
+        if transfer:
+            for name in task.transfer_input_files:
+                if name in config.common_files:
+                    continue
+                here = f"init-{task.process}/{name}"
+                (agent_home / here).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(Path(task.initialdir) / name, agent_home / here)
+                files.append((here, name))
+        config.initial_tasks.append(InitialTask(task, files))
+    return tasks, config
+
+
+@pytest.mark.parametrize("style", ["condor", "improved"])
+@pytest.mark.parametrize("mode", p.MODES)
+def test_agent_runs_tasks_in_every_mode_and_style(pyz: Path, tmp_path: Path, mode: str, style: str) -> None:
+    submit, home = tmp_path / "submit", tmp_path / "agent"
+    submit.mkdir()
+    home.mkdir()
+    tasks, config = make_tasks(submit, home, mode, style, n=6)
+    transfer = mode in p.TRANSFER_MODES
+    master = FakeMaster(
+        tasks[2:],
+        window=config.window,
+        style=style,
+        transfer=transfer,
+        common_files=tuple(config.common_files),
+        initial=tasks[:2],
+    )
+    proc = run_agent(pyz, home, master.port, config)
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert master.outcome == "done", master.error
+    assert master.max_outstanding == config.window  # the window was filled, never exceeded
+    assert sorted(master.results) == [(i, 0) for i in range(6)]  # initial tasks included
+    for task in tasks:
+        i, iwd = task.process, Path(task.initialdir)
+        result = master.results[task.key]
+        assert (result.status, result.exit_code, result.signal) == ("ok", 3, None), result
+        assert result.stdout_tail == f"stdout of {i}\n"
+        assert result.stderr_tail == f"stderr of {i}\n"
+        assert result.run_time > 0 and result.host and result.finished >= result.started  # type: ignore[operator]
+        assert (iwd / f"out.{i}.txt").read_text() == f"common\ninput {i}\nX=x{i}\n"
+        if not transfer:  # written in place
+            assert (iwd / f"sub/{i}/n.txt").exists()
+            assert (iwd / f"logs/{i}.out").read_text() == f"stdout of {i}\n"
+            assert (iwd / f"logs/{i}.err").read_text() == f"stderr of {i}\n"
+            assert master.files[task.key] == []
+        elif style == "condor":  # top-level files only, output/error flattened into the iwd
+            assert not (iwd / "sub").exists() and not (iwd / "n.txt").exists()
+            assert (iwd / f"{i}.out").read_text() == f"stdout of {i}\n"
+            assert (iwd / f"{i}.err").read_text() == f"stderr of {i}\n"
+            assert not (iwd / "logs").exists()
+        else:  # improved: subdirectories kept, output/error directories created
+            assert (iwd / f"sub/{i}/n.txt").read_text() == "nested\n"
+            assert (iwd / f"logs/{i}.out").read_text() == f"stdout of {i}\n"
+            assert (iwd / f"logs/{i}.err").read_text() == f"stderr of {i}\n"
+        if transfer:
+            sent = {(e["kind"], e["path"]) for e in master.files[task.key]}
+            # inputs, the executable and the common file did not travel back: they did not change
+            assert not {("file", "job.sh"), ("file", "common.txt"), ("file", f"in.{i}")} & sent
+            assert ("file", f"out.{i}.txt") in sent
+    assert not list(home.glob("llic-work-*"))  # the agent cleaned up after itself
+
+
+def test_executable_and_common_files_are_linked_from_the_cache(pyz: Path, tmp_path: Path) -> None:
+    """The cached copies are reused (same inode), not copied or transferred per task."""
+    submit, home = tmp_path / "submit", tmp_path / "agent"
+    submit.mkdir()
+    home.mkdir()
+    (home / "common.txt").write_text("common\n")
+    (home / "job.sh").write_text('#!/bin/sh\nstat -c %i "$0" common.txt\n')
+    tasks = [p.Task(process=i, executable="job.sh", initialdir=str(submit)) for i in range(3)]
+    config = agent_input("TRANSFER", "condor", executable="job.sh", common_files=["common.txt"])
+    master = FakeMaster(tasks, window=2, transfer=True, common_files=("common.txt",))
+    proc = run_agent(pyz, home, master.port, config)
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    cached = f"{(home / 'job.sh').stat().st_ino}\n{(home / 'common.txt').stat().st_ino}\n"
+    assert [master.results[t.key].stdout_tail for t in tasks] == [cached] * 3
+    assert (home / "common.txt").stat().st_mode & 0o222 == 0  # read-only: a task cannot spoil it
+
+
+# ---------------------------------------------------------------------------------------------
+# exit codes, signals, failures
+
+
+def sh(proc: int, script: str, iwd: Path, **over: Any) -> p.Task:
+    return p.Task(process=proc, executable="/bin/sh", arguments=["-c", script], initialdir=str(iwd), **over)
+
+
+def test_exit_codes_signals_and_failures_come_back_in_results(pyz: Path, tmp_path: Path) -> None:
+    home = tmp_path / "agent"
+    tasks = [
+        sh(0, "echo before; kill -TERM $$", tmp_path),
+        sh(1, "exit 0", tmp_path, input="missing.txt"),  # cannot be prepared
+        p.Task(process=2, executable="/nonexistent/prog", initialdir=str(tmp_path)),  # cannot start
+        sh(
+            3,
+            'echo "$LLIC_T $HOME_SEEN" > env.out',
+            tmp_path,
+            environment={"LLIC_T": "t3", "HOME_SEEN": "yes"},
+        ),
+        sh(4, "head -c 10000 /dev/zero | tr '\\0' x; exit 7", tmp_path),
+        sh(5, "sleep 60 & echo $! > bg.pid; exit 0", tmp_path),  # leftovers are killed
+    ]
+    master = FakeMaster(tasks, window=3)
+    proc = run_agent(pyz, home, master.port, agent_input("NFS", "condor"))
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    r = master.results
+    assert (r[0, 0].status, r[0, 0].exit_code, r[0, 0].signal) == ("ok", None, signal.SIGTERM)
+    assert r[0, 0].stdout_tail == "before\n"
+    assert r[1, 0].status == "prepare_failed" and "missing.txt" in (r[1, 0].error or "")
+    assert r[2, 0].status == "launch_failed" and "/nonexistent/prog" in (r[2, 0].error or "")
+    assert (r[3, 0].status, r[3, 0].exit_code) == ("ok", 0)
+    assert (tmp_path / "env.out").read_text() == "t3 yes\n"
+    assert r[4, 0].exit_code == 7 and r[4, 0].stdout_tail == "x" * p.TAIL_SIZE
+    assert r[5, 0].exit_code == 0
+    bg = int((tmp_path / "bg.pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(bg) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(bg)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_transfer_prepare_failure_when_an_input_is_missing(pyz: Path, tmp_path: Path) -> None:
+    task = sh(0, "cat in.0", tmp_path, transfer_input_files=["in.0"])  # the master sends nothing
+    ok = sh(1, "echo fine > fine.txt", tmp_path)
+    master = FakeMaster([task, ok], window=2)
+    proc = run_agent(pyz, tmp_path / "agent", master.port, agent_input("TRANSFER", "condor"))
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert master.results[0, 0].status == "prepare_failed"
+    assert "in.0" in (master.results[0, 0].error or "")
+    assert master.results[1, 0].exit_code == 0
+    assert [e["path"] for e in master.files[1, 0]] == ["fine.txt"]
+
+
+def test_only_initial_tasks(pyz: Path, tmp_path: Path) -> None:
+    """A master with nothing more to send: the agent runs its initial tasks and leaves."""
+    initial = [sh(i, f"echo {i} > init.{i}", tmp_path) for i in range(3)]
+    config = agent_input("NFS", "improved", window=3, initial_tasks=[InitialTask(t) for t in initial])
+    master = FakeMaster([], window=3, initial=initial)
+    proc = run_agent(pyz, tmp_path / "agent", master.port, config)
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(master.results) == [(0, 0), (1, 0), (2, 0)]
+    assert [(tmp_path / f"init.{i}").read_text() for i in range(3)] == ["0\n", "1\n", "2\n"]
+
+
+def test_agent_runs_on_python39(pyz: Path, tmp_path: Path, python39: str) -> None:
+    submit, home = tmp_path / "submit", tmp_path / "agent"
+    submit.mkdir()
+    home.mkdir()
+    tasks, config = make_tasks(submit, home, "TRANSFER", "improved", n=3)
+    master = FakeMaster(
+        tasks[2:], window=2, style="improved", transfer=True, common_files=("common.txt",), initial=tasks[:2]
+    )
+    proc = run_agent(pyz, home, master.port, config, python=python39)
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert [master.results[t.key].exit_code for t in tasks] == [3, 3, 3]
+    assert (submit / "sub/2/n.txt").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# refusals and fatal errors: one clear line on stderr, exit 1
+
+
+def fatal_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("llic-agent: fatal: ")
+    return lines[0]
+
+
+def test_agent_with_the_wrong_secret_does_not_talk_to_the_master(pyz: Path, tmp_path: Path) -> None:
+    master = FakeMaster([sh(0, "touch ran", tmp_path)], window=1)
+    config = agent_input("NFS", "condor", secret=bytes(32))
+    line = fatal_line(run_agent(pyz, tmp_path / "agent", master.port, config))
+    master.join()
+    assert "failed to authenticate" in line
+    assert master.outcome == "agent hung up in the handshake"  # it never sent its proof
+    assert not (tmp_path / "ran").exists()
+
+
+def test_master_with_the_wrong_secret_is_refused(pyz: Path, tmp_path: Path) -> None:
+    master = FakeMaster([sh(0, "touch ran", tmp_path)], window=1, secret=b"x" * 32)
+    line = fatal_line(run_agent(pyz, tmp_path / "agent", master.port, agent_input("NFS", "condor")))
+    master.join()
+    assert "failed to authenticate" in line
+    assert not (tmp_path / "ran").exists()
+
+
+def test_agent_refused_by_the_master(pyz: Path, tmp_path: Path) -> None:
+    master = FakeMaster([], window=1, refuse=True)
+    line = fatal_line(run_agent(pyz, tmp_path / "agent", master.port, agent_input("NFS", "condor")))
+    master.join()
+    assert "refused this agent: not one of my agents" in line
+
+
+def test_unreachable_master(pyz: Path, tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as placeholder:
+        port = placeholder.getsockname()[1]
+    config = agent_input("NFS", "condor", connect_timeout=0.3)
+    line = fatal_line(run_agent(pyz, tmp_path / "agent", port, config))
+    assert f"cannot connect to the master at 127.0.0.1:{port}" in line
+
+
+def _task_with_path(path: str) -> Callable[[p.Task], bytes]:
+    def frames(task: p.Task) -> bytes:
+        msg = {"t": "task", "task": task.to_dict(), "files": [{"path": path, "size": 4, "mode": 0o644}]}
+        body = p.msgpack.packb(msg, use_bin_type=True)
+        return p.HEADER.pack(len(body)) + body + p.HEADER.pack(4) + b"evil"
+
+    return frames
+
+
+@pytest.mark.parametrize("path", ["../evil", "../../evil", "/tmp/llic-evil", "a/../../evil"])
+def test_file_names_cannot_escape_the_execution_directory(pyz: Path, tmp_path: Path, path: str) -> None:
+    home = tmp_path / "a" / "agent"
+    master = FakeMaster([sh(0, "true", tmp_path)], window=1, extra_frames=_task_with_path(path))
+    line = fatal_line(run_agent(pyz, home, master.port, agent_input("TRANSFER", "condor")))
+    master.join()
+    assert "protocol error" in line and "path" in line
+    assert not list(tmp_path.rglob("evil")) and not Path("/tmp/llic-evil").exists()
+
+
+def test_master_exceeding_the_window_is_a_protocol_error(pyz: Path, tmp_path: Path) -> None:
+    tasks = [sh(i, "sleep 0.5", tmp_path) for i in range(3)]
+    master = FakeMaster(tasks, window=1, over_window=True)
+    line = fatal_line(run_agent(pyz, tmp_path / "agent", master.port, agent_input("NFS", "condor", window=1)))
+    master.join()
+    assert "more than the window of 1" in line
+
+
+def test_connection_lost(pyz: Path, tmp_path: Path) -> None:
+    master = FakeMaster([sh(i, "sleep 0.2", tmp_path) for i in range(3)], window=2, hang_up_after=2)
+    line = fatal_line(run_agent(pyz, tmp_path / "agent", master.port, agent_input("NFS", "condor")))
+    master.join()
+    assert "closed the connection" in line
+
+
+def test_sigterm_stops_the_agent_and_its_task(pyz: Path, tmp_path: Path) -> None:
+    home = tmp_path / "agent"
+    home.mkdir()
+    master = FakeMaster([sh(0, "echo $$ > task.pid; exec sleep 60", tmp_path)], window=1)
+    config = agent_input("NFS", "condor")
+    (home / "agent.in").write_text(json.dumps(config.to_json()))
+    agent = subprocess.Popen(
+        [SYSTEM_PYTHON, "-I", str(pyz), "127.0.0.1", str(master.port), "a1", str(home / "agent.in")],
+        cwd=home,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pid_file = tmp_path / "task.pid"
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    task_pid = int(pid_file.read_text())
+    agent.send_signal(signal.SIGTERM)
+    _, err = agent.communicate(timeout=20)
+    assert agent.returncode == 128 + signal.SIGTERM
+    assert err.strip() == "llic-agent: stopped by signal 15"
+    assert not _alive(task_pid)
+    master.join()
+
+
+def test_bad_input_file_exits_2(pyz: Path, tmp_path: Path) -> None:
+    config = agent_input("NFS", "condor").to_json()
+    config["mode"] = "SOMETIMES"
+    proc = run_agent(pyz, tmp_path / "agent", 1, config)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "agent.in: mode: expected one of NFS" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": 2}, "format"),
+        ({"secret": "abc"}, "secret"),
+        ({"window": 0}, "window"),
+        ({"files_style": "fancy"}, "files_style"),
+        ({"common_files": ["../etc/passwd"]}, "common_files[0]"),
+        ({"executable": "/bin/sh"}, "executable"),
+        ({"initial_tasks": [{"task": {"process": 1}}]}, "initial_tasks[0]"),
+        (
+            {
+                "initial_tasks": [
+                    {"task": {"process": 1, "executable": "x", "initialdir": "/"}, "files": [["a"]]}
+                ]
+            },
+            "pair",
+        ),
+        ({"connect_timeout": -1}, "connect_timeout"),
+    ],
+)
+def test_input_file_validation(change: dict[str, Any], message: str) -> None:
+    data = agent_input("NFS", "condor").to_json()
+    data.update(change)
+    with pytest.raises(Exception, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_input(data, "agent.in")
+
+
+def test_input_file_round_trip() -> None:
+    task = p.Task(process=1, executable="x", initialdir="/d")
+    config = agent_input("TRANSFER", "improved", initial_tasks=[InitialTask(task, [("init/a", "a")])])
+    assert parse_input(json.loads(json.dumps(config.to_json()))) == config
+
+
+# ---------------------------------------------------------------------------------------------
+# the zipapp
+
+
+def test_zipapp_is_self_contained_and_uses_the_pure_python_msgpack(pyz: Path) -> None:
+    out = subprocess.run(
+        [SYSTEM_PYTHON, "-I", str(pyz), "--self-check"], capture_output=True, text=True, check=True
+    )
+    info = json.loads(out.stdout)
+    assert info["msgpack"] == "msgpack.fallback"
+    assert info["msgpack_file"].startswith(str(pyz))
+    assert info["protocol"] == p.PROTOCOL_VERSION
+    names = zipfile.ZipFile(pyz).namelist()
+    assert "llic/agent/__main__.py" in names and "msgpack/fallback.py" in names
+    assert not [n for n in names if n.endswith((".so", ".pyd", ".pyc"))]
+    assert not [n for n in names if n.startswith("llic/") and n.count("/") == 1 and n not in _SHIPPED]
+    assert pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+
+
+_SHIPPED = {"llic/__init__.py", "llic/protocol.py", "llic/files.py"}
+
+
+def test_build_is_reproducible_and_cached(tmp_path: Path, pyz: Path) -> None:
+    first = agent_build.build_agent(tmp_path / "one")
+    second = agent_build.build_agent(tmp_path / "two")
+    assert first.name == second.name == pyz.name
+    assert first.read_bytes() == second.read_bytes() == pyz.read_bytes()
+    mtime = first.stat().st_mtime_ns
+    time.sleep(0.01)
+    assert agent_build.build_agent(tmp_path / "one") == first
+    assert first.stat().st_mtime_ns == mtime  # reused, not rebuilt
+    assert [x.name for x in (tmp_path / "one").iterdir()] == [first.name]
+
+
+def test_shipped_modules_parse_as_python39() -> None:
+    import ast
+
+    for name, data in agent_build.agent_members().items():
+        if name.startswith("llic/"):
+            tree = ast.parse(data, name, feature_version=(3, 9))
+            assert tree is not None
+
+
+def test_in_process_agent_main_usage() -> None:
+    from llic.agent.__main__ import main
+
+    assert main([]) == 2
+    assert sys.modules["llic.agent.__main__"] is not None
