@@ -137,17 +137,24 @@ class Workspace:
     ) -> Job:
         """A Job ready to launch, or PrepareError saying why the task cannot run here."""
         try:
-            if self.config.transfer:
-                return self._prepare_transfer(task, list(blobs), list(initial_files))
-            if list(blobs):
-                raise PrepareError("the master sent input files in an NFS mode")
-            return self._prepare_nfs(task)
-        except UnsafePath as exc:
-            raise PrepareError(f"unsafe file name: {exc}") from None
-        except OSError as exc:
-            raise PrepareError(f"{exc.filename or 'preparing'}: {exc.strerror or exc}") from None
-        except ValueError as exc:  # e.g. a NUL byte in a name
-            raise PrepareError(str(exc)) from None
+            try:
+                if self.config.transfer:
+                    return self._prepare_transfer(task, list(blobs), list(initial_files))
+                if list(blobs):
+                    raise PrepareError("the master sent input files in an NFS mode")
+                return self._prepare_nfs(task)
+            except UnsafePath as exc:
+                raise PrepareError(f"unsafe file name: {exc}") from None
+            except OSError as exc:
+                raise PrepareError(f"{exc.filename or 'preparing'}: {exc.strerror or exc}") from None
+            except ValueError as exc:  # e.g. a NUL byte in a name
+                raise PrepareError(str(exc)) from None
+        except PrepareError:
+            shutil.rmtree(self._exec_dir(task), ignore_errors=True)  # half-prepared: nothing to keep
+            raise
+
+    def _exec_dir(self, task: protocol.Task) -> str:
+        return os.path.join(self.work, f"task-{task.process}.{task.attempt}")
 
     def _env(self, task: protocol.Task, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The agent's environment, then the agent's additions, then the task's own (which win)."""
@@ -203,7 +210,7 @@ class Workspace:
         blobs: list[tuple[Mapping[str, Any], bytes]],
         initial_files: list[tuple[str, str]],
     ) -> Job:
-        exec_dir = os.path.join(self.work, f"task-{task.process}.{task.attempt}")
+        exec_dir = self._exec_dir(task)
         if os.path.lexists(exec_dir):
             shutil.rmtree(exec_dir)
         os.mkdir(exec_dir, 0o700)
