@@ -33,7 +33,7 @@ class BulkChannel:
         replay_window: float = 30.0,
         timeout: float = 10.0,
     ) -> None:
-        self.sealer = Sealer(key, window=replay_window, name="bulk")
+        self.sealer = Sealer(key, window=replay_window, max_size=MAX_BULK, name="bulk")
         self.codec = codec
         self.on_message = on_message
         self.timeout = timeout
@@ -50,6 +50,16 @@ class BulkChannel:
         await trio.serve_tcp(self._handle, port, host=bind, task_status=task_status)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
+        """One connection, one message. Nothing a peer sends may end the server: an exception in
+        a handler would take down trio's serve_tcp, so everything unexpected is counted too."""
+        try:
+            await self._receive(stream)
+        except Exception as e:
+            self.codec.drop(DropReason.GARBAGE, "?", f"{type(e).__name__}: {e}")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _receive(self, stream: trio.SocketStream) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
@@ -66,13 +76,15 @@ class BulkChannel:
                         break
             except FrameTooLarge as e:
                 self.codec.drop(DropReason.OVERSIZED, peer, str(e))
+                return
             except trio.BrokenResourceError as e:
                 self.codec.drop(DropReason.BROKEN, peer, str(e))
+                return
         await stream.aclose()
         if data is not None:
             await self._deliver(data, peer)
-        elif decoder.pending() or scope.cancelled_caught:
-            self.codec.drop(DropReason.TRUNCATED, peer, f"{decoder.pending()} bytes, no complete frame")
+        elif decoder.pending or scope.cancelled_caught:
+            self.codec.drop(DropReason.TRUNCATED, peer, f"{decoder.pending} bytes, no complete frame")
 
     async def _deliver(self, data: bytes, peer: str) -> None:
         payload = self.sealer.open(data, time.time(), peer)
