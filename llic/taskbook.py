@@ -92,6 +92,18 @@ class TaskRecord:
     outcome: TaskOutcome | None = None  # done: its result; failed: the last failure
     completed: float | None = None  # master's clock when done or failed for good
 
+    def copy(self) -> TaskRecord:
+        return TaskRecord(
+            self.process,
+            self.state,
+            self.attempt,
+            self.failures,
+            self.chef,
+            set(self.failed_on),
+            self.outcome,
+            self.completed,
+        )
+
 
 @dataclass(frozen=True)
 class TaskCounts:
@@ -137,16 +149,8 @@ class TaskBook:
         for rec in records:
             if rec.process in book._tasks:
                 raise ValueError(f"process {rec.process} given twice")
-            rec = TaskRecord(
-                rec.process,
-                rec.state,
-                rec.attempt,
-                rec.failures,
-                None,
-                set(rec.failed_on),
-                rec.outcome,
-                rec.completed,
-            )
+            rec = rec.copy()
+            rec.chef = None
             if rec.state is TaskState.RUNNING:
                 rec.state = TaskState.QUEUED
                 book._queue.append(rec.process)
@@ -198,6 +202,10 @@ class TaskBook:
 
     def running_on(self, chef: int) -> frozenset[int]:
         return frozenset(self._by_chef.get(chef, ()))
+
+    def held(self, chef: int) -> int:
+        """How many tasks `chef`'s agent holds (len(running_on(chef)), without the copy)."""
+        return len(self._by_chef.get(chef, ()))
 
     def can_take(self, chef: int, others: Collection[int] = ()) -> bool:
         """Would take(chef, 1, others) give something?"""

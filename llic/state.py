@@ -1,0 +1,403 @@
+"""The master's state file (seed §3.6, §3.10): what a master restarted by HTCondor resumes from,
+and what master_q reads.
+
+Layout: a header line `llic-master-state <version> sha256:<hex>` and a JSON body (one task per
+line, so a person can read it). The checksum covers the body, so a torn or edited file is
+recognised instead of resumed from. Saving is atomic: write a temporary file in the same
+directory, fsync it, rename it over the old one, fsync the directory; a crash at any point leaves
+either the old or the new state, never a mix.
+
+A file that is missing, unreadable, damaged, of another version or not ours raises
+`StateFileError` naming the file and what is wrong. Nothing here deletes or overwrites such a
+file: `save_state` refuses to replace a file that is not an llic state file, and the master loads
+its state before it ever saves, so it stops on a damaged one.
+
+Where the files are: each master has an output directory (`master_output_dir`) under
+MASTER_OUTPUTS_DIR_PREFIX_PATH holding `master.<id>.state` (`state_file_name`);
+`find_state_files` (master_q ALL) looks for `master.*.state` there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.config import ConfigError
+from llic.chef import ChefRecord, ChefState, MasterCore, MasterStatus
+from llic.config import LlicConfig
+from llic.taskbook import TaskBook, TaskCounts, TaskOutcome, TaskRecord, TaskState
+
+MAGIC = "llic-master-state"
+VERSION = 1
+STATE_GLOB = "master.*.state"
+MASTER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class StateFileError(Exception):
+    """A state file that cannot be used; str() is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class MasterInfo:
+    """Who this master is: fixed when master_submitter creates it."""
+
+    master_id: str  # unique among masters, used in file and directory names
+    owner: str  # the submitting user
+    cluster: int  # the cluster number the tasks' $(Cluster) expands to
+    submit_file: str  # the queue block's submit description given to this master
+    block: int  # which queue statement of the user's submit file (0-based)
+
+    def __post_init__(self) -> None:
+        if not MASTER_ID.match(self.master_id):
+            raise ValueError(f"master id {self.master_id!r}: letters, digits, '_', '.', '-' only")
+
+
+@dataclass
+class MasterState:
+    info: MasterInfo
+    config: dict[str, Any]  # LlicConfig.snapshot() the master runs with
+    status: MasterStatus
+    started: float | None  # the master's first start (None: not started yet)
+    saved: float
+    run: int  # how many times the master has started (MasterCore.run)
+    tasks: list[TaskRecord]
+    chefs: list[ChefRecord]
+    counters: dict[str, int] = field(default_factory=dict)  # TaskBook.counters()
+    extra: dict[str, Any] = field(default_factory=dict)  # the driver's own (JSON) facts
+
+    def counts(self) -> TaskCounts:
+        by = dict.fromkeys(TaskState, 0)
+        for rec in self.tasks:
+            by[rec.state] += 1
+        return TaskCounts(
+            len(self.tasks),
+            by[TaskState.QUEUED],
+            by[TaskState.RUNNING],
+            by[TaskState.DONE],
+            by[TaskState.FAILED],
+        )
+
+    def agents_by_state(self) -> dict[str, int]:
+        counts = dict.fromkeys((s.value for s in ChefState), 0)
+        for chef in self.chefs:
+            counts[chef.state.value] += 1
+        return counts
+
+
+# ----------------------------------------------------------------------------- core <-> state
+
+
+def initial_state(info: MasterInfo, config: LlicConfig, processes: list[int], now: float) -> MasterState:
+    """A new master's state (every task queued, no chef yet): what master_submitter writes."""
+    book = TaskBook(processes, config.max_task_attempts)
+    return MasterState(info, config.snapshot(), MasterStatus.RUNNING, None, now, 0, book.records(), [])
+
+
+def snapshot(
+    core: MasterCore, info: MasterInfo, now: float, extra: dict[str, Any] | None = None
+) -> MasterState:
+    """The state to save now: a copy, so the core may go on while it is written."""
+    return MasterState(
+        info,
+        core.config.snapshot(),
+        core.status,
+        core.started,
+        now,
+        core.run,
+        [r.copy() for r in core.book.records()],
+        [replace(c, job_ids=list(c.job_ids)) for c in core.chef_records()],
+        core.book.counters(),
+        dict(extra or {}),
+    )
+
+
+def restore(state: MasterState, config: LlicConfig | None = None) -> MasterCore:
+    """The core a restarted master goes on with (then call `start`): results recorded before are
+    kept exactly once; tasks that were running are queued again (their agents are removed by
+    `start`). `config` defaults to the snapshot the master ran with."""
+    if config is None:
+        try:
+            config = LlicConfig.from_snapshot(state.config, source=f"state of master {state.info.master_id}")
+        except ConfigError as e:
+            raise StateFileError(str(e)) from None
+    book = TaskBook.from_records(state.tasks, config.max_task_attempts, state.counters)
+    chefs = [replace(c, job_ids=list(c.job_ids)) for c in state.chefs]
+    return MasterCore(book, config, chefs, state.started, state.run)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def state_file_name(master_id: str) -> str:
+    return f"master.{master_id}.state"
+
+
+def master_output_dir(prefix: str, master_id: str) -> Path:
+    """MASTER_OUTPUTS_DIR_PREFIX_PATH extended for one master (seed §5): a directory prefix
+    (existing, or ending in '/') gets a subdirectory `master.<id>`; any other prefix gets
+    `.<id>` appended (`/scratch/run` → `/scratch/run.<id>`)."""
+    if prefix.endswith("/") or os.path.isdir(prefix):
+        return Path(prefix) / f"master.{master_id}"
+    return Path(f"{prefix}.{master_id}")
+
+
+def find_state_files(prefix: str) -> list[Path]:
+    """Every `master.*.state` where master_output_dir puts them for `prefix` (and in the prefix
+    directory itself). Unreadable directories are skipped; the order is by path."""
+    base = Path(prefix)
+    dirs: list[Path] = []
+    if prefix.endswith("/") or base.is_dir():
+        dirs.append(base)
+        dirs += _subdirs(base, "")
+    else:
+        dirs += _subdirs(base.parent, base.name + ".")
+    found: set[Path] = set()
+    for d in dirs:
+        try:
+            found.update(p for p in d.glob(STATE_GLOB) if p.is_file())
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def _subdirs(directory: Path, starting: str) -> list[Path]:
+    try:
+        return sorted(d for d in directory.iterdir() if d.name.startswith(starting) and d.is_dir())
+    except OSError:
+        return []
+
+
+def save_state(path: Path, state: MasterState) -> None:
+    """Write atomically (temporary file, fsync, rename, fsync of the directory). Refuses to
+    replace a file that is not an llic state file."""
+    path = Path(path)
+    body = _encode(state)
+    header = f"{MAGIC} {VERSION} sha256:{hashlib.sha256(body).hexdigest()}\n".encode()
+    if path.exists() and not _looks_like_state(path):
+        raise StateFileError(f"{path}: exists and is not an llic master state file; not overwritten")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(header)
+                f.write(body)
+                f.flush()
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StateFileError(f"{path}: cannot save: {e.strerror or e}") from None
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_state(path: Path) -> MasterState:
+    """Read and check a state file; StateFileError (one line, naming the file) on any problem.
+    The file is never changed."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise StateFileError(f"{path}: no such state file") from None
+    except IsADirectoryError:
+        raise StateFileError(f"{path}: is a directory, not a state file") from None
+    except OSError as e:
+        raise StateFileError(f"{path}: cannot read: {e.strerror or e}") from None
+    header, newline, body = data.partition(b"\n")
+    try:
+        magic, version, digest = header.decode("ascii").split(" ")
+    except (UnicodeDecodeError, ValueError):
+        magic = version = digest = ""
+    if magic != MAGIC or not newline:
+        raise StateFileError(f"{path}: not an llic master state file (bad header)")
+    if version != str(VERSION):
+        raise StateFileError(
+            f"{path}: state file version {version[:20]!r}; this llic reads version {VERSION}"
+        )
+    if digest != "sha256:" + hashlib.sha256(body).hexdigest():
+        raise StateFileError(f"{path}: checksum mismatch: the file is damaged (torn write or edited)")
+    try:
+        body.decode("utf-8")
+        model = _Body.model_validate_json(body)
+    except UnicodeDecodeError as e:
+        raise StateFileError(f"{path}: unreadable body: {e}") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        if err["type"] == "json_invalid":
+            raise StateFileError(f"{path}: unreadable body: {err['msg']}") from None
+        where = ".".join(str(p) for p in err["loc"]) or "(body)"
+        raise StateFileError(f"{path}: wrong content at {where}: {err['msg']}") from None
+    try:
+        return _decode(model)
+    except ValueError as e:
+        raise StateFileError(f"{path}: inconsistent content: {e}") from None
+
+
+def _looks_like_state(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC) + 1) == f"{MAGIC} ".encode()
+    except OSError:
+        return False
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+def _encode(state: MasterState) -> bytes:
+    head = {
+        "master": vars(state.info),
+        "config": state.config,
+        "status": state.status.value,
+        "started": state.started,
+        "saved": state.saved,
+        "run": state.run,
+        "counters": state.counters,
+        "extra": state.extra,
+        "chefs": [{**vars(c), "state": c.state.value} for c in state.chefs],
+    }
+    text = json.dumps(head, separators=(",", ":"), ensure_ascii=False)
+    tasks = ",\n".join(
+        json.dumps(_task_json(t), separators=(",", ":"), ensure_ascii=False) for t in state.tasks
+    )
+    return (text[:-1] + ',"tasks":[\n' + tasks + "\n]}\n").encode("utf-8")
+
+
+def _task_json(rec: TaskRecord) -> dict[str, Any]:
+    """Defaults left out: a never-run task is `{"process":N,"state":"queued"}`."""
+    out: dict[str, Any] = {"process": rec.process, "state": rec.state.value}
+    if rec.attempt:
+        out["attempt"] = rec.attempt
+    if rec.failures:
+        out["failures"] = rec.failures
+    if rec.chef is not None:
+        out["chef"] = rec.chef
+    if rec.failed_on:
+        out["failed_on"] = sorted(rec.failed_on)
+    if rec.outcome is not None:
+        out["outcome"] = {k: v for k, v in vars(rec.outcome).items() if v not in (None, "")}
+    if rec.completed is not None:
+        out["completed"] = rec.completed
+    return out
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Info(_M):
+    master_id: str
+    owner: str
+    cluster: int
+    submit_file: str
+    block: int = Field(ge=0)
+
+
+class _Outcome(_M):
+    status: str
+    exit_code: int | None = None
+    signal: int | None = None
+    run_time: float = 0.0
+    host: str = ""
+    finished: float | None = None
+    error: str = ""
+
+
+class _Task(_M):
+    process: int = Field(ge=0)
+    state: Literal["queued", "running", "done", "failed"]
+    attempt: int = Field(0, ge=0)
+    failures: int = Field(0, ge=0)
+    chef: int | None = Field(None, ge=0)
+    failed_on: tuple[int, ...] = ()
+    outcome: _Outcome | None = None
+    completed: float | None = None
+
+
+class _Chef(_M):
+    index: int = Field(ge=0)
+    state: Literal["created", "launched", "running", "terminated", "unrecoverable"]
+    launches: int = Field(ge=0)
+    recoveries: int = Field(ge=0)
+    failures: int = Field(ge=0)
+    no_more_sent: bool
+    job_id: str | None
+    job_ids: list[str]
+
+
+class _Body(_M):
+    master: _Info
+    config: dict[str, Any]
+    status: Literal["running", "done", "gave_up", "stopped"]
+    started: float | None
+    saved: float
+    run: int = Field(ge=0)
+    counters: dict[str, int]
+    extra: dict[str, Any]
+    chefs: list[_Chef]
+    tasks: list[_Task]
+
+
+_TASK_STATES = {s.value: s for s in TaskState}
+
+
+def _decode(m: _Body) -> MasterState:
+    try:
+        info = MasterInfo(**m.master.model_dump())
+    except ValueError as e:
+        raise ValueError(f"master: {e}") from None
+    chefs = [
+        ChefRecord(
+            c.index,
+            ChefState(c.state),
+            c.launches,
+            c.recoveries,
+            c.failures,
+            c.no_more_sent,
+            c.job_id,
+            c.job_ids,
+        )
+        for c in m.chefs
+    ]
+    if [c.index for c in chefs] != list(range(len(chefs))):
+        raise ValueError("chefs are not numbered 0, 1, ... in order")
+    tasks: list[TaskRecord] = []
+    seen: set[int] = set()
+    for t in m.tasks:
+        if t.process in seen:
+            raise ValueError(f"process {t.process} appears twice")
+        seen.add(t.process)
+        state = _TASK_STATES[t.state]
+        if (state is TaskState.RUNNING) != (t.chef is not None):
+            raise ValueError(f"process {t.process}: a task has a chef exactly when it is running")
+        if t.chef is not None and t.chef >= len(chefs):
+            raise ValueError(f"process {t.process}: running on chef {t.chef}, which does not exist")
+        if state is TaskState.DONE and (t.outcome is None or t.outcome.status != "ok"):
+            raise ValueError(f"process {t.process}: done without a successful result")
+        o = t.outcome
+        outcome = (
+            None
+            if o is None
+            else TaskOutcome(o.status, o.exit_code, o.signal, o.run_time, o.host, o.finished, o.error)
+        )
+        tasks.append(
+            TaskRecord(
+                t.process, state, t.attempt, t.failures, t.chef, set(t.failed_on), outcome, t.completed
+            )
+        )
+    return MasterState(
+        info, m.config, MasterStatus(m.status), m.started, m.saved, m.run, tasks, chefs, m.counters, m.extra
+    )

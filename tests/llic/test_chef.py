@@ -1,0 +1,484 @@
+"""llic.chef: the chef state machine (seed §3.8) and the master's decisions (§3.7, §3.10).
+
+The property test at the end drives MasterCore through arbitrary interleavings of agent
+submissions, connections, results (failed, duplicated, stale), broken connections, agents
+vanishing from the schedd queue and master restarts, then lets the run finish, and checks that
+no task is lost, no result is recorded twice and no agent job is left behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llic.chef import (
+    Action,
+    AgentConnected,
+    AgentSubmitted,
+    ChefState,
+    CloseConnection,
+    ConnectionBroken,
+    MasterCore,
+    MasterStatus,
+    Output,
+    QueueSnapshot,
+    RefuseAgent,
+    RemoveAgents,
+    ResultReceived,
+    SendNoMoreTasks,
+    SendTasks,
+    SubmitAgent,
+    SubmitFailed,
+    parse_agent_name,
+)
+from llic.config import LlicConfig
+from llic.state import MasterInfo, restore, snapshot
+from llic.taskbook import Assignment, TaskOutcome, TaskState
+
+OK = TaskOutcome("ok", exit_code=0, host="n1")
+BAD = TaskOutcome("prepare_failed", error="input missing", host="n1")
+
+
+def of(out: Output, kind: type) -> list:
+    return [a for a in out.actions if isinstance(a, kind)]
+
+
+def tasks_sent(out: Output, agent: str) -> list[Assignment]:
+    return [t for a in of(out, SendTasks) if a.agent == agent for t in a.tasks]
+
+
+def started(n_tasks: int, slots: int, **cfg: int) -> tuple[MasterCore, list[SubmitAgent]]:
+    core = MasterCore.new(range(n_tasks), LlicConfig(**cfg))
+    out = core.start(slots, now=0.0)
+    return core, of(out, SubmitAgent)
+
+
+def test_agent_names() -> None:
+    assert parse_agent_name("1.2.3") == (1, 2, 3)
+    for bad in ("1.2", "a.b.c", "1.2.3.4", "", "1..2", "-1.2.3"):
+        assert parse_agent_name(bad) is None
+
+
+def test_as_many_chefs_as_slots_capped() -> None:
+    assert len(started(100, 7)[1]) == 7
+    assert len(started(100, 500, max_chefs_number=20)[1]) == 20
+    assert len(started(3, 50)[1]) == 3  # never more agents than tasks
+    assert len(started(10, 0)[1]) == 1  # a busy pool frees a slot eventually
+    core, submits = started(0, 10)
+    assert submits == [] and core.over and core.status is MasterStatus.DONE
+
+
+def test_chef_life_with_window_and_initial_tasks() -> None:
+    core, [sub] = started(10, 1, window_size=3, initial_jobs_number=2)
+    assert sub.agent == "1.0.1" and sub.initial == (Assignment(0, 1), Assignment(1, 1))
+    assert core.chefs[0].state is ChefState.LAUNCHED
+    core.handle(AgentSubmitted(sub.agent, "40.0"), 1.0)
+    out = core.handle(AgentConnected(sub.agent), 2.0)
+    assert core.chefs[0].state is ChefState.RUNNING
+    assert tasks_sent(out, sub.agent) == [Assignment(2, 1)]  # window 3, 2 already there
+    out = core.handle(ResultReceived(sub.agent, 0, 1, OK), 3.0)
+    assert tasks_sent(out, sub.agent) == [Assignment(3, 1)]
+    no_more = []
+    for p in range(1, 9):
+        out = core.handle(ResultReceived(sub.agent, p, 1, OK), 4.0)
+        no_more += [p for _ in of(out, SendNoMoreTasks)]
+    # once the queue cannot fill the window (at result 7; task 9 was the last): no_more_tasks, once
+    assert no_more == [7]
+    out = core.handle(ResultReceived(sub.agent, 9, 1, OK), 5.0)
+    assert of(out, SendNoMoreTasks) == [] and of(out, CloseConnection) == [
+        CloseConnection(sub.agent, "no more tasks for this agent")
+    ]
+    assert core.chefs[0].state is ChefState.TERMINATED and core.over and core.status is MasterStatus.DONE
+    out = core.finish(6.0)
+    assert of(out, RemoveAgents) == [RemoveAgents(("40.0",), "final cleanup: all tasks done")]
+
+
+def test_connect_with_empty_queue_says_no_more_and_terminates() -> None:
+    assert len(started(1, 2)[1]) == 1
+    core2 = MasterCore.new(range(2), LlicConfig(window_size=5))
+    a, b = of(core2.start(2, 0.0), SubmitAgent)
+    out = core2.handle(AgentConnected(a.agent), 1.0)
+    assert tasks_sent(out, a.agent) == [Assignment(0, 1), Assignment(1, 1)]
+    out = core2.handle(AgentConnected(b.agent), 1.0)
+    assert of(out, SendNoMoreTasks) == [SendNoMoreTasks(b.agent)] and of(out, CloseConnection)
+    assert core2.chefs[1].state is ChefState.TERMINATED
+
+
+def test_broken_connection_requeues_removes_and_resubmits_until_unrecoverable() -> None:
+    core, [sub] = started(4, 1, window_size=2, num_agent_recoveries=2)
+    agent = sub.agent
+    for recovery in range(1, 4):
+        core.handle(AgentSubmitted(agent, f"50.{recovery}"), 1.0)
+        out = core.handle(AgentConnected(agent), 1.0)
+        held = tasks_sent(out, agent)
+        assert len(held) == 2
+        out = core.handle(ConnectionBroken(agent, "reset by peer"), 2.0)
+        assert CloseConnection(agent, "connection broken: reset by peer") in out.actions
+        assert of(out, RemoveAgents)[0].job_ids == (f"50.{recovery}",)
+        assert core.book.queued == 4 and core.chefs[0].rec.recoveries == recovery
+        if recovery <= 2:
+            [sub] = of(out, SubmitAgent)
+            assert sub.launch == recovery + 1
+            agent = sub.agent
+        else:
+            assert of(out, SubmitAgent) == []
+    assert core.chefs[0].state is ChefState.UNRECOVERABLE
+    assert core.gave_up and core.over and core.status is MasterStatus.GAVE_UP
+    out = core.finish(3.0, "gave up")
+    assert of(out, RemoveAgents)[0].job_ids == ("50.1", "50.2", "50.3")
+
+
+def test_vanished_agent_is_recovered_and_others_are_not() -> None:
+    core, subs = started(10, 2, window_size=2)
+    core.handle(AgentSubmitted(subs[0].agent, "60.0"), 1.0)
+    core.handle(AgentSubmitted(subs[1].agent, "61.0"), 1.0)
+    core.handle(AgentConnected(subs[1].agent), 1.0)
+    out = core.handle(QueueSnapshot(frozenset({"61.0"})), 2.0)  # 60.0 left the queue before connecting
+    [resub] = of(out, SubmitAgent)
+    assert resub.chef == 0 and resub.launch == 2 and of(out, RemoveAgents)[0].job_ids == ("60.0",)
+    assert core.chefs[1].state is ChefState.RUNNING
+    # a chef whose job id is not known yet is left alone
+    out = core.handle(QueueSnapshot(frozenset({"61.0"})), 3.0)
+    assert out.actions == []
+
+
+def test_submit_failure_counts_as_agent_failure() -> None:
+    core, [sub] = started(3, 1, num_agent_recoveries=0)
+    out = core.handle(SubmitFailed(sub.agent, "schedd unreachable"), 1.0)
+    assert core.chefs[0].state is ChefState.UNRECOVERABLE and core.gave_up and out.actions == []
+
+
+def test_too_many_failed_tasks_fail_the_agent_and_tasks_go_elsewhere() -> None:
+    core, (a, b) = started(6, 2, window_size=3, max_task_failures=2)
+    out_a = core.handle(AgentConnected(a.agent), 1.0)
+    held = tasks_sent(out_a, a.agent)
+    out = core.handle(ResultReceived(a.agent, held[0].process, held[0].attempt, BAD), 2.0)
+    assert core.chefs[0].state is ChefState.RUNNING and core.chefs[0].rec.failures == 1
+    # chef 0 failed process 0, and chef 1 (launched) can take tasks: chef 0 gets another one
+    assert [t.process for t in tasks_sent(out, a.agent)] == [3]
+    out = core.handle(ResultReceived(a.agent, held[1].process, held[1].attempt, BAD), 3.0)
+    assert core.chefs[0].rec.recoveries == 1 and core.chefs[0].state is ChefState.LAUNCHED
+    assert CloseConnection(a.agent, "connection broken: x") not in out.actions
+    assert any(isinstance(x, CloseConnection) and x.agent == a.agent for x in out.actions)
+    out = core.handle(AgentConnected(b.agent), 4.0)
+    # the failed agent's tasks come back first: those it held (2, 3), then the failed ones (1, 0)
+    assert [t.process for t in tasks_sent(out, b.agent)] == [2, 3, 1]
+    assert core.book.take(0, 10, others=[1]) == [Assignment(4, 1), Assignment(5, 1)]  # 0 and 1 wait for b
+
+
+def test_stale_agents_are_refused_and_their_events_ignored() -> None:
+    core, [sub] = started(4, 1, window_size=2)
+    core.handle(AgentSubmitted(sub.agent, "70.0"), 1.0)
+    sent = tasks_sent(core.handle(AgentConnected(sub.agent), 1.0), sub.agent)
+    out = core.handle(AgentConnected(sub.agent), 1.5)
+    assert of(out, RefuseAgent) == [RefuseAgent(sub.agent, "already connected")]
+    [new] = of(core.handle(ConnectionBroken(sub.agent, "eof"), 2.0), SubmitAgent)
+    assert of(core.handle(AgentConnected(sub.agent), 3.0), RefuseAgent)
+    assert of(core.handle(AgentConnected("9.0.1"), 3.0), RefuseAgent)
+    assert of(core.handle(AgentConnected("garbage"), 3.0), RefuseAgent)
+    before = core.book.counts()
+    out = core.handle(ResultReceived(sub.agent, sent[0].process, sent[0].attempt, OK), 3.0)
+    assert core.book.counts() == before and core.book.ignored == 1 and out.actions == []
+    assert core.handle(ConnectionBroken(sub.agent, "late"), 3.0).actions == []
+    # the old launch's job id arriving late is removed at once and remembered
+    out = core.handle(AgentSubmitted(sub.agent, "70.9"), 4.0)
+    assert of(out, RemoveAgents) == [RemoveAgents(("70.9",), f"agent {sub.agent} is superseded")]
+    assert "70.9" in core.agent_job_ids()
+    assert new.agent != sub.agent
+
+
+def test_terminated_chefs_relaunched_when_tasks_come_back() -> None:
+    core, (a, b) = started(4, 2, window_size=2, max_task_failures=5)
+    sa = tasks_sent(core.handle(AgentConnected(a.agent), 1.0), a.agent)
+    out = core.handle(AgentConnected(b.agent), 1.0)
+    sb = tasks_sent(out, b.agent)
+    for t in sb:
+        out = core.handle(ResultReceived(b.agent, t.process, t.attempt, OK), 2.0)
+    assert core.chefs[1].state is ChefState.TERMINATED  # queue was empty: no_more_tasks, done
+    out = core.handle(ResultReceived(a.agent, sa[0].process, sa[0].attempt, OK), 3.0)
+    assert core.chefs[0].rec.no_more_sent
+    # a's last task fails: it goes back to the queue, nobody is accepting -> chef 1 launched again
+    out = core.handle(ResultReceived(a.agent, sa[1].process, sa[1].attempt, BAD), 4.0)
+    assert core.chefs[0].state is ChefState.TERMINATED
+    [again] = of(out, SubmitAgent)
+    assert again.chef == 1 and again.launch == 2
+    out = core.handle(AgentConnected(again.agent), 5.0)
+    assert tasks_sent(out, again.agent) == [Assignment(sa[1].process, 2)]
+
+
+def test_result_after_finish_is_ignored_and_late_submissions_removed() -> None:
+    core, [sub] = started(3, 1)
+    core.handle(AgentConnected(sub.agent), 1.0)
+    out = core.finish(2.0, "master removed")
+    assert core.status is MasterStatus.STOPPED and core.book.counts().running == 0
+    assert of(out, CloseConnection) == [CloseConnection(sub.agent, "master removed")]
+    out = core.handle(AgentSubmitted(sub.agent, "80.0"), 3.0)
+    assert of(out, RemoveAgents) == [RemoveAgents(("80.0",), f"agent {sub.agent} is superseded")]
+
+
+def test_restart_removes_old_agents_and_relaunches_without_counting_a_recovery() -> None:
+    core, subs = started(6, 2, window_size=2)
+    core.handle(AgentSubmitted(subs[0].agent, "90.0"), 1.0)
+    core.handle(AgentSubmitted(subs[1].agent, "91.0"), 1.0)
+    sent = tasks_sent(core.handle(AgentConnected(subs[0].agent), 1.0), subs[0].agent)
+    core.handle(ResultReceived(subs[0].agent, sent[0].process, sent[0].attempt, OK), 2.0)
+    state = snapshot(core, MasterInfo("m1", "alice", 5, "job.sub", 0), 3.0)
+    again = restore(state)
+    assert again.book.counts().running == 0 and again.book[sent[0].process].state is TaskState.DONE
+    out = again.start(2, 4.0)
+    assert again.save_now and again.run == 2
+    assert of(out, RemoveAgents)[0].job_ids == ("90.0", "91.0")
+    assert [(s.chef, s.launch, s.agent) for s in of(out, SubmitAgent)] == [(0, 2, "2.0.2"), (1, 2, "2.1.2")]
+    assert [c.rec.recoveries for c in again.chefs] == [0, 0]
+    assert of(again.handle(AgentConnected(subs[0].agent), 5.0), RefuseAgent)  # the old run's agent
+
+
+# ----------------------------------------------------------------------------- simulation
+
+
+@dataclass
+class SimAgent:
+    name: str
+    job: str | None = None
+    connected: bool = False
+    ever_connected: bool = False
+    held: list[Assignment] = field(default_factory=list)
+    sent_results: list[tuple[Assignment, TaskOutcome]] = field(default_factory=list)
+
+
+@dataclass
+class Sim:
+    """HTCondor, the agents and the master's process around a MasterCore."""
+
+    core: MasterCore
+    info: MasterInfo
+    restart_via: object = None  # callable(MasterState) -> MasterState: how a restart reads the state
+    jobs: int = 0
+    agents: dict[str, SimAgent] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)  # SubmitAgent not yet answered
+    alive: set[str] = field(default_factory=set)  # agent jobs in the schedd queue
+    submitted: set[str] = field(default_factory=set)  # every job id the schedd ever accepted
+    removed: set[str] = field(default_factory=set)
+    saved: object = None
+    ledger: dict[int, TaskOutcome] = field(default_factory=dict)  # accepted successful results
+    saved_ledger: dict[int, TaskOutcome] = field(default_factory=dict)
+    now: float = 0.0
+
+    def apply(self, out: Output) -> None:
+        if self.core.save_now:
+            self.save()
+        for action in out.actions:
+            self.act(action)
+
+    def act(self, action: Action) -> None:
+        match action:
+            case SubmitAgent(agent=name, initial=initial):
+                self.agents[name] = SimAgent(name, held=list(initial))
+                self.pending.append(name)
+            case RemoveAgents(job_ids=ids):
+                self.removed.update(ids)
+                self.alive.difference_update(ids)
+            case SendTasks(agent=name, tasks=tasks):
+                assert self.agents[name].connected
+                self.agents[name].held += tasks
+                assert len(self.agents[name].held) <= max(
+                    self.core.config.window_size, self.core.config.initial_jobs_number
+                )
+            case SendNoMoreTasks():
+                pass
+            case CloseConnection(agent=name) | RefuseAgent(agent=name):
+                if name in self.agents:
+                    self.agents[name].connected = False
+
+    def save(self) -> None:
+        self.saved = snapshot(self.core, self.info, self.now)
+        self.saved_ledger = dict(self.ledger)
+        self.core.dirty = self.core.save_now = False
+
+    def feed(self, event: object, check: bool = True) -> None:
+        self.now += 1.0
+        self.apply(self.core.handle(event, self.now))  # type: ignore[arg-type]
+        if check:
+            self.check()
+
+    def check(self) -> None:
+        book = self.core.book
+        counts = book.counts()
+        assert counts.queued + counts.running + counts.done + counts.failed == counts.total
+        for chef in self.core.chefs:
+            if chef.state not in (ChefState.LAUNCHED, ChefState.RUNNING):
+                assert not book.running_on(chef.index)
+            if chef.state is ChefState.RUNNING and not chef.rec.no_more_sent:
+                assert len(book.running_on(chef.index)) <= max(
+                    self.core.config.window_size, self.core.config.initial_jobs_number
+                )
+        for process, outcome in self.ledger.items():
+            assert book[process].state is TaskState.DONE and book[process].outcome == outcome
+        assert {r.process for r in book.records() if r.state is TaskState.DONE} == set(self.ledger)
+
+    # --- what the outside world does
+
+    def answer_submission(self, index: int, ok: bool) -> None:
+        name = self.pending.pop(index % len(self.pending))
+        if not ok:
+            return self.feed(SubmitFailed(name, "schedd said no"))
+        self.jobs += 1
+        job = f"{self.jobs}.0"
+        self.agents[name].job = job
+        self.alive.add(job)
+        self.submitted.add(job)
+        self.feed(AgentSubmitted(name, job))
+
+    def startable(self) -> list[SimAgent]:
+        return [a for a in self.agents.values() if a.job in self.alive and not a.ever_connected]
+
+    def connect(self, agent: SimAgent) -> None:
+        agent.connected = agent.ever_connected = True
+        self.feed(AgentConnected(agent.name))
+
+    def connected(self) -> list[SimAgent]:
+        return [a for a in self.agents.values() if a.connected]
+
+    def result(self, agent: SimAgent, index: int, ok: bool) -> None:
+        task = agent.held.pop(index % len(agent.held))
+        outcome = TaskOutcome("ok", exit_code=task.process % 5, host=agent.name) if ok else BAD
+        before = self.core.book[task.process]
+        current = before.state is TaskState.RUNNING and before.attempt == task.attempt
+        agent.sent_results.append((task, outcome))
+        self.feed(ResultReceived(agent.name, task.process, task.attempt, outcome), check=False)
+        if ok and current and self.core.book[task.process].state is TaskState.DONE:
+            assert task.process not in self.ledger, "a result recorded twice"
+            self.ledger[task.process] = outcome
+        self.check()
+
+    def duplicate(self, agent: SimAgent, index: int) -> None:
+        task, outcome = agent.sent_results[index % len(agent.sent_results)]
+        before = self.core.book.counts()
+        self.feed(ResultReceived(agent.name, task.process, task.attempt, outcome))
+        assert self.core.book.counts() == before
+
+    def kill(self, agent: SimAgent) -> None:
+        """The agent dies: its job leaves the queue, its connection breaks."""
+        self.alive.discard(agent.job or "")
+        if agent.connected:
+            agent.connected = False
+            self.feed(ConnectionBroken(agent.name, "killed"))
+
+    def restart(self, slots: int) -> None:
+        """The master crashes; HTCondor starts it again from the last saved state."""
+        for a in self.agents.values():
+            a.connected = False
+        self.pending.clear()  # submissions under way died with the master (before the schedd saw them)
+        state = self.saved if self.restart_via is None else self.restart_via(self.saved)  # type: ignore[operator]
+        self.core = restore(state)
+        self.ledger = dict(self.saved_ledger)
+        self.now += 1.0
+        self.apply(self.core.start(slots, self.now))
+        self.check()
+
+    def run_to_the_end(self) -> None:
+        """A fair world: submissions succeed, agents connect and return good results."""
+        for _ in range(10_000):
+            if self.core.over:
+                break
+            if self.pending:
+                self.answer_submission(0, True)
+            elif self.startable():
+                self.connect(self.startable()[0])
+            elif any(a.held for a in self.connected()):
+                agent = next(a for a in self.connected() if a.held)
+                self.result(agent, 0, True)
+            else:
+                self.feed(QueueSnapshot(frozenset(self.alive)))
+                # agents that were told no_more_tasks and hold nothing exit
+                for a in list(self.agents.values()):
+                    if not a.connected and a.ever_connected and not a.held:
+                        self.alive.discard(a.job or "")
+        assert self.core.over
+        self.now += 1.0
+        self.apply(self.core.finish(self.now))
+        self.save()
+
+
+STEPS = [
+    "submit",
+    "submit_fail",
+    "connect",
+    "ok",
+    "fail",
+    "dup",
+    "break",
+    "kill",
+    "snapshot",
+    "save",
+    "restart",
+]
+
+
+def simulate(data: st.DataObject, restart_via: object = None) -> Sim:
+    n = data.draw(st.integers(0, 15), label="tasks")
+    slots = data.draw(st.integers(0, 4), label="slots")
+    config = LlicConfig(
+        window_size=data.draw(st.integers(1, 3), label="window"),
+        initial_jobs_number=data.draw(st.integers(0, 2), label="initial"),
+        num_agent_recoveries=data.draw(st.integers(0, 3), label="recoveries"),
+        max_task_failures=data.draw(st.integers(1, 3), label="max failures"),
+        max_task_attempts=data.draw(st.integers(1, 3), label="max attempts"),
+    )
+    core = MasterCore.new(range(n), config)
+    sim = Sim(core, MasterInfo("sim", "tester", 1, "job.sub", 0), restart_via)
+    sim.save()
+    sim.apply(core.start(slots, 0.0))
+    for step in data.draw(st.lists(st.sampled_from(STEPS), max_size=120), label="steps"):
+        k = data.draw(st.integers(0, 100))
+        if sim.core.over:
+            break
+        if step in ("submit", "submit_fail") and sim.pending:
+            sim.answer_submission(k, step == "submit")
+        elif step == "connect" and sim.startable():
+            sim.connect(sim.startable()[k % len(sim.startable())])
+        elif step in ("ok", "fail") and any(a.held for a in sim.connected()):
+            agents = [a for a in sim.connected() if a.held]
+            sim.result(agents[k % len(agents)], k, step == "ok")
+        elif step == "dup" and any(a.sent_results for a in sim.agents.values()):
+            agents = [a for a in sim.agents.values() if a.sent_results]
+            sim.duplicate(agents[k % len(agents)], k)
+        elif step == "break" and sim.connected():
+            agent = sim.connected()[k % len(sim.connected())]
+            agent.connected = False
+            sim.feed(ConnectionBroken(agent.name, "reset"))
+        elif step == "kill" and sim.alive:
+            agents = [a for a in sim.agents.values() if a.job in sim.alive]
+            sim.kill(agents[k % len(agents)])
+        elif step == "snapshot":
+            sim.feed(QueueSnapshot(frozenset(sim.alive)))
+        elif step == "save":
+            sim.save()
+        elif step == "restart":
+            sim.restart(slots)
+    sim.run_to_the_end()
+    return sim
+
+
+def check_end(sim: Sim) -> None:
+    core = sim.core
+    assert core.over
+    if core.status is MasterStatus.DONE:
+        assert all(r.state in (TaskState.DONE, TaskState.FAILED) for r in core.book.records())
+    else:
+        assert core.status is MasterStatus.GAVE_UP
+        assert all(c.state is ChefState.UNRECOVERABLE for c in core.chefs)
+    # no zombies: every agent job the schedd ever accepted was removed at the end
+    assert sim.submitted <= set(core.agent_job_ids())
+    assert sim.submitted <= sim.removed
+    assert not sim.alive
+    # every result recorded exactly once, and only those
+    done = {r.process: r.outcome for r in core.book.records() if r.state is TaskState.DONE}
+    assert done == sim.ledger
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data())
+def test_any_interleaving_finishes_with_nothing_lost_nothing_twice_no_zombies(data: st.DataObject) -> None:
+    check_end(simulate(data))

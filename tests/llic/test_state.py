@@ -1,0 +1,240 @@
+"""llic.state: the master's state file survives crashes, refuses damage, never destroys a file."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llic.chef import AgentConnected, AgentSubmitted, ChefState, MasterCore, MasterStatus, ResultReceived
+from llic.config import LlicConfig
+from llic.state import (
+    MasterInfo,
+    MasterState,
+    StateFileError,
+    find_state_files,
+    initial_state,
+    load_state,
+    master_output_dir,
+    restore,
+    save_state,
+    snapshot,
+    state_file_name,
+)
+from llic.taskbook import TaskOutcome, TaskState
+from tests.llic.test_chef import check_end, simulate, tasks_sent
+
+INFO = MasterInfo("1234.0", "alice", 1234, "/home/alice/job.sub", 0)
+OK = TaskOutcome("ok", exit_code=0, run_time=0.25, host="node7", finished=100.5)
+
+
+def busy_core() -> MasterCore:
+    """A core in mid-run: results done and failed, chefs in several states."""
+    core = MasterCore.new(range(8), LlicConfig(window_size=2, max_task_attempts=1))
+    a, _ = core.start(2, 10.0).actions
+    core.handle(AgentSubmitted(a.agent, "55.0"), 11.0)  # type: ignore[union-attr]
+    sent = tasks_sent(core.handle(AgentConnected(a.agent), 12.0), a.agent)  # type: ignore[union-attr]
+    core.handle(ResultReceived(a.agent, sent[0].process, sent[0].attempt, OK), 13.0)  # type: ignore[union-attr]
+    bad = TaskOutcome("launch_failed", error="no such file: ünïcode", host="node8")
+    core.handle(ResultReceived(a.agent, sent[1].process, sent[1].attempt, bad), 14.0)  # type: ignore[union-attr]
+    return core
+
+
+def saved(tmp_path: Path, core: MasterCore | None = None) -> tuple[Path, MasterState]:
+    path = tmp_path / state_file_name(INFO.master_id)
+    state = snapshot(core or busy_core(), INFO, 15.0, extra={"port": 2853})
+    save_state(path, state)
+    return path, state
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path, state = saved(tmp_path)
+    loaded = load_state(path)
+    assert loaded == state
+    assert loaded.counts().done == 1 and loaded.counts().failed == 1 and loaded.counts().running == 2
+    assert loaded.extra == {"port": 2853} and loaded.run == 1 and loaded.status is MasterStatus.RUNNING
+    assert [c.state for c in loaded.chefs] == [ChefState.RUNNING, ChefState.LAUNCHED]
+
+
+def test_file_layout_header_checksum_and_one_task_per_line(tmp_path: Path) -> None:
+    path, state = saved(tmp_path)
+    header, body = path.read_bytes().split(b"\n", 1)
+    assert header == f"llic-master-state 1 sha256:{hashlib.sha256(body).hexdigest()}".encode()
+    assert body.count(b'\n{"process":') == len(state.tasks)
+    assert b'{"process":7,"state":"queued"}' in body
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
+
+
+def test_restore_requeues_running_and_keeps_results(tmp_path: Path) -> None:
+    path, _ = saved(tmp_path)
+    core = restore(load_state(path))
+    counts = core.book.counts()
+    assert (counts.done, counts.failed, counts.running, counts.queued) == (1, 1, 0, 6)
+    done = next(r for r in core.book.records() if r.state is TaskState.DONE)
+    assert done.outcome == OK
+    assert core.config == LlicConfig(window_size=2, max_task_attempts=1) and core.run == 1
+    out = core.start(2, 20.0)
+    assert core.run == 2 and core.agent_job_ids() == ["55.0"]
+    assert out.actions[0].job_ids == ("55.0",)  # type: ignore[union-attr]
+
+
+def test_initial_state_then_start(tmp_path: Path) -> None:
+    path = tmp_path / "master.x.state"
+    save_state(path, initial_state(INFO, LlicConfig(), [0, 1, 2, 5], now=1.0))
+    state = load_state(path)
+    assert state.started is None and state.chefs == [] and state.counts().queued == 4
+    core = restore(state)
+    out = core.start(10, 2.0)
+    assert len(out.actions) == 4 and core.started == 2.0
+
+
+def test_missing_file_is_a_clear_error_and_creates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "master.gone.state"
+    with pytest.raises(StateFileError, match=f"^{path}: no such state file$"):
+        load_state(path)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def _corrupt_cases(good: bytes) -> dict[str, tuple[bytes, str]]:
+    header, body = good.split(b"\n", 1)
+
+    def signed(new_body: bytes, version: str = "1") -> bytes:
+        return (
+            f"llic-master-state {version} sha256:{hashlib.sha256(new_body).hexdigest()}\n".encode() + new_body
+        )
+
+    flipped = bytearray(good)
+    flipped[min(len(header) + 20, len(good) - 1)] ^= 0x01
+    return {
+        "bit flip": (bytes(flipped), "checksum mismatch: the file is damaged"),
+        "truncated": (good[: len(good) // 2], "checksum mismatch"),
+        "empty": (b"", "not an llic master state file"),
+        "binary": (b"\x00\xff\xfe garbage", "not an llic master state file"),
+        "someone else's": (b"[global]\nx = 1\n", "not an llic master state file"),
+        "newer version": (signed(body, "2"), "state file version '2'; this llic reads version 1"),
+        "not utf-8": (signed(b"\xff\xfe{}"), "unreadable body"),
+        "not json": (signed(b"{not json"), "unreadable body"),
+        "wrong schema": (
+            signed(body.replace(b'"status":"running"', b'"status":"asleep"')),
+            "wrong content at status",
+        ),
+        "missing field": (signed(body.replace(b'"run":1,', b"")), "wrong content at run"),
+        "unknown field": (signed(body.replace(b'"run":1,', b'"run":1,"x":2,')), "wrong content at x"),
+        "duplicate task": (
+            signed(body.replace(b'{"process":7,"state":"queued"}', b'{"process":6,"state":"queued"}')),
+            "inconsistent content: process 6 appears twice",
+        ),
+        "running without chef": (
+            signed(body.replace(b'{"process":7,"state":"queued"}', b'{"process":7,"state":"running"}')),
+            "inconsistent content: process 7: a task has a chef exactly when it is running",
+        ),
+        "bad master id": (
+            signed(body.replace(b'"1234.0"', b'"../x"')),
+            "inconsistent content: master: master id",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(_corrupt_cases(b"x\ny")))
+def test_corrupt_file_is_a_clear_error_and_left_untouched(tmp_path: Path, case: str) -> None:
+    path, _ = saved(tmp_path)
+    content, expected = _corrupt_cases(path.read_bytes())[case]
+    path.write_bytes(content)
+    before = os.stat(path)
+    with pytest.raises(StateFileError) as info:
+        load_state(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and expected in message and "\n" not in message
+    assert path.read_bytes() == content and os.stat(path).st_mtime_ns == before.st_mtime_ns
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_bad_config_snapshot_is_a_state_error(tmp_path: Path) -> None:
+    _, state = saved(tmp_path)
+    state.config["WINDOW_SIZE"] = 0
+    with pytest.raises(StateFileError, match=r"state of master 1234\.0: WINDOW_SIZE"):
+        restore(state)
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    with pytest.raises(StateFileError, match="is a directory"):
+        load_state(tmp_path)
+
+
+def test_save_never_overwrites_a_file_that_is_not_a_state_file(tmp_path: Path) -> None:
+    path = tmp_path / "master.1.state"
+    path.write_text("precious\n")
+    with pytest.raises(StateFileError, match="exists and is not an llic master state file; not overwritten"):
+        save_state(path, initial_state(INFO, LlicConfig(), [0], now=0.0))
+    assert path.read_text() == "precious\n" and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_a_crash_during_save_leaves_the_old_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, state = saved(tmp_path)
+    old = path.read_bytes()
+
+    def crash(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(StateFileError, match="cannot save: No space left on device"):
+        save_state(path, initial_state(INFO, LlicConfig(), [0], now=0.0))
+    assert path.read_bytes() == old and load_state(path) == state
+    assert sorted(tmp_path.iterdir()) == [path]  # the temporary file is gone
+
+
+def test_save_into_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(StateFileError, match="cannot save"):
+        save_state(tmp_path / "nope" / "master.1.state", initial_state(INFO, LlicConfig(), [0], now=0.0))
+
+
+def test_master_id_is_checked() -> None:
+    for bad in ("", "../etc", "a/b", ".hidden", "a b"):
+        with pytest.raises(ValueError):
+            MasterInfo(bad, "u", 1, "s", 0)
+
+
+def test_output_dirs_and_finding_state_files(tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    assert master_output_dir(str(outputs), "7.0") == outputs / "master.7.0"
+    assert master_output_dir(str(tmp_path / "new") + "/", "7.0") == tmp_path / "new" / "master.7.0"
+    assert master_output_dir(str(tmp_path / "run"), "7.0") == tmp_path / "run.7.0"
+    state = initial_state(INFO, LlicConfig(), [0], now=0.0)
+    files = []
+    for prefix, mid in ((str(outputs), "1.0"), (str(outputs), "2.0"), (str(tmp_path / "run"), "3.0")):
+        d = master_output_dir(prefix, mid)
+        d.mkdir()
+        files.append(d / state_file_name(mid))
+        save_state(files[-1], state)
+    (outputs / "master.1.0" / ".master.1.0.state.tmp-99").write_text("half")  # a crashed save
+    (outputs / "master.1.0" / "master.1.0.in").write_text("not ours")
+    (tmp_path / "run.other").mkdir()
+    assert find_state_files(str(outputs)) == files[:2]
+    assert find_state_files(str(outputs) + "/") == files[:2]
+    assert find_state_files(str(tmp_path / "run")) == files[2:]
+    assert find_state_files(str(tmp_path / "absent")) == []
+
+
+# ----------------------------------------------------------------------------- property
+
+
+def _through_a_file(directory: Path):  # type: ignore[no-untyped-def]
+    def restart_via(state: MasterState) -> MasterState:
+        path = directory / state_file_name(state.info.master_id)
+        save_state(path, state)
+        return load_state(path)
+
+    return restart_via
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_restarts_through_the_state_file_lose_nothing_and_record_nothing_twice(data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        check_end(simulate(data, restart_via=_through_a_file(Path(tmp))))
