@@ -17,4 +17,6 @@ def master_submitter(argv: list[str] | None = None) -> int:
 
 
 def master_q(argv: list[str] | None = None) -> int:
-    return _reserved("master_q", argv)
+    from llic.master_q import main
+
+    return main(argv)
