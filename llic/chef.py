@@ -486,7 +486,6 @@ class MasterCore:
         return out
 
     def handle(self, event: MasterEvent, now: float) -> Output:
-        self.dirty = True
         if isinstance(event, QueueSnapshot):
             out = Output()
             for chef in self.chefs:
@@ -494,7 +493,9 @@ class MasterCore:
                 if chef.active and job is not None and job not in event.alive_job_ids:
                     out.extend(self._to_chef(chef, AgentVanished(chef.agent), now))
             out.extend(self._balance(now))
+            self.dirty = self.dirty or bool(out.actions)  # a quiet poll changes nothing
             return out
+        self.dirty = True
         out = Output()
         if isinstance(event, AgentSubmitted):
             self.save_now = True

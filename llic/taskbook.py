@@ -117,6 +117,12 @@ class TaskCounts:
     def unfinished(self) -> int:
         return self.queued + self.running
 
+    def __str__(self) -> str:
+        return (
+            f"{self.total} tasks: {self.done} done, {self.failed} failed, {self.running} running,"
+            f" {self.queued} queued"
+        )
+
 
 class TaskBook:
     """All tasks of one master. Results are accepted once, from the run that is current."""
