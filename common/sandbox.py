@@ -6,14 +6,42 @@ import json
 import os
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from common.condor import DaemonKind, DaemonRef, Gateway
 
+T = TypeVar("T")
+
 REPO = Path(__file__).resolve().parents[1]
 SANDBOX = REPO / "deploy" / "sandbox"
+
+
+def poll_until(
+    what: str,
+    predicate: Callable[[], T],
+    *,
+    timeout: float = 90.0,
+    poll: float = 0.5,
+    logs: Iterable[Path] = (),
+) -> T:
+    """Poll until predicate() is truthy (an OSError, e.g. a control socket not there yet, counts
+    as not yet); on timeout, fail with the tails of the daemons' logs."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except OSError:
+            pass
+        time.sleep(poll)
+    tails = {str(f): f.read_text()[-2500:] for f in logs if f.exists()}
+    raise TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(tails, indent=1))
 
 
 class SandboxError(RuntimeError):

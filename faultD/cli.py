@@ -31,14 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(path: Path) -> Any:
-    from common.overlay.auth import KeyFileError, load_ring_key
     from faultD.config import FaultdConfig
 
     config = load_config(path, FaultdConfig)
-    try:
-        load_ring_key(config.ring.key_file)
-    except KeyFileError as e:
-        raise ConfigError(f"{path}: ring.key_file: {e}") from None
+    config.ring.check_key(path)
     if not config.condor.config_dir.is_dir():
         raise ConfigError(f"{path}: condor.config_dir: {config.condor.config_dir} is not a directory")
     return config

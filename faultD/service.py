@@ -13,7 +13,6 @@ Tasks, all in one trio nursery:
 
 from __future__ import annotations
 
-import math
 import os
 import random
 from collections import Counter, deque
@@ -29,6 +28,7 @@ from common.overlay.ids import node_id_from_name
 from common.overlay.messages import Peer
 from common.overlay.node import BroadcastReceived, Delivered, Event, Joined, LeafSetChanged, Received
 from common.service import sd_notify, serve_control, signal_loop, watchdog_loop
+from common.timer import Wakeup
 from common.wire import Message, MessageCodec
 from faultD.condor_role import CondorRole, CondorRoleError
 from faultD.config import FaultdConfig
@@ -69,8 +69,7 @@ class FaultDaemon:
         self.counters: Counter[str] = Counter()
         self.history: deque[str] = deque(maxlen=50)
         self.condor_error: str | None = None
-        self._wakeup = math.inf
-        self._timer_scope: trio.CancelScope | None = None
+        self._wakeup = Wakeup()
         self._events_in, self._events_out = trio.open_memory_channel[Event | tuple[Message, str]](1000)
         self._actions_in, self._actions_out = trio.open_memory_channel[CondorAction](100)
 
@@ -85,7 +84,7 @@ class FaultDaemon:
                 assert self.overlay.core is not None
                 await nursery.start(self.bulk.serve, cfg.ring.bind, self._bulk_port())
                 nursery.start_soon(self._event_loop)
-                nursery.start_soon(self._timer_loop)
+                nursery.start_soon(self._wakeup.run, self._on_timer)
                 nursery.start_soon(self._condor_loop)
                 nursery.start_soon(self._replication_loop)
                 await nursery.start(serve_control, cfg.daemon.control_socket, self._control)
@@ -153,24 +152,16 @@ class FaultDaemon:
             elif isinstance(item, Delivered | Received | BroadcastReceived):
                 await self._apply(self.role.on_message(item.payload, now))
 
-    async def _timer_loop(self) -> None:
-        while True:
-            with trio.CancelScope(deadline=self._wakeup) as scope:
-                self._timer_scope = scope
-                await trio.sleep_forever()
-            self._timer_scope = None
-            if self.role is not None and trio.current_time() >= self._wakeup:
-                self._wakeup = math.inf
-                await self._apply(self.role.on_timer(trio.current_time()))
+    async def _on_timer(self, now: float) -> None:
+        if self.role is not None:
+            await self._apply(self.role.on_timer(now))
 
     async def _apply(self, out: RoleOutput) -> None:
         for note in out.notes:
             log.info(note)
             self.history.append(note)
         if out.wakeup is not None:
-            self._wakeup = out.wakeup
-            if self._timer_scope is not None:
-                self._timer_scope.deadline = out.wakeup
+            self._wakeup.set(out.wakeup)
         for action in out.condor:
             await self._actions_in.send(action)
         for msg in out.broadcasts:

@@ -7,7 +7,6 @@ sandbox root. Host 0 is the original central manager.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from typing import Any, TypeVar
 
 from common.condor import DaemonKind, DaemonRef
 from common.overlay.auth import generate_key_file
-from common.sandbox import Sandbox, SandboxPool, sandbox_cli
+from common.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
 from common.service import query_control
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,16 +193,5 @@ log_level = "info"
         return names
 
     def wait(self, what: str, predicate: Callable[[], T], timeout: float = 90.0, poll: float = 0.5) -> T:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = predicate()
-                if last:
-                    return last
-            except OSError:
-                pass
-            time.sleep(poll)
-        files = [self.log_file(j) for j in range(self.nhosts)]
-        logs = {str(f): f.read_text()[-2500:] for f in files if f.exists()}
-        raise TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(logs, indent=1))
+        logs = [self.log_file(j) for j in range(self.nhosts)]
+        return poll_until(what, predicate, timeout=timeout, poll=poll, logs=logs)

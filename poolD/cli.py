@@ -58,12 +58,7 @@ def _load(path: Path) -> Any:
     config = load_config(path, PooldConfig)
     if config.daemon.policy_file is not None:
         Policy.load(config.daemon.policy_file)
-    from common.overlay.auth import KeyFileError, load_ring_key
-
-    try:
-        load_ring_key(config.ring.key_file)
-    except KeyFileError as e:
-        raise ConfigError(f"{path}: ring.key_file: {e}") from None
+    config.ring.check_key(path)
     return config
 
 

@@ -8,17 +8,15 @@ shows a whole cycle quickly.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from common.overlay.auth import generate_key_file
-from common.sandbox import Sandbox, SandboxPool
+from common.sandbox import Sandbox, SandboxPool, poll_until
 from common.service import query_control
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,18 +125,8 @@ control_socket = "{self.socket(name)}"
 
     def wait(self, what: str, predicate: Callable[[], T], timeout: float = 90.0) -> T:
         """Poll until predicate() is truthy; on timeout, fail with the poolds' recent logs."""
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = predicate()
-                if last:
-                    return last
-            except OSError:
-                pass  # a control socket not there yet
-            time.sleep(0.5)
-        logs = {n: self.log_file(n).read_text()[-3000:] for n in self.names if self.log_file(n).exists()}
-        raise TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(logs, indent=1))
+        logs = [self.log_file(n) for n in self.names]
+        return poll_until(what, predicate, timeout=timeout, logs=logs)
 
     def flock_to(self, name: str) -> str:
         """FLOCK_TO as the pool's schedd sees it, read with condor_config_val ('' if none)."""

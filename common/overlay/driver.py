@@ -14,7 +14,6 @@ and a nonce. What fails the seal or the codec is dropped and counted; the node k
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
@@ -25,11 +24,12 @@ import structlog
 import trio
 from pydantic import Field, field_validator
 
-from common.config import StrictModel
-from common.overlay.auth import Sealer, load_ring_key
+from common.config import ConfigError, StrictModel
+from common.overlay.auth import KeyFileError, Sealer, load_ring_key
 from common.overlay.ids import id_hex, node_id_from_name, parse_id
 from common.overlay.messages import Peer, overlay_codec
 from common.overlay.node import Event, Output, OverlayNode, OverlayParams
+from common.timer import Wakeup
 from common.wire import MAX_DATAGRAM, Message
 
 log = structlog.get_logger("overlay")
@@ -77,6 +77,13 @@ class RingConfig(StrictModel):
     def identity(self) -> int:
         return parse_id(self.node_id) if self.node_id else node_id_from_name(self.node_name)
 
+    def check_key(self, config_path: Path) -> None:
+        """A daemon's config is only good with a usable key: report it as a config error."""
+        try:
+            load_ring_key(self.key_file)
+        except KeyFileError as e:
+            raise ConfigError(f"{config_path}: ring.key_file: {e}") from None
+
 
 class UdpOverlay:
     """Runs one overlay node: receives and seals datagrams, fires its timers, applies its output.
@@ -95,8 +102,7 @@ class UdpOverlay:
         self.on_event = on_event
         self.core: OverlayNode | None = None
         self._sock: trio.socket.SocketType | None = None
-        self._timer_scope: trio.CancelScope | None = None
-        self._wakeup = math.inf
+        self._wakeup = Wakeup()
         self.sent = 0
         self.received = 0
 
@@ -122,7 +128,7 @@ class UdpOverlay:
             self._sock = sock
             log.info("overlay listening", addr=advertise, node_id=id_hex(me.id), bootstrap=cfg.bootstrap)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._timer_loop)
+                nursery.start_soon(self._wakeup.run, self._on_timer)
                 await self._apply(self.core.start(trio.current_time(), cfg.bootstrap))
                 task_status.started()
                 await self._receive_loop()
@@ -145,21 +151,13 @@ class UdpOverlay:
             self.received += 1
             await self._apply(self.core.on_message(msg, trio.current_time()))
 
-    async def _timer_loop(self) -> None:
-        while True:
-            with trio.CancelScope(deadline=self._wakeup) as scope:
-                self._timer_scope = scope
-                await trio.sleep_forever()
-            self._timer_scope = None
-            if trio.current_time() >= self._wakeup and self.core is not None:
-                self._wakeup = math.inf
-                await self._apply(self.core.on_timer(trio.current_time()))
+    async def _on_timer(self, now: float) -> None:
+        if self.core is not None:
+            await self._apply(self.core.on_timer(now))
 
     async def _apply(self, out: Output) -> None:
         if out.wakeup is not None:
-            self._wakeup = out.wakeup
-            if self._timer_scope is not None:
-                self._timer_scope.deadline = out.wakeup
+            self._wakeup.set(out.wakeup)
         for event in out.events:
             if self.on_event is not None:
                 self.on_event(event)
