@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-sandbox:
+# install-selforg puts this project into the root (llic's master runs there); its pip download
+# runs on this machine, with the venv's pip.
+sandbox: venv
 	$(SANDBOX) provision
+	$(SANDBOX) install-selforg
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd (systemd-analyze checks the unit files)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd; }
 
