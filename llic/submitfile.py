@@ -1,0 +1,1860 @@
+"""HTCondor submit files, resolved into tasks the way `condor_submit` (23.9) resolves them.
+
+Why this exists: `master_submitter` takes the user's own submit file and runs its jobs as llic
+tasks, so every task must get exactly the executable, arguments, environment, files and
+directory that `condor_submit` would have given the job. htcondor2's `Submit` keeps only the first
+queue statement and cannot list per-job values, and the bindings may only be imported by
+`common/condor/worker.py`, so this module reads submit files itself (standard library only).
+
+It follows HTCondor's own code (condor_utils/config.cpp, submit_utils.cpp, condor_submit.V6/
+submit.cpp, condor_arglist.cpp, env.cpp at v23.9.6) and is checked against the real
+`condor_submit -dry-run` by tests/llic/test_dryrun_condor.py. What it reads:
+
+- lines: `#` comments, blank lines, continuation with a trailing `\\` (a `#` line inside a
+  continuation counts as blank, a `#` line never continues), leading/trailing white space trimmed;
+- `name = value` with case-insensitive names (macro references in a name are expanded),
+  `+Attr = value` / `MY.Attr = value` (stored as `MY.Attr`), `-Attr =`;
+- macros, expanded lazily when a value is used (as condor does): `$(X)`, `$(X:default)` (the
+  default when X is undefined or empty), `$(DOLLAR)`, `$$(X)` left for HTCondor, `$ENV(X)`
+  (`UNDEFINED` when unset, `$ENV(X:default)`), `$Fpdnxbqa(X)`, `$BASENAME(X)`, `$DIRNAME(X)`,
+  `$SUBSTR(X,start[,len])`, `$CHOICE(i,list)`, `$INT(X[,fmt])`; a self reference (`X = $(X) more`)
+  is expanded when the line is read;
+- the built-in macros `$(Process)`/`$(ProcId)`, `$(Cluster)`/`$(ClusterId)`, `$(JobId)`,
+  `$(Item)` and the other queue variables, `$(ItemIndex)`/`$(Row)`, `$(Step)`, `$(Node)`,
+  `$(SUBMIT_FILE)`, `$(SUBMIT_TIME)`, `$(Year)`/`$(Month)`/`$(Day)`, `$(ARCH)`, `$(OPSYS)`,
+  `$(IsLinux)`, `$(IsWindows)`;
+- every queue form: `queue`, `queue N`, `queue [N] [VARS] in|from|matching [files|dirs|any]
+  [slice] (items)`, items on the line, in a `( ... )` block over several lines, or `from FILE`;
+  N is an integer expression; several variables per item split as condor_submit does (at the
+  first `,`, space or tab; the last variable takes the rest; a variable an item has no field for
+  keeps its previous value); `matching` globs relative to the working directory (directories
+  get a trailing `/`, duplicates across patterns are dropped);
+- `executable` (absolute: relative to the working directory unless `transfer_executable = false`),
+  `arguments` (new syntax in double quotes with `''`/`""` escapes and single-quote grouping, old
+  syntax with `\\"`), `arguments2`, `environment`/`env` (new syntax, or old `;`-separated with an
+  optional leading delimiter), `environment2`, `getenv = true`, `input`/`output`/`error` (and
+  `stdin`/`stdout`/`stderr`), `initialdir` (relative to the working directory),
+  `transfer_input_files`, `transfer_output_files`, `should_transfer_files`,
+  `when_to_transfer_output`, `universe` (vanilla only).
+
+The working directory (`cwd`) plays the part of condor_submit's current directory: `initialdir`,
+a relative `executable`, `queue ... from FILE` and `queue ... matching` are relative to it (not
+to the submit file's directory, as condor_submit does too). `master_submitter` passes its own
+current directory.
+
+condor_submit behaviours reproduced on purpose, because they change what a job gets:
+- several queue statements form one cluster and process numbers continue, until the raw
+  `executable` changes: then a new cluster starts and process numbers restart at 0;
+- a job whose `input`/`output`/`error`/`arguments`/`transfer_input_files`/
+  `transfer_output_files`/`executable` expands to nothing takes the value of the first job of
+  the submission (its "cluster ad"; each new cluster's first job updates it), and a job's
+  `environment` is merged over that first job's environment;
+- after a queue statement with variables, those variables are `<Queue_item>` for later ones;
+- `initialdir` must be a directory and a transferred executable must exist (condor_submit refuses
+  the submission otherwise); input files are not checked (condor_submit 23.9 skips that check).
+
+Rejected with a SubmitFileError (condor_submit knows them, llic does not need them):
+`include`, `use`, `if`/`elif`/`else`/`endif`, `error :`/`warning :`, `name @= TAG` multi-line
+values, `queue ... from CMD |` and `from -`, `$RANDOM_CHOICE()`, `$RANDOM_INTEGER()`, `$REAL()`,
+`$STRING()`, `$EVAL()`, `$Ff(...)` (full path), `$(OPSYSVER)` and the other macros that come
+from the submit machine's HTCondor configuration, `getenv` with a list of names, universes other
+than vanilla, environment entries without `=`, negative slice steps. A value condor would
+compute with ClassAd expressions (queue counts, `$INT()`) is limited to integer arithmetic.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import glob as globmod
+import json
+import os
+import platform
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Mode",
+    "QueueBlock",
+    "SubmitFile",
+    "SubmitFileError",
+    "TaskSpec",
+    "parse_submit_file",
+    "parse_submit_text",
+]
+
+NULL_FILE = "/dev/null"
+QUEUE_ITEM_UNUSED = "<Queue_item>"  # what condor_submit leaves in the variables of a finished queue
+DIRECTIVE = "#llic: "  # first line of QueueBlock.submit_text(): what the text alone cannot say
+_WS = " \t\n\v\f\r"  # C isspace()
+_MAX_EXPANSIONS = 100_000
+
+
+class SubmitFileError(ValueError):
+    """A submit file llic cannot run; the message is `file:line: what`."""
+
+    def __init__(self, where: str, line: int | None, message: str) -> None:
+        self.where = where
+        self.line = line
+        self.reason = message
+        super().__init__(f"{where}:{line}: {message}" if line else f"{where}: {message}")
+
+
+class _ExpandError(Exception):
+    """A macro could not be expanded; turned into a SubmitFileError by the caller, who knows the line."""
+
+
+class Mode(enum.StrEnum):
+    """How an agent gets at a task's files (seed §3.3): in place on a shared file system, or sent
+    by the master; `_INITIALDIR` when the submit file sets an initial directory (then no input
+    file is common to all tasks)."""
+
+    NFS = "NFS"
+    NFS_INITIALDIR = "NFS_INITIALDIR"
+    TRANSFER = "TRANSFER"
+    TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One job of the submit file as condor_submit resolves it: what a master hands an agent.
+
+    `input`/`output`/`error` are None for no redirection (condor's /dev/null) and relative to
+    `initialdir` unless absolute; `initialdir` is absolute; `arguments` are split as the job
+    gets them.
+    """
+
+    process: int
+    cluster: int
+    executable: str
+    arguments: tuple[str, ...]
+    environment: Mapping[str, str]
+    input: str | None
+    output: str | None
+    error: str | None
+    initialdir: str
+    transfer_input_files: tuple[str, ...]
+    transfer_output_files: tuple[str, ...] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """What `master_submitter --dry-run` prints for this task (JSON-able)."""
+        return {
+            "executable": self.executable,
+            "arguments": list(self.arguments),
+            "environment": dict(self.environment),
+            "input": self.input,
+            "output": self.output,
+            "error": self.error,
+            "initialdir": self.initialdir,
+            "transfer_input_files": list(self.transfer_input_files),
+            "process": self.process,
+            "cluster": self.cluster,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-able (to_json plus transfer_output_files)."""
+        data = self.to_json()
+        out = self.transfer_output_files
+        data["transfer_output_files"] = None if out is None else list(out)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskSpec:
+        out = data.get("transfer_output_files")
+        return cls(
+            process=int(data["process"]),
+            cluster=int(data["cluster"]),
+            executable=str(data["executable"]),
+            arguments=tuple(str(a) for a in data["arguments"]),
+            environment={str(k): str(v) for k, v in dict(data["environment"]).items()},
+            input=data.get("input"),
+            output=data.get("output"),
+            error=data.get("error"),
+            initialdir=str(data["initialdir"]),
+            transfer_input_files=tuple(str(f) for f in data["transfer_input_files"]),
+            transfer_output_files=None if out is None else tuple(str(f) for f in out),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# lines (condor's getline_implementation with the submit-file options)
+
+
+class _Lines:
+    """Logical lines of a submit file: continuations joined, both ends trimmed."""
+
+    def __init__(self, text: str) -> None:
+        self._phys = text.split("\n")
+        if self._phys and self._phys[-1] == "":
+            self._phys.pop()  # the newline that ends the last line
+        self._next = 0
+
+    def next(self) -> tuple[int, str] | None:
+        """(number of the first physical line, logical line), None at the end."""
+        buf = ""
+        start = self._next + 1
+        first = True
+        while True:
+            if self._next >= len(self._phys):
+                return (start, buf) if buf else None
+            seg = self._phys[self._next].rstrip(_WS).lstrip(_WS)
+            self._next += 1
+            in_comment = seg.startswith("#")
+            if in_comment and not first:
+                seg = seg[-1:]  # a commented line inside a continuation: only its last character stays
+                in_comment = False
+            buf += seg
+            if buf.endswith("\\"):
+                buf = buf[:-1]
+                if not in_comment:
+                    first = False
+                    continue
+            return start, buf
+
+
+# ---------------------------------------------------------------------------------------------
+# macro expansion (config.cpp: next_config_macro, expand_macro, evaluate_macro_func)
+
+_SPECIALS = {
+    "$ENV": "ENV",
+    "$RANDOM_CHOICE": "RANDOM_CHOICE",
+    "$RANDOM_INTEGER": "RANDOM_INTEGER",
+    "$CHOICE": "CHOICE",
+    "$SUBSTR": "SUBSTR",
+    "$INT": "INT",
+    "$REAL": "REAL",
+    "$STRING": "STRING",
+    "$EVAL": "EVAL",
+    "$BASENAME": "BASENAME",
+    "$DIRNAME": "DIRNAME",
+}
+_COLON_EXTRA = "$ ,\\:"
+
+
+def _isidchar(c: str) -> bool:
+    return ("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9") or c in "_./"
+
+
+def _is_alnum(c: str) -> bool:
+    return ("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9")
+
+
+def _classify_prefix(prefix: str) -> tuple[str | None, bool]:
+    """(kind, body is identifier-with-default) for the text between `$` and `(`; kind None: no macro."""
+    if prefix == "$":
+        return "NORMAL", True
+    if len(prefix) > 1 and prefix[1] == "$":
+        return None, False
+    if prefix[1] == "F" and all(c.lower() in "pnxdqabfwu" for c in prefix[2:]):
+        return "FILENAME", False
+    kind = _SPECIALS.get(prefix)
+    return kind, kind == "ENV"
+
+
+@dataclass
+class _Found:
+    kind: str
+    func: str  # the prefix without "$"
+    start: int  # index of "$"
+    body: str
+    end: int  # index after ")"
+
+
+def _next_macro(text: str, pos: int, skip: Callable[[str, str], bool]) -> _Found | None:
+    """The next macro reference at or after pos that `skip(kind, body)` does not reject."""
+    tvalue = pos
+    n = len(text)
+    while True:
+        while True:  # find "$prefix(" with a prefix we know
+            d = text.find("$", tvalue)
+            if d < 0:
+                return None
+            p = d + 1
+            if p < n and text[p] == "$":
+                p += 1
+            while p < n and (_is_alnum(text[p]) or text[p] == "_"):
+                p += 1
+            if p < n and text[p] == "(":
+                kind, idcolon = _classify_prefix(text[d:p])
+                if kind is not None:
+                    break
+            tvalue = p
+        body_start = p + 1
+        q = body_start
+        if not idcolon:
+            while q < n and text[q] != ")":
+                q += 1
+        else:
+            after_colon = False
+            bad = False
+            while q < n and text[q] != ")":
+                c = text[q]
+                q += 1
+                if c == ":" and not after_colon:
+                    after_colon = True
+                    continue
+                if after_colon:
+                    if c == "(":
+                        close = text.find(")", q)
+                        if close >= 0:
+                            q = close + 1
+                            continue
+                    elif c in _COLON_EXTRA:
+                        continue
+                if not _isidchar(c):
+                    bad = True
+                    break
+            if bad:
+                tvalue = body_start
+                continue
+        if q < n and text[q] == ")":
+            body = text[body_start:q]
+            if skip(kind, body):
+                tvalue = q
+                continue
+            return _Found(kind, text[d + 1 : p], d, body, q + 1)
+        tvalue = body_start
+
+
+Lookup = Callable[[str], str | None]
+
+
+class _Expander:
+    """Expands macro references against one set of macros (a lookup function) and an environment."""
+
+    def __init__(self, lookup: Lookup, environ: Mapping[str, str]) -> None:
+        self.lookup = lookup
+        self.environ = environ
+        self._count = 0
+
+    def expand(self, text: str, *, self_name: str | None = None) -> str:
+        """condor's expand_macro (or expand_self_macro when self_name is given)."""
+        if "$" not in text:
+            return text
+        if self_name is None:
+
+            def skip(kind: str, body: str) -> bool:
+                return kind == "NORMAL" and body.upper() == "DOLLAR"
+
+        else:
+            low = self_name.lower()
+
+            def skip(kind: str, body: str) -> bool:
+                if kind not in ("NORMAL", "FILENAME"):
+                    return True
+                return body.lower() != low and not body.lower().startswith(low + ":")
+
+        while True:
+            found = _next_macro(text, 0, skip)
+            if found is None:
+                break
+            self._count += 1
+            if self._count > _MAX_EXPANSIONS or len(text) > 1_000_000:
+                raise _ExpandError("macro expansion does not end (a macro refers to itself?)")
+            text = text[: found.start] + self._evaluate(found) + text[found.end :]
+        if self_name is None:
+            while True:
+                found = _next_macro(
+                    text, 0, lambda kind, body: not (kind == "NORMAL" and body.upper() == "DOLLAR")
+                )
+                if found is None:
+                    break
+                text = text[: found.start] + "$" + text[found.end :]
+        return text
+
+    def _evaluate(self, found: _Found) -> str:
+        kind, body = found.kind, found.body
+        if kind == "NORMAL":
+            name, colon, default = body.partition(":")
+            value = self.lookup(name)
+            if colon and not value:
+                return default
+            return value or ""
+        if kind == "ENV":
+            name, colon, default = body.partition(":")
+            value = self.environ.get(name)
+            if value is None:
+                return default if colon else "UNDEFINED"
+            return value
+        if kind in ("FILENAME", "BASENAME", "DIRNAME"):
+            mval = self.lookup(body)
+            if mval is None:
+                mval = body
+            if "$" in mval:
+                mval = self.expand(mval)
+            return _filename_parts(kind, found.func, mval)
+        if kind == "SUBSTR":
+            return self._substr(body)
+        if kind == "CHOICE":
+            return self._choice(body)
+        if kind == "INT":
+            name, comma, fmt = body.partition(",")
+            mval = self._lookup_expand(name)
+            value = _int_expr(mval)
+            if value is None:
+                raise _ExpandError(f"$INT() macro: {mval} does not evaluate to an integer")
+            return _c_int_format(fmt, value) if comma else str(value)
+        raise _ExpandError(f"${found.func}() is not supported by llic")
+
+    def _lookup_expand(self, name: str) -> str:
+        mval = self.lookup(name)
+        if mval is None:
+            mval = name
+        return self.expand(mval) if "$" in mval else mval
+
+    def _substr(self, body: str) -> str:
+        name, comma, rest = body.partition(",")
+        if not comma:
+            raise _ExpandError("$SUBSTR() macro: no length specified")
+        start_arg, comma2, len_arg = rest.partition(",")
+        start = _int_expr(self._lookup_expand(start_arg))
+        if start is None:
+            raise _ExpandError(f"$SUBSTR() macro: {start_arg} is invalid start index")
+        length = 2**30
+        if comma2:
+            got = _int_expr(self._lookup_expand(len_arg))
+            if got is None:
+                raise _ExpandError(f"$SUBSTR() macro: {len_arg} is invalid length")
+            length = got
+        mval = self.lookup(name)
+        if mval is None:
+            return ""
+        if "$" in mval:
+            mval = self.expand(mval)
+        cch = len(mval)
+        if start < 0:
+            start += cch
+        start = min(max(start, 0), cch)
+        cch -= start
+        if length < 0:
+            length += cch
+        length = min(max(length, 0), cch)
+        return mval[start : start + length]
+
+    def _choice(self, body: str) -> str:
+        entries = [e.strip(_WS) for e in body.split(",")]
+        if len(entries) < 2:
+            raise _ExpandError("$CHOICE() macro: no index")
+        index = _int_expr(self._lookup_expand(entries[0]))
+        if index is None or index < 0:
+            raise _ExpandError(f"$CHOICE() macro: {entries[0]} is invalid index")
+        items = entries[1:]
+        if len(entries) == 2:
+            lval = self.lookup(entries[1])
+            if lval is None:
+                raise _ExpandError(f'$CHOICE() macro: no list named "{entries[1]}"')
+            if "$" in lval:
+                lval = self.expand(lval)
+            items = _split_trim(lval, ",")
+        if index >= len(items):
+            raise _ExpandError(f"$CHOICE() macro: index {index} is out of range")
+        return items[index]
+
+
+def _split_trim(text: str, delims: str = ", \t\r\n") -> list[str]:
+    """condor's split()/StringTokenIterator: tokens between delimiters, trimmed, empty ones dropped."""
+    out = []
+    for piece in re.split("[" + re.escape(delims) + "]", text):
+        piece = piece.strip(_WS)
+        if piece:
+            out.append(piece)
+    return out
+
+
+def _filename_parts(kind: str, func: str, mval: str) -> str:
+    """$F...(), $BASENAME(), $DIRNAME(): parts of a file name (config.cpp, SPECIAL_MACRO_ID_FILENAME)."""
+    parts = num_dirs = 0
+    quoted = bare = arg_quote = False
+    to_path = ""
+    if kind == "BASENAME":
+        parts = 3
+    elif kind == "DIRNAME":
+        parts = 4
+    else:
+        for ch in func[1:].lower():
+            if ch == "x":
+                parts |= 1
+            elif ch == "n":
+                parts |= 2
+            elif ch == "p":
+                parts |= 4
+            elif ch == "d":
+                parts |= 8
+                num_dirs += 1
+            elif ch == "a":
+                arg_quote = True
+            elif ch == "b":
+                bare = True
+            elif ch == "f":
+                raise _ExpandError(f"${func}(): the f (full path) flag is not supported by llic")
+            elif ch == "w":
+                to_path = "\\"
+            elif ch == "u":
+                to_path = "/"
+            elif ch == "q":
+                quoted = True
+    quote = ("'" if arg_quote else '"') if quoted else ""
+    s = mval
+    if len(s) > 1 and s[0] == s[-1] and s[0] in "\"'":
+        s = s[1:-1]
+    if s and (s[0] == '"' or (quote and s[0] == quote)):
+        q = s[0]
+        s = s[1:]
+        if s and s[-1] == q:
+            s = s[:-1]
+    if to_path:
+        s = s.replace("/" if to_path == "\\" else "\\", to_path)
+    ixend = len(s)
+    ixn = s.rfind("/") + 1
+    ext = s.rfind(".", ixn + 1)
+    ixx = ext if ext > ixn else ixend
+    if ixn == 0 and parts & 3:
+        parts &= ~(4 | 8)
+    start = 0
+    sel = parts & 0xF
+    if sel == 1:
+        start = ixx + 1 if bare and ixx < ixend else ixx
+    elif sel in (2, 3):
+        start = ixn
+        if sel == 2:
+            ixend = ixx
+    elif sel == 4:
+        ixend = ixn - 1 if bare and ixn > 0 else ixn
+    elif sel == 6:
+        ixend = ixx
+    elif sel in (0, 5, 7):
+        pass
+    elif ixn > 0:
+        seps = [i + 1 for i, c in enumerate(s) if c in "/\\"]
+        seps = seps[: len(seps) - num_dirs] if num_dirs <= len(seps) else []
+        start = seps[-1] if seps else 0
+        if parts & 3 == 2:
+            ixend = ixx
+        elif parts & 3 == 0:
+            ixend = ixn - 1 if bare and ixn > 0 else ixn
+    else:
+        start = ixend = 0
+    result = s[start:ixend] if ixend > start else ""
+    return f"{quote}{result}{quote}" if quoted else result
+
+
+_INT_OPS: dict[type[ast.AST], Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: int(a / b),
+    ast.Mod: lambda a, b: a - b * int(a / b),
+}
+
+
+def _int_expr(text: str) -> int | None:
+    """An integer from condor's string_is_long_param, limited to integer arithmetic."""
+    text = text.strip(_WS)
+    if not text or len(text) > 200:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return None
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            value = ev(node.operand)
+            return -value if isinstance(node.op, ast.USub) else value
+        if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
+            return _INT_OPS[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError(text)
+
+    try:
+        return ev(tree)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _c_int_format(fmt: str, value: int) -> str:
+    """printf an integer with a C format (length modifiers dropped)."""
+    py = re.sub(r"%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|j|z|t)?([diouxXc])", r"%\1\2", fmt)
+    py = py.replace("%i", "%d").replace("%u", "%d")
+    try:
+        return py % value
+    except (TypeError, ValueError) as e:
+        raise _ExpandError(f"$INT() macro: '{fmt}' is not a valid format specifier") from e
+
+
+# ---------------------------------------------------------------------------------------------
+# arguments and environment (condor_arglist.cpp, env.cpp)
+
+
+def _v2_quoted_to_raw(text: str) -> str:
+    """The inside of a double-quoted (new syntax) value; `""` is a literal `"`."""
+    s = text.lstrip(_WS)
+    assert s.startswith('"')
+    i, out = 1, []
+    while i < len(s):
+        c = s[i]
+        if c == '"':
+            if i + 1 < len(s) and s[i + 1] == '"':
+                out.append('"')
+                i += 2
+                continue
+            rest = s[i + 1 :]
+            if rest.strip(_WS):
+                raise ValueError(
+                    "Unexpected characters following double-quote.  Did you forget to escape the "
+                    f"double-quote by repeating it?  Here is the quote and trailing characters: {s[i:]}"
+                )
+            return "".join(out)
+        out.append(c)
+        i += 1
+    raise ValueError("Unterminated double-quote.")
+
+
+def split_args(raw: str) -> list[str]:
+    """New-syntax argument splitting: white space separates, single quotes group, `''` is a quote."""
+    args: list[str] = []
+    buf: list[str] = []
+    token = False
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == "'":
+            start = i
+            i += 1
+            token = True
+            while i < len(raw):
+                if raw[i] == "'":
+                    if i + 1 < len(raw) and raw[i + 1] == "'":
+                        buf.append("'")
+                        i += 2
+                        continue
+                    break
+                buf.append(raw[i])
+                i += 1
+            if i >= len(raw):
+                raise ValueError(f"Unbalanced quote starting here: {raw[start:]}")
+            i += 1
+        elif c in " \t\n\r":
+            i += 1
+            if token:
+                args.append("".join(buf))
+                buf, token = [], False
+        else:
+            token = True
+            buf.append(c)
+            i += 1
+    if token:
+        args.append("".join(buf))
+    return args
+
+
+def _split_v1_args(raw: str) -> list[str]:
+    return [a for a in re.split("[ \t\n\r]+", raw) if a]
+
+
+def parse_arguments(value: str, *, v2_only: bool = False) -> list[str]:
+    """An `arguments` value as condor splits it (new syntax if it starts with a double quote)."""
+    if value.lstrip(_WS).startswith('"'):
+        return split_args(_v2_quoted_to_raw(value))
+    if v2_only:
+        raise ValueError("Expecting double-quoted input string (V2 format).")
+    out, i = [], 0
+    while i < len(value):
+        if value[i] == '"':
+            raise ValueError(f"Found illegal unescaped double-quote: {value[i:]}")
+        if value[i] == "\\" and i + 1 < len(value) and value[i + 1] == '"':
+            out.append('"')
+            i += 2
+            continue
+        out.append(value[i])
+        i += 1
+    return _split_v1_args("".join(out))
+
+
+def _env_entry(entry: str, env: dict[str, str]) -> None:
+    name, eq, val = entry.partition("=")
+    if not eq:
+        if "$$" in entry:
+            raise ValueError(
+                f"environment entry '{entry}' without '=' (a $$() entry) is not supported by llic"
+            )
+        raise ValueError(f"Missing '=' after environment variable '{entry}'.")
+    if not name:
+        raise ValueError(f"missing variable in '{entry}'.")
+    env[name] = val
+
+
+def parse_v2_environment(raw: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """New-syntax environment (already without its double quotes) merged into env."""
+    env = {} if env is None else env
+    for entry in split_args(raw):
+        _env_entry(entry, env)
+    return env
+
+
+def parse_v1_environment(raw: str, delim: str = ";", env: dict[str, str] | None = None) -> dict[str, str]:
+    """Old-syntax environment: entries split at `delim` or a newline, leading blanks dropped."""
+    env = {} if env is None else env
+    for entry in re.split("[" + re.escape(delim) + "\n]", raw):
+        entry = entry.lstrip(" \t\n\r")
+        if entry:
+            _env_entry(entry, env)
+    return env
+
+
+def parse_environment(
+    value: str, env: dict[str, str] | None = None, *, v2_only: bool = False
+) -> dict[str, str]:
+    """An `environment` value as condor reads it (new syntax if it starts with a double quote)."""
+    env = {} if env is None else env
+    if value.lstrip(_WS).startswith('"'):
+        return parse_v2_environment(_v2_quoted_to_raw(value), env)
+    if v2_only:
+        raise ValueError("Expecting a double-quoted environment string (V2 format).")
+    delim = ";"
+    if value and value[0] in "!#$%&*+,-/:;<>?@^`|~\x1f":
+        delim, value = value[0], value[1:]
+    return parse_v1_environment(value, delim, env)
+
+
+# ---------------------------------------------------------------------------------------------
+# queue statements (submit_utils.cpp: SubmitForeachArgs::parse_queue_args)
+
+
+class _Foreach(enum.Enum):
+    NOT = "not"
+    IN = "in"
+    FROM = "from"
+    MATCHING = "matching"
+    MATCHING_FILES = "matching files"
+    MATCHING_DIRS = "matching dirs"
+    MATCHING_ANY = "matching any"
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """A python-style [start:end:step] over the items (condor's qslice)."""
+
+    start: int | None = None
+    end: int | None = None
+    step: int | None = None
+    text: str = ""
+
+    def selected(self, ix: int, length: int) -> bool:
+        if not self.text:
+            return 0 <= ix < length
+        s = 0 if self.start is None else (self.start + length if self.start < 0 else self.start)
+        e = length if self.end is None else (self.end + length if self.end < 0 else self.end)
+        return s <= ix < e and (self.step is None or (ix - s) % self.step == 0)
+
+
+def _strtol(s: str, i: int) -> tuple[int | None, int]:
+    m = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)").match(s, i)
+    if not m:
+        return None, i
+    return int(m.group(1)), m.end()
+
+
+def _parse_slice(s: str, i: int) -> tuple[_Slice | None, int]:
+    """Parse `[x:y:z]` at s[i]; (None, i) if it is not one. Returns the index after the slice."""
+    vals: list[int | None] = []
+    p = i
+    for k in range(3):
+        val, end = _strtol(s, p + 1)
+        if end >= len(s) or s[end] not in (":]" if k < 2 else "]"):
+            return None, i
+        vals.append(val)
+        p = end
+        if s[p] == "]":
+            break
+    vals += [None] * (3 - len(vals))
+    if vals[2] is not None and vals[2] <= 0:
+        raise ValueError("a slice step must be positive")
+    return _Slice(vals[0], vals[1], vals[2], s[i : p + 1]), p + 1
+
+
+def _token_scan(s: str, i: int, tokens: Mapping[str, Any], until_match: bool) -> tuple[int, int | None, Any]:
+    """condor's queue_token_scan: (index where scanning stopped, token start, matched token id)."""
+    p, tok_start, cch = i, None, 0
+    while p < len(s):
+        ch = s[p]
+        if ch in _WS or ch == "(":
+            if 1 <= cch <= 9 and tok_start is not None:
+                tid = tokens.get(s[tok_start : tok_start + cch].lower())
+                if tid is not None:
+                    return p, tok_start, tid
+            if not until_match:
+                return p, tok_start, None
+            cch = 0
+        else:
+            if not cch:
+                tok_start = p
+            cch += 1
+        p += 1
+    return p, None, None
+
+
+@dataclass
+class _QueueArgs:
+    count: int = 1
+    mode: _Foreach = _Foreach.NOT
+    vars: list[str] = field(default_factory=list)
+    items: list[str] = field(default_factory=list)
+    items_source: str = ""  # "" (on the line), "<" (lines that follow), or a file name
+    slice: _Slice = field(default_factory=_Slice)
+
+
+def _is_alpha(c: str) -> bool:
+    return ("a" <= c <= "z") or ("A" <= c <= "Z")
+
+
+def _parse_queue_args(s: str) -> _QueueArgs:
+    """The arguments of a queue statement, already macro-expanded. Raises ValueError."""
+    qa = _QueueArgs()
+    s = s.lstrip(_WS)
+    if not s:
+        return qa
+    p, ptok, mode = _token_scan(
+        s, 0, {"in": _Foreach.IN, "from": _Foreach.FROM, "matching": _Foreach.MATCHING}, True
+    )
+    pnum_end = p
+    if mode is not None:
+        qa.mode = mode
+        while p < len(s) and s[p] in _WS:
+            p += 1
+        if p < len(s) and s[p] != "(":
+            quals = {
+                "files": _Foreach.MATCHING_FILES,
+                "dirs": _Foreach.MATCHING_DIRS,
+                "any": _Foreach.MATCHING_ANY,
+            }
+            while True:
+                p2, ptmp, qual = _token_scan(s, p, quals, False)
+                if ptmp is not None and s[ptmp] == "[":
+                    sl, p2 = _parse_slice(s, ptmp)
+                    if sl is None:
+                        raise ValueError("invalid slice")
+                    qa.slice = sl
+                elif qual is None:
+                    break
+                elif qa.mode is _Foreach.MATCHING:
+                    qa.mode = qual
+                else:
+                    raise ValueError(f"unexpected keyword '{s[ptmp:p2]}'")
+                if p2 == p:
+                    break
+                p = p2
+                while p < len(s) and s[p] in _WS:
+                    p += 1
+        rest = s[p:]
+        one_line = False
+        if rest.startswith("(") and rest.endswith(")") and len(rest) > 1:
+            rest, one_line = rest[1:-1], True
+        if rest.startswith("("):
+            first = rest[1:].lstrip(_WS)
+            if first:
+                qa.items = [first] if qa.mode is _Foreach.FROM else _split_trim(first)
+            qa.items_source = "<"
+        elif qa.mode is _Foreach.FROM:
+            rest = rest.lstrip(_WS)
+            if one_line:
+                qa.items = [rest]
+            else:
+                qa.items_source = rest.strip(_WS)
+        else:
+            qa.items = _split_trim(rest)
+        # the variables: walk back from the keyword over names, commas and blanks
+        assert ptok is not None
+        pvars = ptok
+        while pvars > 0 and s[pvars - 1] in _WS:
+            pvars -= 1
+        end_vars = pvars
+        if pvars > 0:
+            pt = pvars
+            while pt > 0:
+                ch = s[pt - 1]
+                if "0" <= ch <= "9":
+                    pt -= 1
+                    while pt > 0:
+                        ch = s[pt - 1]
+                        if _is_alpha(ch):
+                            break
+                        if not "0" <= ch <= "9":
+                            ch = "!"
+                            break
+                        pt -= 1
+                if ch in _WS or _is_alpha(ch) or ch in ",_.":
+                    pvars = pt - 1
+                else:
+                    break
+                pt -= 1
+            qa.vars = _split_trim(s[pvars:end_vars])
+        pnum_end = pvars
+    count_text = s[:pnum_end].rstrip(_WS)
+    if count_text:
+        count = _int_expr(count_text)
+        if count is None:
+            raise ValueError(f"invalid queue count '{count_text}'")
+        if count < 0 or count >= 2**31 - 1:
+            raise ValueError(f"queue count {count} out of range")
+        qa.count = count
+    if qa.mode is not _Foreach.NOT and not qa.vars:
+        qa.vars = ["Item"]
+    return qa
+
+
+def _expand_globs(patterns: list[str], mode: _Foreach, cwd: Path) -> list[str]:
+    """condor's submit_expand_globs: glob(3) with GLOB_MARK, each pattern sorted, duplicates dropped."""
+    items: list[str] = []
+    seen: set[str] = set()
+    for pattern in patterns:
+        matches = globmod.glob(pattern, root_dir=cwd)
+        found = []
+        for m in matches:
+            is_dir = (cwd / m).is_dir()
+            if is_dir and not m.endswith("/"):
+                m += "/"
+            if mode is _Foreach.MATCHING_FILES and is_dir:
+                continue
+            if mode is _Foreach.MATCHING_DIRS and not is_dir:
+                continue
+            found.append(m)
+        found.sort(key=lambda x: x.encode("utf-8", "surrogateescape"))
+        for m in found:
+            if m not in seen:
+                items.append(m)
+        seen.update(found)
+    return items
+
+
+def _read_item_file(path: Path) -> list[str]:
+    """Items of `queue ... from FILE`: every logical line (blank ones too), continuations joined."""
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    lines = _Lines(text)
+    items = []
+    while (got := lines.next()) is not None:
+        items.append(got[1])
+    return items
+
+
+# ---------------------------------------------------------------------------------------------
+# the parsed file
+
+
+@dataclass(frozen=True)
+class _Macro:
+    name: str  # as first written
+    value: str  # raw, self references already expanded
+    line: int  # where it was last set (0: by llic)
+
+
+_ARCH = {"x86_64": "X86_64", "amd64": "X86_64", "i686": "INTEL", "i386": "INTEL", "aarch64": "aarch64"}
+_CONFIG_MACROS = {"opsysver", "opsysandver", "opsysmajorver", "spool"}
+
+# submit commands an agent job carries over from the user's job (QueueBlock.agent_attributes)
+_AGENT_KEYS = {
+    "requirements",
+    "rank",
+    "accounting_group",
+    "accounting_group_user",
+    "concurrency_limits",
+    "priority",
+    "nice_user",
+    "job_machine_attrs",
+    "universe",
+}
+
+
+def _c_bool(value: str) -> bool | None:
+    """condor's string_is_boolean_param (true/false/yes/no/t/f/1/0, any case)."""
+    v = value.strip(_WS).lower()
+    if v in ("true", "t", "yes", "y", "1"):
+        return True
+    if v in ("false", "f", "no", "n", "0"):
+        return False
+    return None
+
+
+@dataclass
+class _Context:
+    """What a parse carries into every queue block."""
+
+    where: str  # the file name used in messages
+    submit_file: str  # $(SUBMIT_FILE)
+    cwd: Path
+    environ: Mapping[str, str]
+    submit_time: int
+
+
+class QueueBlock:
+    """One queue statement and the submit commands in effect at it (later statements inherit
+    earlier commands, as in condor_submit): one llic master."""
+
+    def __init__(
+        self,
+        *,
+        ctx: _Context,
+        index: int,
+        line: int,
+        macros: dict[str, _Macro],
+        qargs: _QueueArgs,
+        queue_text: str,
+        first_process: int,
+        cluster_offset: int,
+        starts_cluster: bool,
+        base_blocks: tuple[QueueBlock, ...],
+        fixed_base: TaskSpec | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self.index = index
+        self.line = line
+        self._macros = macros
+        self._qargs = qargs
+        self.queue_text = queue_text
+        self.first_process = first_process
+        self.cluster_offset = cluster_offset
+        self.starts_cluster = starts_cluster
+        self._base_blocks = base_blocks
+        self._fixed_base = fixed_base
+        self._tasks: dict[int, list[TaskSpec]] = {}
+        self._items = [
+            (ix, it) for ix, it in enumerate(qargs.items) if qargs.slice.selected(ix, len(qargs.items))
+        ]
+        if qargs.mode is _Foreach.NOT:
+            self._items = [(0, None)]
+
+    # -- what the block is
+
+    @property
+    def path(self) -> str:
+        return self._ctx.where
+
+    @property
+    def cwd(self) -> Path:
+        return self._ctx.cwd
+
+    @property
+    def count(self) -> int:
+        """Jobs per item (the N of `queue N ...`)."""
+        return self._qargs.count
+
+    @property
+    def variables(self) -> list[str]:
+        return list(self._qargs.vars)
+
+    @property
+    def items(self) -> list[str | None]:
+        """The selected items (None for a `queue N` without items)."""
+        return [it for _, it in self._items]
+
+    @property
+    def num_tasks(self) -> int:
+        return self._qargs.count * len(self._items)
+
+    def commands(self) -> dict[str, str]:
+        """The raw submit commands in effect (names as written, values unexpanded)."""
+        return {m.name: m.value for m in self._macros.values()}
+
+    def __repr__(self) -> str:
+        return f"QueueBlock({self.path}:{self.line}: queue {self.queue_text!r}, {self.num_tasks} tasks)"
+
+    # -- macro lookup
+
+    def _lookup_fn(self, live: Mapping[str, str], defaults: Mapping[str, str]) -> Lookup:
+        macros = self._macros
+
+        def lookup(name: str) -> str | None:
+            low = name.lower()
+            if low in live:
+                return live[low]
+            m = macros.get(low)
+            if m is not None:
+                return m.value
+            value = defaults.get(low)
+            if value is None and low in _CONFIG_MACROS:
+                raise _ExpandError(
+                    f"$({name}) comes from the submit machine's HTCondor configuration; not supported"
+                )
+            return value
+
+        return lookup
+
+    def _defaults(self, cluster: int, process: int, row: int, step: int) -> dict[str, str]:
+        t = time.localtime(self._ctx.submit_time)
+        return {
+            "clusterid": str(cluster),
+            "procid": str(process),
+            "itemindex": str(row),
+            "row": str(row),
+            "step": str(step),
+            "node": "",
+            "jobid": "$(ClusterId).$(ProcId)",
+            "arch": _ARCH.get(platform.machine().lower(), platform.machine()),
+            "opsys": "LINUX",
+            "islinux": "1",
+            "iswindows": "0",
+            "submit_file": self._ctx.submit_file,
+            "submit_time": str(self._ctx.submit_time),
+            "year": f"{t.tm_year:04d}",
+            "month": f"{t.tm_mon:02d}",
+            "day": f"{t.tm_mday:02d}",
+            "request_cpus": "$(RequestCPUs)",
+            "request_memory": "$(RequestMemory)",
+            "vm_memory": "$(Request_Memory)",
+            "vm_vcpus": "$(Request_CPUs)",
+        }
+
+    def _iter_contexts(self, cluster: int, limit: int | None = None) -> Iterator[tuple[int, _Expander]]:
+        """(process, expander) for every job of the block, in order."""
+        values = dict.fromkeys((v.lower() for v in self._qargs.vars), "")
+        process = self.first_process
+        made = 0
+        for row, item in self._items:
+            if item is not None:
+                self._set_vars(values, item)
+            for step in range(self._qargs.count):
+                if limit is not None and made >= limit:
+                    return
+                live = {"cluster": str(cluster), "process": str(process), **values}
+                lookup = self._lookup_fn(live, self._defaults(cluster, process, row, step))
+                yield process, _Expander(lookup, self._ctx.environ)
+                process += 1
+                made += 1
+
+    def _set_vars(self, values: dict[str, str], item: str) -> None:
+        """condor_submit's set_vars: the first variable gets the item up to the first `,`, space or
+        tab; each next one the rest after the separator and blanks; the last one all that remains;
+        a variable left without a field keeps its value."""
+        names = [v.lower() for v in self._qargs.vars]
+        data = item
+        values[names[0]] = data
+        current = names[0]
+        for name in names[1:]:
+            m = re.search("[, \t]", data)
+            if not m:
+                break
+            values[current] = data[: m.start()]
+            data = data[m.end() :].lstrip(" \t")
+            values[name] = data
+            current = name
+
+    # -- resolution
+
+    def _param(self, ex: _Expander, name: str, alt: str | None = None) -> tuple[str | None, str]:
+        """condor's submit_param: (expanded value or None if undefined/empty, the name found)."""
+        m = self._macros.get(name.lower())
+        used = name
+        if m is None and alt is not None:
+            m = self._macros.get(alt.lower())
+            used = alt
+        if m is None:
+            return None, name
+        try:
+            value = ex.expand(m.value)
+        except _ExpandError as e:
+            raise SubmitFileError(self.path, m.line, f"{m.name}: {e}") from None
+        return (value or None), used
+
+    def _line_of(self, *names: str) -> int:
+        for name in names:
+            m = self._macros.get(name.lower())
+            if m is not None:
+                return m.line
+        return self.line
+
+    def _fail(self, message: str, *names: str) -> SubmitFileError:
+        return SubmitFileError(self.path, self._line_of(*names), message)
+
+    def _exists(self, path: str, iwd: str) -> bool:
+        if "$$(" in path or "://" in path:
+            return True
+        return os.path.lexists(path if path.startswith("/") else os.path.join(iwd, path))
+
+    def _compute_base(self, cluster: int) -> TaskSpec | None:
+        """The cluster ad's values this block's jobs fall back on (see the module docstring)."""
+        if self._fixed_base is not None:
+            return self._fixed_base
+        base: TaskSpec | None = None
+        for src in self._base_blocks:
+            src_cluster = cluster - (self.cluster_offset - src.cluster_offset)
+            _, ex = next(src._iter_contexts(src_cluster, limit=1))
+            base = src._resolve(ex, src.first_process, src_cluster, base)
+        return base
+
+    def tasks(self, cluster: int) -> list[TaskSpec]:
+        """Every job of this queue statement, with `$(Cluster)` = cluster, in process order."""
+        if cluster not in self._tasks:
+            self._check_universe()
+            base = self._compute_base(cluster)
+            out: list[TaskSpec] = []
+            for process, ex in self._iter_contexts(cluster):
+                task = self._resolve(ex, process, cluster, base)
+                if base is None:
+                    base = task
+                out.append(task)
+            self._tasks[cluster] = out
+        return list(self._tasks[cluster])
+
+    def _check_universe(self) -> None:
+        first = next(self._iter_contexts(1 + self.cluster_offset, limit=1), None)
+        if first is None:
+            return
+        universe, _ = self._param(first[1], "universe", "JobUniverse")
+        if universe is not None and universe.strip(_WS).lower() not in ("vanilla", "5"):
+            raise self._fail(
+                f"universe {universe}: llic runs vanilla universe jobs only", "universe", "JobUniverse"
+            )
+
+    def _should_transfer(self, ex: _Expander) -> tuple[str, str]:
+        """(should_transfer_files, when_to_transfer_output) after condor's checks and defaults."""
+        should, _ = self._param(ex, "ShouldTransferFiles", "should_transfer_files")
+        when, _ = self._param(ex, "WhenToTransferOutput", "when_to_transfer_output")
+        default_should = should is None
+        should_v = "IF_NEEDED" if should is None else should.upper()
+        if should_v not in ("YES", "NO", "IF_NEEDED"):
+            raise self._fail(
+                f"invalid value ({should}) for should_transfer_files: specify YES, NO or IF_NEEDED",
+                "ShouldTransferFiles",
+                "should_transfer_files",
+            )
+        when_v = "ON_EXIT" if when is None else when.upper()
+        if when_v not in ("ON_EXIT", "ON_EXIT_OR_EVICT", "NEVER"):
+            raise self._fail(
+                f"invalid value ({when}) for WhenToTransferOutput.  Please either specify ON_EXIT, "
+                "or ON_EXIT_OR_EVICT",
+                "WhenToTransferOutput",
+                "when_to_transfer_output",
+            )
+        if not default_should and when is None and should_v == "NO":
+            when_v = "NEVER"
+        if (should_v == "NO") != (when_v == "NEVER"):
+            raise self._fail(
+                f"WhenToTransferOutput specified as {when_v} yet ShouldTransferFiles defined as {should_v}",
+                "WhenToTransferOutput",
+                "when_to_transfer_output",
+            )
+        if default_should and when_v == "ON_EXIT_OR_EVICT":
+            should_v = "YES"
+        if when_v == "ON_EXIT_OR_EVICT" and should_v == "IF_NEEDED":
+            raise self._fail(
+                '"when_to_transfer_output = ON_EXIT_OR_EVICT" and "should_transfer_files = IF_NEEDED" '
+                "are incompatible",
+                "WhenToTransferOutput",
+                "when_to_transfer_output",
+            )
+        return should_v, when_v
+
+    def _resolve(self, ex: _Expander, process: int, cluster: int, base: TaskSpec | None) -> TaskSpec:
+        """One job's TaskSpec, following condor's SetIWD, SetExecutable, SetArguments, SetEnvironment,
+        SetStdin/out/err and SetTransferFiles."""
+        # initialdir
+        iwd_value, _ = self._param(ex, "initialdir", "Iwd")
+        if iwd_value is None:
+            iwd_value, _ = self._param(ex, "initial_dir", "job_iwd")
+        cwd = str(self._ctx.cwd)
+        if iwd_value is None:
+            iwd = cwd
+        elif iwd_value.startswith("/"):
+            iwd = iwd_value
+        else:
+            iwd = cwd.rstrip("/") + "/" + iwd_value.lstrip("/")
+        iwd = re.sub("//+", "/", iwd)
+        if not os.path.isdir(iwd):
+            raise self._fail(f"No such directory: {iwd}", "initialdir", "Iwd", "initial_dir", "job_iwd")
+
+        # executable
+        exe, _ = self._param(ex, "executable", "Cmd")
+        if exe is None:
+            if base is None:
+                raise self._fail("No 'executable' parameter was provided")
+            executable = base.executable
+        else:
+            xfer, _ = self._param(ex, "transfer_executable", "TransferExecutable")
+            if xfer is not None and xfer[:1] in ("F", "f"):
+                executable = exe
+            else:
+                executable = re.sub("//+", "/", "/" + (exe if exe.startswith("/") else f"{cwd}/{exe}"))
+                if not self._exists(executable, iwd):
+                    raise self._fail(f"Executable file {exe} does not exist", "executable", "Cmd")
+
+        # arguments
+        args1, name1 = self._param(ex, "arguments", "Args")
+        args2, _ = self._param(ex, "arguments2")
+        if args1 is not None and args2 is not None:
+            allow, _ = self._param(ex, "allow_arguments_v1")
+            if not (allow and _c_bool(allow)):
+                raise self._fail(
+                    "If you wish to specify both 'arguments' and 'arguments2' for maximal compatibility "
+                    "with different versions of Condor, then you must also specify allow_arguments_v1=true.",
+                    "arguments2",
+                )
+        try:
+            if args2 is not None:
+                arguments = tuple(parse_arguments(args2, v2_only=True))
+            elif args1 is not None:
+                arguments = tuple(parse_arguments(args1))
+            else:
+                arguments = base.arguments if base is not None else ()
+        except ValueError as e:
+            raise self._fail(
+                f"{name1 if args2 is None else 'arguments2'}: {e}", name1, "arguments2"
+            ) from None
+
+        environment = self._environment(ex, base)
+
+        # input, output, error
+        streams: list[str | None] = []
+        for key, alt, attr in (
+            ("input", "stdin", "input"),
+            ("output", "stdout", "output"),
+            ("error", "stderr", "error"),
+        ):
+            value, _ = self._param(ex, key, alt)
+            if value is None:
+                streams.append(getattr(base, attr) if base is not None else None)
+            else:
+                streams.append(None if value == NULL_FILE else value)
+        stdin = streams[0]
+
+        # transfer files
+        should, _ = self._should_transfer(ex)
+        inputs = self._file_list(ex, "transfer_input_files", "TransferInputFiles")
+        outputs = self._file_list(ex, "transfer_output_files", "TransferOutputFiles")
+        if should == "NO" and (inputs or outputs is not None):
+            which = "transfer_input_files" if inputs else "transfer_output_files"
+            raise self._fail(
+                f"{which} names files to transfer, but should_transfer_files is NO",
+                which,
+            )
+        if inputs:
+            transfer_input = tuple(inputs)
+        else:
+            transfer_input = base.transfer_input_files if base is not None else ()
+        if outputs is None:
+            transfer_output = base.transfer_output_files if base is not None else None
+        else:
+            transfer_output = tuple(outputs)
+
+        return TaskSpec(
+            process=process,
+            cluster=cluster,
+            executable=executable,
+            arguments=arguments,
+            environment=environment,
+            input=stdin,
+            output=streams[1],
+            error=streams[2],
+            initialdir=iwd,
+            transfer_input_files=transfer_input,
+            transfer_output_files=transfer_output,
+        )
+
+    def _file_list(self, ex: _Expander, name: str, alt: str) -> list[str] | None:
+        """A comma-separated file list; None when not given, [] for `""`."""
+        value, _ = self._param(ex, name, alt)
+        if value is None:
+            return None
+        if value == '""':
+            return [] if name == "transfer_output_files" else None
+        return _split_trim(value, ",")
+
+    def _environment(self, ex: _Expander, base: TaskSpec | None) -> dict[str, str]:
+        env1, name1 = self._param(ex, "environment", "env")
+        env2, _ = self._param(ex, "environment2")
+        if env1 is not None and env2 is not None:
+            allow, _ = self._param(ex, "allow_environment_v1")
+            if not (allow and _c_bool(allow)):
+                raise self._fail(
+                    "If you wish to specify both 'environment' and 'environment2' for maximal compatibility "
+                    "with different versions of Condor, then you must also specify "
+                    "allow_environment_v1=true.",
+                    "environment2",
+                )
+        if base is not None and env1 is None and env2 is None:
+            return dict(base.environment)
+        env: dict[str, str] = dict(base.environment) if base is not None else {}
+        try:
+            if env2 is not None:
+                parse_environment(env2, env, v2_only=True)
+            elif env1 is not None:
+                parse_environment(env1, env)
+        except ValueError as e:
+            raise self._fail(
+                f"{name1 if env2 is None else 'environment2'}: {e}", name1, "environment2"
+            ) from None
+        getenv, _ = self._param(ex, "getenv", "get_env")
+        if getenv is not None:
+            flag = _c_bool(getenv)
+            if flag is None:
+                raise self._fail(
+                    "getenv with a list of variables is not supported by llic (use true or false)", "getenv"
+                )
+            if flag:
+                for k, v in self._ctx.environ.items():
+                    if k not in env and (
+                        env2 is not None or env1 is None or (";" not in v and "\n" not in v)
+                    ):
+                        env[k] = v
+        return env
+
+    # -- what llic needs beyond the tasks
+
+    @property
+    def mode(self) -> Mode:
+        """NFS when should_transfer_files is NO, else TRANSFER (condor's default is IF_NEEDED);
+        `_INITIALDIR` when an initial directory is set."""
+        first = next(self._iter_contexts(1 + self.cluster_offset, limit=1), None)
+        assert first is not None
+        ex = first[1]
+        should, _ = self._should_transfer(ex)
+        initialdir = any(
+            self._param(ex, a, b)[0] is not None
+            for a, b in (("initialdir", "Iwd"), ("initial_dir", "job_iwd"))
+        )
+        if should == "NO":
+            return Mode.NFS_INITIALDIR if initialdir else Mode.NFS
+        return Mode.TRANSFER_INITIALDIR if initialdir else Mode.TRANSFER
+
+    def agent_attributes(self) -> dict[str, str]:
+        """The commands an agent job inherits from the user's jobs: requirements, rank, request_*,
+        +Attr/MY.Attr, accounting and priority settings (expanded; they must be the same for every
+        task, since one agent runs many of them)."""
+        keys = [
+            m
+            for low, m in self._macros.items()
+            if low in _AGENT_KEYS or low.startswith("request_") or low.startswith("my.")
+        ]
+        out: dict[str, str] = {}
+        first: dict[str, str | None] = {}
+        for n, (_, ex) in enumerate(self._iter_contexts(1 + self.cluster_offset)):
+            for m in keys:
+                value, _ = self._param(ex, m.name)
+                if n == 0:
+                    first[m.name] = value
+                    if value is not None:
+                        out[m.name] = value
+                elif value != first[m.name]:
+                    raise SubmitFileError(
+                        self.path,
+                        m.line,
+                        f"{m.name} differs between the jobs of this queue statement; "
+                        "an llic agent runs them all, so it must be the same",
+                    )
+        return out
+
+    def common_input_files(self, cluster: int) -> list[str]:
+        """Input files (transfer_input_files and the input file) that every task of the block names
+        identically: sent to an agent once (seed §3.3). None when an initial directory is set."""
+        if self.mode in (Mode.NFS_INITIALDIR, Mode.TRANSFER_INITIALDIR):
+            return []
+        tasks = self.tasks(cluster)
+        common = [f for f in _input_files(tasks[0])]
+        for task in tasks[1:]:
+            names = set(_input_files(task))
+            common = [f for f in common if f in names]
+        return common
+
+    def private_input_files(self, task: TaskSpec) -> list[str]:
+        """The task's input files that are not common ones: sent with the task."""
+        common = set(self.common_input_files(task.cluster))
+        return [f for f in _input_files(task) if f not in common]
+
+    # -- the master's copy
+
+    def submit_text(self) -> str:
+        """A self-contained submit description of this block: its commands and one queue statement
+        with the items written out. Its first line, a `#llic:` comment, carries what the text alone
+        cannot (working directory, first process number, cluster position, the environment it
+        reads, and the values condor_submit's cluster ad gives jobs that leave a command empty);
+        `parse_submit_text` on it yields this block's tasks again."""
+        base = self._compute_base(1 + self.cluster_offset)
+        uses_env = any("$ENV(" in m.value for m in self._macros.values()) or any(
+            "$ENV(" in (it or "") for _, it in self._items
+        )
+        getenv = self._macros.get("getenv") or self._macros.get("get_env")
+        if getenv is not None:
+            environ = dict(self._ctx.environ)
+        elif uses_env:
+            names = set()
+            for text in [m.value for m in self._macros.values()] + [it or "" for _, it in self._items]:
+                names.update(re.findall(r"\$ENV\(([A-Za-z0-9_./]+)", text))
+            environ = {k: v for k, v in self._ctx.environ.items() if k in names}
+        else:
+            environ = {}
+        directive = {
+            "cwd": str(self._ctx.cwd),
+            "submit_file": self._ctx.submit_file,
+            "submit_time": self._ctx.submit_time,
+            "first_process": self.first_process,
+            "cluster_offset": self.cluster_offset,
+            "starts_cluster": self.starts_cluster,
+            "base": None if base is None else base.to_dict(),
+            "environ": environ,
+        }
+        lines = [DIRECTIVE + json.dumps(directive, sort_keys=True)]
+        for low, m in self._macros.items():
+            if low in ("cluster", "process"):
+                continue
+            lines.append(f"{m.name} = {m.value}")
+        qa = self._qargs
+        if qa.mode is _Foreach.NOT:
+            lines.append(f"queue {qa.count}")
+        else:
+            lines.append(f"queue {qa.count} {','.join(qa.vars)} from {qa.slice.text} (".replace("  ", " "))
+            if all(_inline_item(item) for item in qa.items):
+                lines.extend(qa.items)
+            else:  # a line a submit file cannot hold as an item (e.g. "#..." read from a file)
+                directive["items"] = list(qa.items)
+                lines[0] = DIRECTIVE + json.dumps(directive, sort_keys=True)
+            lines.append(")")
+        return "\n".join(lines) + "\n"
+
+
+def _inline_item(item: str) -> bool:
+    """Whether an item reads back the same as a line of an inline `from ( ... )` list."""
+    return not item.startswith(("#", ")")) and not item.endswith("\\") and item == item.strip(_WS)
+
+
+def _input_files(task: TaskSpec) -> list[str]:
+    files = list(task.transfer_input_files)
+    if task.input is not None and task.input not in files:
+        files.append(task.input)
+    return files
+
+
+@dataclass
+class SubmitFile:
+    """A parsed submit file: one QueueBlock per queue statement that makes jobs."""
+
+    path: str
+    cwd: Path
+    blocks: list[QueueBlock]
+    warnings: list[str] = field(default_factory=list)
+
+    def tasks(self, cluster: int = 1) -> list[TaskSpec]:
+        """Every job in process order, numbered as condor_submit -dry-run does (first cluster =
+        cluster, the next one, after an executable change, cluster + 1)."""
+        out: list[TaskSpec] = []
+        for block in self.blocks:
+            out.extend(block.tasks(cluster + block.cluster_offset))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the parser (config.cpp: Parse_macros with the submit syntax; submit.cpp: queue handling)
+
+
+class _Parser:
+    def __init__(
+        self,
+        text: str,
+        ctx: _Context,
+        *,
+        first_process: int,
+        cluster_offset: int,
+        base: TaskSpec | None,
+        items: list[str] | None = None,
+        resume: bool | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.forced_items = items
+        self.lines = _Lines(text)
+        self.macros: dict[str, _Macro] = {}
+        self.blocks: list[QueueBlock] = []
+        self.warnings: list[str] = []
+        self.next_process = first_process
+        self.cluster_offset = cluster_offset
+        self.has_cluster = False
+        self.resume = resume  # a block's own text: its first queue statement keeps the given numbering
+        self.fixed_base = base
+        self.last_exe: tuple[str, str] | None = None
+        self.base_blocks: list[QueueBlock] = []
+        self.last_live = {"process": str(max(first_process - 1, 0)), "row": "0", "step": "0"}
+
+    def fail(self, line: int, message: str) -> SubmitFileError:
+        return SubmitFileError(self.ctx.where, line, message)
+
+    def _expander(self) -> _Expander:
+        """Expansion while reading the file: the values condor_submit has at that moment."""
+        cluster = str(1 + self.cluster_offset)
+        live = {"cluster": cluster, "process": self.last_live["process"]}
+        defaults = {
+            "clusterid": cluster,
+            "procid": self.last_live["process"],
+            "row": self.last_live["row"],
+            "itemindex": self.last_live["row"],
+            "step": self.last_live["step"],
+            "node": "",
+            "jobid": "$(ClusterId).$(ProcId)",
+            "submit_file": self.ctx.submit_file,
+        }
+        macros = self.macros
+
+        def lookup(name: str) -> str | None:
+            low = name.lower()
+            if low in live:
+                return live[low]
+            m = macros.get(low)
+            return m.value if m is not None else defaults.get(low)
+
+        return _Expander(lookup, self.ctx.environ)
+
+    def parse(self) -> SubmitFile:
+        while (got := self.lines.next()) is not None:
+            lineno, line = got
+            if not line or line.startswith("#") or not line.strip(_WS):
+                continue
+            self._line(lineno, line)
+        return SubmitFile(path=self.ctx.where, cwd=self.ctx.cwd, blocks=self.blocks, warnings=self.warnings)
+
+    def _line(self, lineno: int, line: str) -> None:
+        word = re.match(r"[^ \t\n\v\f\r]*", line)
+        first_word = word.group(0).lower() if word else ""
+        if first_word in ("if", "elif", "else", "endif") or line.startswith(":"):
+            raise self.fail(
+                lineno, f"'{first_word or line}' (conditional submit files) is not supported by llic"
+            )
+        n = len(line)
+        i = 0
+        while i < n and line[i] not in _WS and line[i] not in "=:":
+            i += 1
+        if i >= n:
+            self._queue(lineno, line)
+            return
+        name = line[:i]
+        op = line[i]
+        ptr = i + 1
+        word_before_op = False
+        if op not in "=:":
+            while ptr < n and line[ptr] in _WS:
+                ptr += 1
+            if ptr < n and line[ptr] not in "=:@":
+                word_before_op = True
+            while ptr < n and line[ptr] not in "=:@":
+                ptr += 1
+            op = line[ptr] if ptr < n else ""
+            if op:
+                ptr += 1
+                if op == "@":
+                    if ptr < n and line[ptr] == "=":
+                        ptr += 1
+                    else:
+                        op = ""
+        while ptr < n and line[ptr] in _WS:
+            ptr += 1
+        rhs = line[ptr:]
+        keyword = name.lstrip("@").lower()
+        if op == ":" and keyword in ("include", "use", "error", "warning"):
+            raise self.fail(lineno, f"'{keyword}' is not supported by llic")
+        if word_before_op and op != "@":
+            self._queue(lineno, line)
+            return
+        try:
+            name = self._expander().expand(name)
+        except _ExpandError as e:
+            raise self.fail(lineno, str(e)) from None
+        if op == "@":
+            raise self.fail(lineno, f"'{name} @=' (multi-line values) is not supported by llic")
+        if op == "=" and name[:1] in ("+", "-"):
+            self._set(f"MY.{name[1:]}", rhs if name[0] == "+" else "", lineno, expand_self=False)
+            return
+        if op != "=" or name.lower() == "queue":
+            self._queue(lineno, line)
+            return
+        if not name or not all(_isidchar(c) for c in name):
+            raise self.fail(lineno, f"Illegal Identifier: <{name}>")
+        self._set(name, rhs, lineno, expand_self=True)
+
+    def _set(self, name: str, rhs: str, lineno: int, *, expand_self: bool) -> None:
+        value = rhs
+        if expand_self:
+            try:
+                value = self._expander().expand(rhs, self_name=name)
+            except _ExpandError as e:
+                raise self.fail(lineno, f"{name}: {e}") from None
+        old = self.macros.get(name.lower())
+        self.macros[name.lower()] = _Macro(old.name if old else name, value, lineno)
+
+    def _queue(self, lineno: int, line: str) -> None:
+        m = re.match(r"queue(?:[ \t\n\v\f\r]+|$)", line, re.IGNORECASE)
+        if not m:
+            raise self.fail(lineno, f"cannot parse: {line}")
+        raw_args = line[m.end() :]
+        try:
+            expanded = self._expander().expand(raw_args)
+        except _ExpandError as e:
+            raise self.fail(lineno, str(e)) from None
+        try:
+            qa = _parse_queue_args(expanded)
+        except ValueError as e:
+            raise self.fail(lineno, f"invalid Queue statement: {e}") from None
+        self._load_items(lineno, qa)
+        if self.forced_items is not None and qa.mode is not _Foreach.NOT:
+            qa.items, self.forced_items = self.forced_items, None
+
+        exe = (self._raw("executable"), self._raw("cmd"))
+        new_exe = exe != self.last_exe
+        self.last_exe = exe
+
+        n_items = sum(1 for ix in range(len(qa.items)) if qa.slice.selected(ix, len(qa.items)))
+        if qa.mode is _Foreach.NOT:
+            n_items = 1
+        if n_items == 0:
+            if qa.mode in (
+                _Foreach.MATCHING,
+                _Foreach.MATCHING_FILES,
+                _Foreach.MATCHING_DIRS,
+                _Foreach.MATCHING_ANY,
+            ):
+                self.warnings.append(f"{self.ctx.where}:{lineno}: queue matching found no files; no jobs")
+            return
+        starts = False
+        if self.resume is not None:
+            starts, self.resume, self.has_cluster = self.resume, None, True
+        elif new_exe or not self.has_cluster:
+            if self.has_cluster:
+                self.cluster_offset += 1
+                self.next_process = 0
+            self.has_cluster = True
+            starts = True
+        block = QueueBlock(
+            ctx=self.ctx,
+            index=len(self.blocks),
+            line=lineno,
+            macros=dict(self.macros),
+            qargs=qa,
+            queue_text=raw_args.strip(_WS),
+            first_process=self.next_process,
+            cluster_offset=self.cluster_offset,
+            starts_cluster=starts,
+            base_blocks=tuple(self.base_blocks),
+            fixed_base=self.fixed_base,
+        )
+        if starts and self.fixed_base is None:
+            self.base_blocks.append(block)
+        jobs = qa.count * n_items
+        if jobs:
+            self.blocks.append(block)
+            self.next_process += jobs
+            self.last_live = {
+                "process": str(self.next_process - 1),
+                "row": str(block._items[-1][0]),
+                "step": str(qa.count - 1),
+            }
+        for var in qa.vars:
+            self._set(var, QUEUE_ITEM_UNUSED, lineno, expand_self=False)
+
+    def _raw(self, name: str) -> str:
+        m = self.macros.get(name)
+        return m.value if m is not None else ""
+
+    def _load_items(self, lineno: int, qa: _QueueArgs) -> None:
+        if qa.items_source == "<":
+            while True:
+                got = self.lines.next()
+                if got is None:
+                    raise self.fail(
+                        lineno,
+                        "reached the end of the file without the closing ')' of this queue statement",
+                    )
+                text = got[1]
+                if text.startswith("#"):
+                    continue
+                if text.startswith(")"):
+                    break
+                if qa.mode is _Foreach.FROM:
+                    qa.items.append(text)
+                else:
+                    qa.items.extend(_split_trim(text))
+        elif qa.items_source:
+            source = qa.items_source
+            if source == "-" or source.endswith("|"):
+                raise self.fail(
+                    lineno, f"queue from '{source}' (standard input or a command) is not supported by llic"
+                )
+            path = Path(source) if source.startswith("/") else self.ctx.cwd / source
+            try:
+                qa.items = _read_item_file(path)
+            except OSError as e:
+                raise self.fail(lineno, f"cannot read queue items from {source}: {e.strerror}") from None
+        if qa.mode in (
+            _Foreach.MATCHING,
+            _Foreach.MATCHING_FILES,
+            _Foreach.MATCHING_DIRS,
+            _Foreach.MATCHING_ANY,
+        ):
+            qa.items = _expand_globs(qa.items, qa.mode, self.ctx.cwd)
+
+
+def parse_submit_text(
+    text: str,
+    *,
+    name: str = "<submit>",
+    cwd: Path | str | None = None,
+    environ: Mapping[str, str] | None = None,
+    submit_file: str | None = None,
+) -> SubmitFile:
+    """Parse submit commands given as text. `name` is used in messages; `cwd` (default: the
+    current directory) is condor_submit's working directory; `environ` (default: os.environ) is
+    what `$ENV()` and `getenv` read. A leading `#llic:` line (from QueueBlock.submit_text) overrides
+    the working directory, the environment and the numbering."""
+    first_process, cluster_offset, base, items, resume = 0, 0, None, None, None
+    submit_time = int(time.time())
+    first_line, _, _ = text.partition("\n")
+    if first_line.startswith(DIRECTIVE):
+        try:
+            d = json.loads(first_line[len(DIRECTIVE) :])
+            cwd = d["cwd"]
+            submit_file = d["submit_file"]
+            submit_time = int(d["submit_time"])
+            first_process = int(d["first_process"])
+            cluster_offset = int(d["cluster_offset"])
+            base = None if d["base"] is None else TaskSpec.from_dict(d["base"])
+            environ = {str(k): str(v) for k, v in d["environ"].items()}
+            items = None if d.get("items") is None else [str(i) for i in d["items"]]
+            resume = bool(d["starts_cluster"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise SubmitFileError(name, 1, f"malformed {DIRECTIVE.strip()} line: {e}") from None
+    ctx = _Context(
+        where=name,
+        submit_file=name if submit_file is None else submit_file,
+        cwd=Path(os.getcwd() if cwd is None else cwd).absolute(),
+        environ=os.environ if environ is None else environ,
+        submit_time=submit_time,
+    )
+    parser = _Parser(
+        text,
+        ctx,
+        first_process=first_process,
+        cluster_offset=cluster_offset,
+        base=base,
+        items=items,
+        resume=resume,
+    )
+    return parser.parse()
+
+
+def parse_submit_file(
+    path: Path | str, *, cwd: Path | str | None = None, environ: Mapping[str, str] | None = None
+) -> SubmitFile:
+    """Parse a submit file as `condor_submit path` run in `cwd` (default: the current directory)
+    would (a relative path is relative to cwd); errors are SubmitFileError("path:line: ...")."""
+    where = str(path)
+    full = Path(path) if cwd is None else Path(cwd) / path
+    try:
+        raw = full.read_bytes()
+    except OSError as e:
+        raise SubmitFileError(where, None, f"cannot read the submit file: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise SubmitFileError(where, line, "not UTF-8 text") from None
+    return parse_submit_text(text, name=where, cwd=cwd, environ=environ, submit_file=where)
