@@ -21,7 +21,7 @@ Mapping from job ad to TaskSpec (a job's ad = its cluster's first ad updated wit
 - input/output/error <- In/Out/Err, with "/dev/null" (condor's "no file") as None.
 - initialdir <- Iwd (absolute, as written: condor keeps `./` and a trailing `/`).
 - transfer_input_files <- TransferInput split at commas (absent: none);
-  transfer_output_files <- TransferOutput (absent: None).
+  transfer_output_files <- TransferOutput (absent: None; "" is no files).
 - process <- ProcId, cluster <- ClusterId.
 """
 
@@ -144,7 +144,9 @@ def job_from_ads(cluster_ad: dict[str, str], own: dict[str, str]) -> dict[str, A
         return None if value == "/dev/null" else value
 
     inputs = classad_string(ad["TransferInput"]).split(",") if "TransferInput" in ad else []
-    outputs = classad_string(ad["TransferOutput"]).split(",") if "TransferOutput" in ad else None
+    outputs = (
+        [f for f in classad_string(ad["TransferOutput"]).split(",") if f] if "TransferOutput" in ad else None
+    )
     return {
         "executable": classad_string(ad["Cmd"]),
         "arguments": arguments,
