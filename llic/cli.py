@@ -1,4 +1,4 @@
-"""Command lines of llic (reserved: they arrive with the llic issue)."""
+"""Command lines of llic: master_submitter and master_q (the master itself: llic/master.py)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,12 @@ import argparse
 import sys
 
 
-def _reserved(prog: str, argv: list[str] | None) -> int:
-    argparse.ArgumentParser(prog=prog).parse_known_args(argv)
-    print(f"{prog}: not implemented yet in this release", file=sys.stderr)
-    return 2
-
-
 def master_submitter(argv: list[str] | None = None) -> int:
     """master_submitter [--dry-run] [--wait] FILE [CONFIG]: one master per queue statement of FILE.
 
     --dry-run submits nothing and prints one JSON object per task, in process order, resolved as
-    `condor_submit -dry-run` would (first cluster 1); real submission is not implemented yet.
+    `condor_submit -dry-run` would (first cluster 1). Without it, one master per queue statement
+    is submitted in the scheduler universe (llic/submitter.py); --wait shows their progress.
     """
     import json
     import os
@@ -36,10 +31,20 @@ def master_submitter(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dry-run", action="store_true", help="submit nothing; print each task as JSON")
     parser.add_argument("--wait", action="store_true", help="wait until every master has finished")
+    parser.add_argument("-name", "--name", dest="schedd", help="the schedd to submit the masters to")
+    parser.add_argument(
+        "--master",
+        help="the llic-master script the master job runs on the schedd's host "
+        "(default: $LLIC_MASTER, else the one next to this Python)",
+    )
+    parser.add_argument(
+        "--condor-config",
+        help="CONDOR_CONFIG for the master on the schedd's host (default: the schedd's "
+        "$(CONFIG_ROOT)/condor_config)",
+    )
     args = parser.parse_args(argv)
     if not args.dry_run:
-        print(f"{prog}: not implemented yet in this release (only --dry-run)", file=sys.stderr)
-        return 2
+        return _submit(prog, args)
     try:
         load_llic_config(Path(args.config) if args.config else None)
         submit = parse_submit_file(args.file, cwd=Path.cwd())
@@ -54,6 +59,55 @@ def master_submitter(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `| head`: the reader has seen enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def _submit(prog: str, args: argparse.Namespace) -> int:
+    """The real submission (llic/submitter.py): print each master and how to watch it."""
+    from pathlib import Path
+
+    import trio
+
+    from common.condor import Gateway, GatewayError
+    from common.config import ConfigError
+    from common.logging import configure_logging
+    from llic.config import load_llic_config
+    from llic.state import StateFileError
+    from llic.submitfile import SubmitFileError, parse_submit_file
+    from llic.submitter import SubmitError, default_master, submit_masters, wait_masters
+
+    configure_logging(prog, level="warning", json=False)  # the gateway's debug lines are not for users
+
+    async def run() -> int:
+        config = load_llic_config(Path(args.config) if args.config else None).resolved(Path.cwd())
+        submit = parse_submit_file(args.file, cwd=Path.cwd())
+        for warning in submit.warnings:
+            print(f"{prog}: warning: {warning}", file=sys.stderr)
+        async with Gateway() as gw:
+            masters = await submit_masters(
+                submit,
+                config,
+                gw,
+                schedd_name=args.schedd,
+                master=args.master or default_master(),
+                condor_config=args.condor_config,
+            )
+            for m in masters:
+                print(
+                    f"master {m.master_id} (job {m.job_id}): {m.tasks} tasks of queue statement "
+                    f"{m.block} (line {m.line}); state file {m.state_path}; watch: master_q {m.state_path}",
+                    flush=True,
+                )
+            if args.wait:
+                return await wait_masters(masters, gw, args.schedd)
+        return 0
+
+    try:
+        return trio.run(run)
+    except (SubmitFileError, ConfigError, SubmitError, StateFileError, GatewayError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2 if not isinstance(e, GatewayError) else 1
+    except KeyboardInterrupt:
+        return 130
 
 
 def master_q(argv: list[str] | None = None) -> int:

@@ -1,0 +1,342 @@
+"""master_submitter (seed §3.6): one llic master per queue statement, each a scheduler-universe job.
+
+For each queue block of the user's submit file:
+
+1. A master id (time, pid, block: unique, and usable in file names) and its output directory
+   (`state.master_output_dir` under MASTER_OUTPUTS_DIR_PREFIX_PATH) holding the block's
+   self-contained submit description (`QueueBlock.submit_text`) and the initial state file,
+   written atomically before anything is submitted.
+2. The master job, submitted through the gateway on hold: universe scheduler (so HTCondor never
+   evacuates it, and re-runs it when it fails, seed §3.2), `python -m llic.master STATE_FILE`.
+   `on_exit_remove` lets it leave the queue only after exit status 0; killed by a signal or
+   exiting with any other status it is run again and resumes from its state file. Exit statuses
+   2 (state file or description unusable) and 3 (gave up), and a 20th run, hold it instead, with
+   the reason in HoldReason, so a master that cannot succeed is not restarted forever.
+3. The state file is rewritten with the job's cluster (the tasks' `$(Cluster)`, as condor_submit
+   would give them), the directory handed to the job's owner when master_submitter runs as root
+   (the sandbox's clients claim to be its unprivileged user: HTCondor runs no job as root), and
+   the job released.
+
+Scheduler-universe jobs get no CONDOR_CONFIG from HTCondor (their environment is the job's own
+plus `_condor_SCHEDD_ADDRESS_FILE`, `_CONDOR_JOB_AD` and similar), so the master job is given
+`CONDOR_CONFIG` explicitly: `--condor-config`, else `$(CONFIG_ROOT)/condor_config` as the schedd
+itself reports CONFIG_ROOT (the directory of the configuration file it was started with).
+
+The master job runs the `llic-master` script given by `--master` (default $LLIC_MASTER, else
+the one next to this Python): on a real submit host that is the same /opt/condor-selforg venv
+master_submitter runs from; in the sandbox it is the venv `deploy/sandbox install-selforg` makes
+inside the root. The script, not `python -m`: the schedd starts a job with only the executable's
+base name as argv[0], and a venv's python started that way does not find its venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
+from llic.chef import MasterStatus
+from llic.config import LlicConfig
+from llic.state import (
+    MasterInfo,
+    MasterState,
+    StateFileError,
+    initial_state,
+    load_state,
+    master_output_dir,
+    save_state,
+    state_file_name,
+)
+from llic.submitfile import QueueBlock, SubmitFile
+
+MASTER_MAX_RUNS = 20  # runs before HTCondor holds a master that keeps failing
+MASTER_ENV = "LLIC_MASTER"
+EXIT_UNUSABLE = 2
+EXIT_GAVE_UP = 3
+
+
+class SubmitError(Exception):
+    """master_submitter cannot go on; one line."""
+
+
+@dataclass
+class SubmittedMaster:
+    master_id: str
+    job_id: str
+    block: int
+    line: int
+    tasks: int
+    state_path: Path
+
+
+def quote_arguments(args: list[str]) -> str:
+    """HTCondor's new argument syntax: the whole in double quotes, each argument in single
+    quotes (a quote inside doubled), so paths with spaces survive."""
+    parts = ["'" + a.replace("'", "''").replace('"', '""') + "'" for a in args]
+    return '"' + " ".join(parts) + '"'
+
+
+def quote_environment(env: dict[str, str]) -> str:
+    parts = [f"{k}='" + v.replace("'", "''").replace('"', '""') + "'" for k, v in env.items()]
+    return '"' + " ".join(parts) + '"'
+
+
+def new_master_id(block: int) -> str:
+    """Unique per submission and usable in a file name: local time, pid, queue statement."""
+    return f"{time.strftime('%Y%m%d%H%M%S')}.{os.getpid()}.{block}"
+
+
+def master_job(
+    state_path: Path,
+    *,
+    master: str,
+    condor_config: str | None,
+    batch_name: str,
+) -> dict[str, str]:
+    """The master's submit description (seed §3.6)."""
+    outdir = state_path.parent
+    desc = {
+        "universe": "scheduler",
+        "executable": master,
+        "arguments": quote_arguments([str(state_path)]),
+        "initialdir": str(outdir),
+        "output": str(outdir / "master.out"),
+        "error": str(outdir / "master.err"),
+        "log": str(outdir / "master.log"),
+        "batch_name": json.dumps(batch_name),
+        "hold": "true",
+        # Leave the queue only after exit 0; a signal or another status re-runs the master,
+        # except the ones that say a re-run cannot help (then: held, with the reason).
+        "on_exit_remove": "(ExitBySignal =?= false) && (ExitCode =?= 0)",
+        "on_exit_hold": (
+            f"((ExitBySignal =?= false) && (ExitCode =?= {EXIT_UNUSABLE} || ExitCode =?= {EXIT_GAVE_UP}))"
+            f" || (JobRunCount >= {MASTER_MAX_RUNS})"
+        ),
+        "on_exit_hold_reason": (
+            f'ifThenElse(ExitCode =?= {EXIT_UNUSABLE}, "llic master: unusable state file or submit '
+            f'description (see master.err)", ifThenElse(ExitCode =?= {EXIT_GAVE_UP}, "llic master gave up: '
+            f'every agent failed (see master.err)", "llic master failed {MASTER_MAX_RUNS} times"))'
+        ),
+        "MY.LlicMasterId": json.dumps(state_path.name.removeprefix("master.").removesuffix(".state")),
+    }
+    if condor_config:
+        desc["environment"] = quote_environment({"CONDOR_CONFIG": condor_config})
+    return desc
+
+
+async def _release(gw: Gateway, schedd: DaemonRef, cluster: int) -> None:
+    await gw.call(
+        "act",
+        action="release",
+        constraint=f"ClusterId == {cluster}",
+        reason="llic master_submitter: state file ready",
+        schedd=schedd.model_dump(mode="json", exclude_none=True),
+        collector=gw.collector,
+    )
+
+
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    for root, dirs, files in os.walk(path):
+        os.chown(root, uid, gid)
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
+
+
+async def submit_masters(
+    submit: SubmitFile,
+    config: LlicConfig,
+    gw: Gateway,
+    *,
+    schedd_name: str | None = None,
+    master: str,
+    condor_config: str | None = None,
+) -> list[SubmittedMaster]:
+    """Submit one master per queue block; see the module doc."""
+    schedds = await gw.list_schedds()
+    if schedd_name is not None:
+        schedds = [s for s in schedds if s.name == schedd_name]
+        if not schedds:
+            raise SubmitError(f"no schedd named {schedd_name!r} in the pool")
+    if not schedds:
+        raise SubmitError("the pool's collector lists no schedd")
+    schedd = DaemonRef(kind=DaemonKind.SCHEDD, name=schedds[0].name)
+    if condor_config is None:
+        root = await gw.get_config(schedd, "CONFIG_ROOT")
+        condor_config = f"{root.rstrip('/')}/condor_config" if root else None
+    prefix = config.master_outputs_dir_prefix_path
+    if prefix.endswith("/"):
+        Path(prefix).mkdir(parents=True, exist_ok=True)
+    submitted: list[SubmittedMaster] = []
+    for block in submit.blocks:
+        submitted.append(await _submit_one(submit, block, config, gw, schedd, master, condor_config))
+    return submitted
+
+
+async def _submit_one(
+    submit: SubmitFile,
+    block: QueueBlock,
+    config: LlicConfig,
+    gw: Gateway,
+    schedd: DaemonRef,
+    master: str,
+    condor_config: str | None,
+) -> SubmittedMaster:
+    prefix = config.master_outputs_dir_prefix_path
+    master_id = new_master_id(block.index)
+    outdir = master_output_dir(prefix, master_id)
+    n = 1
+    while True:
+        try:
+            outdir.mkdir(parents=False)
+            break
+        except FileExistsError:
+            n += 1
+            master_id = f"{new_master_id(block.index)}-{n}"
+            outdir = master_output_dir(prefix, master_id)
+        except OSError as e:
+            raise SubmitError(f"cannot create {outdir}: {e.strerror or e}") from None
+    state_path = outdir / state_file_name(master_id)
+    sub_path = outdir / f"master.{master_id}.sub"
+    sub_path.write_text(block.submit_text())
+    processes = [t.process for t in block.tasks(1 + block.cluster_offset)]
+    # The tasks' $(Cluster) is the master job's cluster, known once it is submitted (below).
+    info = MasterInfo(master_id, _whoami(), 0, str(sub_path), block.index)
+    state = initial_state(info, config, processes, time.time())
+    state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
+    save_state(state_path, state)
+    desc = master_job(
+        state_path,
+        master=master,
+        condor_config=condor_config,
+        batch_name=f"llic {os.path.basename(submit.path)}#{block.index}",
+    )
+    result = await gw.submit(desc, schedd=schedd)
+    job_id = f"{result.cluster}.{result.first_proc}"
+    try:
+        (owner_ad,) = await gw.query_jobs(f"ClusterId == {result.cluster}", ["Owner"], schedd=schedd)
+        owner = str(owner_ad.get("Owner") or info.owner)
+        state = replace(state, info=replace(info, cluster=result.cluster, owner=owner))
+        save_state(state_path, state)
+        if os.geteuid() == 0 and owner != "root":
+            try:
+                pw = pwd.getpwnam(owner)
+            except KeyError:
+                raise SubmitError(f"the master job's owner {owner!r} is not a user here") from None
+            _chown_tree(outdir, pw.pw_uid, pw.pw_gid)
+        await _release(gw, schedd, result.cluster)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            try:
+                reason = "llic master_submitter failed before releasing it"
+                await gw.remove_jobs([job_id], reason, schedd=schedd)
+            except GatewayError:
+                pass
+        raise
+    return SubmittedMaster(master_id, job_id, block.index, block.line, len(processes), state_path)
+
+
+def _whoami() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+# --------------------------------------------------------------------------------------------
+# --wait
+
+
+@dataclass
+class _Watch:
+    master: SubmittedMaster
+    state: MasterState | None = None
+    problem: str | None = None
+
+
+async def wait_masters(
+    masters: list[SubmittedMaster], gw: Gateway, schedd_name: str | None, *, poll: float = 1.0
+) -> int:
+    """A live progress bar (rich) until every master has finished; 0 if all tasks are done.
+
+    Progress comes from the state files (as master_q reads them); the queue is checked too, so
+    that a held master (its HoldReason says why) or one that left the queue ends the wait."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    watches = [_Watch(m) for m in masters]
+    schedd = DaemonRef(kind=DaemonKind.SCHEDD, name=schedd_name) if schedd_name else None
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+    )
+    last_queue = -1e9
+    with Progress(*columns, console=console) as progress:
+        bars = [
+            progress.add_task(f"master {w.master.master_id}", total=w.master.tasks, note="") for w in watches
+        ]
+        while True:
+            for w, bar in zip(watches, bars, strict=True):
+                try:
+                    w.state = await trio.to_thread.run_sync(load_state, w.master.state_path)
+                except StateFileError as e:
+                    w.problem = str(e)
+                    continue
+                c = w.state.counts()
+                note = f"{c.running} running, {c.failed} failed" if c.failed else f"{c.running} running"
+                progress.update(bar, completed=c.done + c.failed, note=f"{note}, {w.state.status}")
+            if all(w.state is not None and w.state.status is not MasterStatus.RUNNING for w in watches):
+                break
+            if trio.current_time() - last_queue >= 5 * poll:
+                last_queue = trio.current_time()
+                if await _queue_problems(gw, schedd, watches):
+                    break
+            await trio.sleep(poll)
+    code = 0
+    for w in watches:
+        if w.state is not None and w.state.status is not MasterStatus.RUNNING:
+            c = w.state.counts()
+            print(f"master {w.master.master_id}: {w.state.status}: {c}")
+            if w.state.status is not MasterStatus.DONE or c.failed:
+                code = 1
+        else:
+            print(f"master {w.master.master_id}: {w.problem or 'not finished'}", file=sys.stderr)
+            code = 1
+    return code
+
+
+async def _queue_problems(gw: Gateway, schedd: DaemonRef | None, watches: list[_Watch]) -> bool:
+    """Note masters that are held or gone; True when none is left running."""
+    clusters = " || ".join(f"ClusterId == {w.master.job_id.split('.')[0]}" for w in watches)
+    try:
+        jobs = await gw.query_jobs(clusters, ["ClusterId", "JobStatus", "HoldReason"], schedd=schedd)
+    except GatewayError as e:
+        print(f"master_submitter: queue not readable: {e}", file=sys.stderr)
+        return False
+    by_cluster: dict[str, dict[str, Any]] = {str(j["ClusterId"]): j for j in jobs}
+    running = 0
+    for w in watches:
+        job = by_cluster.get(w.master.job_id.split(".")[0])
+        finished = w.state is not None and w.state.status is not MasterStatus.RUNNING
+        if job is None and not finished:
+            w.problem = f"job {w.master.job_id} left the queue before finishing (removed?)"
+        elif job is not None and job.get("JobStatus") == 5:
+            w.problem = f"job {w.master.job_id} is held: {job.get('HoldReason')}"
+        elif not finished:
+            running += 1
+    return running == 0
+
+
+def default_master() -> str:
+    return os.environ.get(MASTER_ENV) or str(Path(sys.executable).parent / "llic-master")
