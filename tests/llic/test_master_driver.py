@@ -1,0 +1,421 @@
+"""The master's trio driver (llic/master.py) on loopback, without HTCondor: fake agents written
+here on protocol.py test what the master refuses and how it survives bad peers; the real agent
+zipapp, run as local processes (LocalAgents), tests a whole run in a TRANSFER mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from llic import master as m
+from llic import protocol as p
+from llic.chef import MasterStatus
+from llic.config import LlicConfig
+from llic.state import MasterInfo, initial_state, load_state, save_state
+from llic.submitfile import parse_submit_file
+from llic.taskbook import TaskState
+
+NFS_SUB = """\
+executable = /bin/echo
+arguments = task $(Process)
+should_transfer_files = NO
+output = out.$(Process)
+queue {n}
+"""
+
+
+def make_state(tmp: Path, sub: str, *, cluster: int = 9, **config: Any) -> Path:
+    """A master's output directory as master_submitter leaves it: block description + state."""
+    work = tmp / "work"
+    work.mkdir(exist_ok=True)
+    (work / "job.sub").write_text(sub)
+    block = parse_submit_file(work / "job.sub", cwd=work).blocks[0]
+    out = tmp / "m"
+    out.mkdir()
+    (out / "master.m1.sub").write_text(block.submit_text())
+    info = MasterInfo("m1", "tester", cluster, str(out / "master.m1.sub"), 0)
+    values: dict[str, Any] = {
+        "initial_master_port_number": 0,
+        "queue_poll_interval": 0.2,
+        "reschedule_interval": 0.2,
+        "state_save_interval": 0.1,
+        "window_size": 2,
+    }
+    values.update(config)
+    cfg = LlicConfig(**values)
+    processes = [t.process for t in block.tasks(cluster)]
+    save_state(out / "master.m1.state", initial_state(info, cfg, processes, time.time()))
+    return out / "master.m1.state"
+
+
+class FakeRunner:
+    """Records agent submissions and removals; runs nothing (the test plays the agents)."""
+
+    def __init__(self, slots: int = 1) -> None:
+        self._slots = slots
+        self.submitted: list[dict[str, str]] = []
+        self.removed: list[str] = []
+        self.removed_all = 0
+        self.reschedules = 0
+
+    async def slots(self) -> int:
+        return self._slots
+
+    async def submit(self, description: dict[str, str]) -> str:
+        self.submitted.append(description)
+        return f"{len(self.submitted)}.0"
+
+    async def remove(self, job_ids: Sequence[str], reason: str) -> None:
+        self.removed += list(job_ids)
+
+    async def remove_all(self, master_id: str, reason: str) -> None:
+        self.removed_all += 1
+
+    async def alive(self, master_id: str) -> set[str]:
+        return {f"{i + 1}.0" for i in range(len(self.submitted))} - set(self.removed)
+
+    async def reschedule(self) -> None:
+        self.reschedules += 1
+
+    async def agent_host(self) -> str | None:
+        return "127.0.0.1"
+
+    async def aclose(self) -> None:
+        return None
+
+    def agent_names(self) -> list[str]:
+        return [json.loads(d[f"MY.{m.AGENT_ATTR}"]) for d in self.submitted]
+
+
+async def until(what: str, predicate: Callable[[], Any], timeout: float = 10) -> Any:
+    with trio.fail_after(timeout):
+        while not (value := predicate()):
+            await trio.sleep(0.01)
+    return value
+
+
+class Running:
+    """A master running in a nursery; `rc` once it returned."""
+
+    def __init__(self, master: m.Master, port: int) -> None:
+        self.master = master
+        self.port = port
+        self.rc: int | None = None
+
+
+async def start_master(nursery: trio.Nursery, state_path: Path, runner: m.AgentRunner) -> Running:
+    state, plan = m.load_plan(state_path)
+    master = m.Master(plan, state, runner, host="127.0.0.1")
+    master.handshake_timeout = 1.0
+    box: list[Running] = []
+
+    async def go(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        rc = await master.run(task_status=task_status)
+        box[0].rc = rc
+
+    port = await nursery.start(go)
+    box.append(Running(master, port))
+    return box[0]
+
+
+def secret_of(state_path: Path, agent: str) -> bytes:
+    data = json.loads((state_path.parent / "agents" / agent / "input.json").read_text())
+    return bytes.fromhex(data["secret"])
+
+
+class FakeAgent:
+    """The agent's side of the protocol, driven step by step."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = p.Decoder(p.FROM_MASTER)
+
+    @classmethod
+    async def connect(cls, port: int) -> FakeAgent:
+        return cls(await trio.open_tcp_stream("127.0.0.1", port))
+
+    async def send(self, msg: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+        await self.stream.send_all(p.encode(msg, blobs))
+
+    async def recv(self) -> p.Message | None:
+        """The next message; None when the master closed the connection."""
+        with trio.fail_after(10):
+            while (msg := self.decoder.next()) is None:
+                try:
+                    data = await self.stream.receive_some(1 << 16)
+                except trio.BrokenResourceError:
+                    return None
+                if not data:
+                    return None
+                self.decoder.feed(data)
+        return msg
+
+    async def handshake(self, agent: str, secret: bytes, master: str = "m1") -> p.Message | None:
+        nonce_a = p.make_nonce()
+        await self.send({"t": "hello", "agent": agent, "master": master, "version": 1, "nonce_a": nonce_a})
+        challenge = await self.recv()
+        if challenge is None or challenge.type != p.CHALLENGE:
+            return challenge
+        assert p.check_master_mac(secret, nonce_a, agent, challenge.body["mac_m"]) == (secret == self.real)
+        await self.send({"t": "auth", "mac_a": p.agent_mac(secret, challenge.body["nonce_m"], agent)})
+        return await self.recv()
+
+    real = b""
+
+    async def serve(self, exit_code: int = 0, duplicate: bool = False) -> list[int]:
+        """Answer every task with an ok result until no_more_tasks; the processes run."""
+        done: list[int] = []
+        while True:
+            msg = await self.recv()
+            if msg is None or msg.type == p.NO_MORE_TASKS:
+                await self.stream.aclose()
+                return done
+            task = msg.task()
+            result = p.TaskResult(task.process, task.attempt, p.STATUS_OK, exit_code=exit_code, host="fake")
+            await self.send({"t": "result", "result": result})
+            if duplicate:
+                await self.send({"t": "result", "result": result})
+            done.append(task.process)
+
+
+async def closed_by_master(agent: FakeAgent, *, allowed: tuple[str, ...] = (p.REFUSED,)) -> bool:
+    """Read until the master closes; True if it did, having said nothing but `allowed`."""
+    while (msg := await agent.recv()) is not None:
+        if msg.type not in allowed:
+            return False
+    return True
+
+
+async def test_a_wrong_secret_is_refused_and_counted_and_the_right_agent_is_served(tmp_path: Path) -> None:
+    state_path = make_state(tmp_path, NFS_SUB.format(n=5))
+    runner = FakeRunner()
+    async with trio.open_nursery() as nursery:
+        run = await start_master(nursery, state_path, runner)
+        (agent,) = await until("a submission", runner.agent_names)
+        secret = secret_of(state_path, agent)
+        intruder = await FakeAgent.connect(run.port)
+        answer = await intruder.handshake(agent, bytes(32))
+        assert answer is not None and answer.type == p.REFUSED
+        assert answer.body["reason"] == "authentication failed"
+        assert await closed_by_master(intruder)
+        good = await FakeAgent.connect(run.port)
+        good.real = secret
+        welcome = await good.handshake(agent, secret)
+        assert welcome is not None and welcome.type == p.WELCOME and welcome.body["window"] == 2
+        assert sorted(await good.serve()) == [0, 1, 2, 3, 4]
+    assert run.rc == m.EXIT_DONE
+    state = load_state(state_path)
+    assert state.status is MasterStatus.DONE
+    assert state.extra["counters"]["auth_failures"] == 1
+    assert [t.state for t in state.tasks] == [TaskState.DONE] * 5
+    assert runner.removed_all == 2  # at the start (crash gap) and at the end
+
+
+async def test_malformed_frames_and_stalled_handshakes_are_dropped_and_counted(tmp_path: Path) -> None:
+    state_path = make_state(tmp_path, NFS_SUB.format(n=3))
+    runner = FakeRunner()
+    async with trio.open_nursery() as nursery:
+        run = await start_master(nursery, state_path, runner)
+        (agent,) = await until("a submission", runner.agent_names)
+        secret = secret_of(state_path, agent)
+        bad_frames = [
+            b"\x00\x00\x00\x05hello",  # not msgpack
+            b"\xff\xff\xff\xff",  # a 4 GiB frame announced
+            p.encode({"t": "auth", "mac_a": bytes(32)}),  # auth before hello
+            b"\x00\x00\x00\x03\x93\x01\x02",  # msgpack, but a list
+        ]
+        for frames in bad_frames:
+            peer = await FakeAgent.connect(run.port)
+            await peer.stream.send_all(frames)
+            assert await closed_by_master(peer)
+        other = await FakeAgent.connect(run.port)
+        refused = await other.handshake(agent, secret, master="someone-else")
+        assert (
+            refused is not None
+            and refused.type == p.REFUSED
+            and "this is master m1" in refused.body["reason"]
+        )
+        nobody = await FakeAgent.connect(run.port)
+        refused = await nobody.handshake("../etc", secret)
+        assert refused is not None and refused.type == p.REFUSED
+        silent = await FakeAgent.connect(run.port)  # says nothing: dropped after handshake_timeout
+        assert await closed_by_master(silent)
+        counters = run.master.counters
+        assert counters["malformed"] == 4 and counters["handshake_timeouts"] == 1
+        assert counters["refused_wrong_master"] == 1 and counters["refused_unknown_agent"] == 1
+        good = await FakeAgent.connect(run.port)
+        good.real = secret
+        assert (await good.handshake(agent, secret) or p.Message("x", {})).type == p.WELCOME
+        assert sorted(await good.serve()) == [0, 1, 2]
+    assert run.rc == m.EXIT_DONE
+    assert load_state(state_path).extra["counters"]["connections"] == 8
+
+
+async def test_garbage_after_authentication_costs_only_that_agent(tmp_path: Path) -> None:
+    """The chef recovers: tasks go back to the queue, the agent job is removed, a new agent is
+    submitted, and every task is recorded once."""
+    state_path = make_state(tmp_path, NFS_SUB.format(n=4))
+    runner = FakeRunner()
+    async with trio.open_nursery() as nursery:
+        run = await start_master(nursery, state_path, runner)
+        (first,) = await until("a submission", runner.agent_names)
+        secret = secret_of(state_path, first)
+        rogue = await FakeAgent.connect(run.port)
+        rogue.real = secret
+        assert (await rogue.handshake(first, secret) or p.Message("x", {})).type == p.WELCOME
+        task = await rogue.recv()
+        assert task is not None and task.type == p.TASK
+        await rogue.stream.send_all(b"\x00\x00\x00\x04junk")
+        assert await closed_by_master(rogue, allowed=(p.TASK,))
+        names = await until("a second agent", lambda: runner.agent_names()[1:])
+        assert names == [first.rsplit(".", 1)[0] + ".2"]
+        assert runner.removed == ["1.0"]
+        second = await FakeAgent.connect(run.port)
+        second.real = secret_of(state_path, names[0])
+        assert (await second.handshake(names[0], second.real) or p.Message("x", {})).type == p.WELCOME
+        assert sorted(await second.serve()) == [0, 1, 2, 3]
+    assert run.rc == m.EXIT_DONE
+    state = load_state(state_path)
+    assert state.extra["counters"]["malformed"] == 1
+    assert all(t.state is TaskState.DONE and t.failures == 0 for t in state.tasks)
+    assert state.counters["lost"] >= 1 and state.chefs[0].recoveries == 1
+
+
+async def test_duplicate_and_unknown_results_are_ignored(tmp_path: Path) -> None:
+    state_path = make_state(tmp_path, NFS_SUB.format(n=3))
+    runner = FakeRunner()
+    async with trio.open_nursery() as nursery:
+        run = await start_master(nursery, state_path, runner)
+        (agent,) = await until("a submission", runner.agent_names)
+        fake = await FakeAgent.connect(run.port)
+        fake.real = secret_of(state_path, agent)
+        assert (await fake.handshake(agent, fake.real) or p.Message("x", {})).type == p.WELCOME
+        unknown = p.TaskResult(77, 1, p.STATUS_OK, exit_code=0)
+        await fake.send({"t": "result", "result": unknown})
+        assert sorted(await fake.serve(duplicate=True)) == [0, 1, 2]
+    assert run.rc == m.EXIT_DONE
+    state = load_state(state_path)
+    assert state.counters["ignored"] == 4  # process 77, and the second copy of 0, 1 and 2
+    assert [(t.process, t.state, t.attempt) for t in state.tasks] == [
+        (i, TaskState.DONE, 1) for i in range(3)
+    ]
+
+
+TRANSFER_SUB = """\
+executable = job.sh
+arguments = $(Process)
+should_transfer_files = YES
+transfer_input_files = common.txt, in.$(Process)
+output = out.$(Process)
+error = err.$(Process)
+queue 6
+"""
+JOB_SH = """#!/bin/sh
+cat common.txt "in.$1" > "made.$1"
+echo "stdout $1"
+echo "stderr $1" >&2
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
+@pytest.mark.parametrize("initial", [0, 2])
+async def test_local_agents_run_a_transfer_block(tmp_path: Path, initial: int) -> None:
+    """The real agent zipapp: common input cached, private inputs as blobs (or, for initial
+    tasks, next to the input file), outputs and stdout/stderr placed in condor style."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "job.sh").write_text(JOB_SH)
+    (work / "job.sh").chmod(0o755)
+    (work / "common.txt").write_text("common\n")
+    for i in range(6):
+        (work / f"in.{i}").write_text(f"private {i}\n")
+    state_path = make_state(tmp_path, TRANSFER_SUB, initial_jobs_number=initial)
+    state, plan = m.load_plan(state_path)
+    assert plan.mode == "TRANSFER" and plan.common_inputs == ["common.txt"]
+    runner = m.LocalAgents(tmp_path / "scratch", slots=2)
+    master = m.Master(plan, state, runner, host="127.0.0.1")
+    with trio.fail_after(60):
+        rc = await master.run()
+    await runner.aclose()
+    assert rc == m.EXIT_DONE, (plan.outdir / "agents").glob("*/agent.err")
+    for i in range(6):
+        assert (work / f"made.{i}").read_text() == f"common\nprivate {i}\n"
+        assert (work / f"out.{i}").read_text() == f"stdout {i}\n"
+        assert (work / f"err.{i}").read_text() == f"stderr {i}\n"
+    description = runner.submitted[0]
+    shipped = [n.strip() for n in description["transfer_input_files"].split(",")]
+    assert str(work / "job.sh") in shipped and str(work / "common.txt") in shipped
+    assert not any(n.endswith("in.0") for n in shipped) or initial
+    final = load_state(state_path)
+    assert final.status is MasterStatus.DONE and final.counts().done == 6
+
+
+async def test_state_file_problems_are_one_line_and_touch_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state_path = make_state(tmp_path, NFS_SUB.format(n=2))
+    assert m.main([str(tmp_path / "nowhere.state")]) == m.EXIT_UNUSABLE
+    err = capsys.readouterr().err.strip()
+    assert err == f"llic-master: error: {tmp_path / 'nowhere.state'}: no such state file"
+    data = bytearray(state_path.read_bytes())
+    data[-10] ^= 0x20
+    state_path.write_bytes(bytes(data))
+    before = sorted(os.listdir(state_path.parent))
+    assert m.main([str(state_path)]) == m.EXIT_UNUSABLE
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "checksum mismatch" in err and str(state_path) in err
+    assert state_path.read_bytes() == bytes(data) and sorted(os.listdir(state_path.parent)) == before
+
+
+async def test_a_submit_description_that_does_not_match_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state_path = make_state(tmp_path, NFS_SUB.format(n=2))
+    sub = state_path.parent / "master.m1.sub"
+    sub.write_text(sub.read_text().replace("queue 2", "queue 3"))
+    assert m.main([str(state_path)]) == m.EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert "tasks and" in err and "only in the description: [2]" in err
+    sub.unlink()
+    assert m.main([str(state_path)]) == m.EXIT_UNUSABLE
+    assert "cannot read the submit file" in capsys.readouterr().err
+
+
+def test_agent_job_carries_the_users_requirements_and_the_master_tag(tmp_path: Path) -> None:
+    sub = NFS_SUB.format(n=2).replace(
+        "queue", 'requirements = (Memory > 64)\nrequest_memory = 100\n+Project = "x"\nqueue'
+    )
+    state_path = make_state(tmp_path, sub)
+    _, plan = m.load_plan(state_path)
+    pyz = tmp_path / "llic-agent-0.pyz"
+    desc = m.agent_job(plan, "1.0.1", tmp_path / "a", pyz, "10.0.0.5", 2853)
+    assert desc["requirements"] == "(Memory > 64)" and desc["request_memory"] == "100"
+    assert (
+        desc["MY.Project"] == '"x"' and desc["MY.LlicMaster"] == '"m1"' and desc["MY.LlicAgent"] == '"1.0.1"'
+    )
+    assert desc["universe"] == "vanilla" and desc["executable"] == "/usr/bin/python3"
+    assert desc["arguments"] == "-I llic-agent-0.pyz 10.0.0.5 2853 1.0.1 input.json"
+    assert desc["transfer_input_files"] == f"{pyz}, {tmp_path / 'a' / 'input.json'}"
+
+
+def test_input_blobs_follow_condor_transfer_rules(tmp_path: Path) -> None:
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "sub" / "x").write_text("x")
+    (tmp_path / "f").write_text("f")
+    entries, blobs, notes = m.input_blobs(str(tmp_path), ["f", "d", "d/", "missing", "http://h/u"])
+    assert [e["path"] for e in entries] == ["f", "d/sub/x", "sub/x"]
+    assert blobs == [b"f", b"x", b"x"]
+    assert len(notes) == 1 and "missing" in notes[0]
+
+
+def test_address_of_a_sinful_string() -> None:
+    assert m._ip_of_sinful("<10.213.2.10:38399?addrs=10.213.2.10-38399&alias=cm>") == "10.213.2.10"
+    assert m._ip_of_sinful("<cm.example:9618>") is None
+    assert not m._usable("127.0.0.1") and m._usable("10.0.0.1")
