@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import glob as globmod
 import json
 import os
@@ -239,10 +240,6 @@ def _isidchar(c: str) -> bool:
     return ("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9") or c in "_./"
 
 
-def _is_alnum(c: str) -> bool:
-    return ("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9")
-
-
 def _classify_prefix(prefix: str) -> tuple[str | None, bool]:
     """(kind, body is identifier-with-default) for the text between `$` and `(`; kind None: no macro."""
     if prefix == "$":
@@ -264,6 +261,11 @@ class _Found:
     end: int  # index after ")"
 
 
+_PREFIX_RE = re.compile(r"\$\$?[A-Za-z0-9_]*")  # "$" or "$$", then what may name a function
+_SIMPLE_BODY_RE = re.compile(r"[A-Za-z0-9_./]*(?=\))")
+_DOLLAR_RE = re.compile(r"\$\(DOLLAR\)", re.IGNORECASE)
+
+
 def _next_macro(text: str, pos: int, skip: Callable[[str, str], bool]) -> _Found | None:
     """The next macro reference at or after pos that `skip(kind, body)` does not reject."""
     tvalue = pos
@@ -273,11 +275,7 @@ def _next_macro(text: str, pos: int, skip: Callable[[str, str], bool]) -> _Found
             d = text.find("$", tvalue)
             if d < 0:
                 return None
-            p = d + 1
-            if p < n and text[p] == "$":
-                p += 1
-            while p < n and (_is_alnum(text[p]) or text[p] == "_"):
-                p += 1
+            p = _PREFIX_RE.match(text, d).end()
             if p < n and text[p] == "(":
                 kind, idcolon = _classify_prefix(text[d:p])
                 if kind is not None:
@@ -285,9 +283,12 @@ def _next_macro(text: str, pos: int, skip: Callable[[str, str], bool]) -> _Found
             tvalue = p
         body_start = p + 1
         q = body_start
-        if not idcolon:
-            while q < n and text[q] != ")":
-                q += 1
+        simple = _SIMPLE_BODY_RE.match(text, body_start) if idcolon else None
+        if simple is not None:  # the common case, $(NAME): no default to scan
+            q = simple.end()
+        elif not idcolon:
+            q = text.find(")", body_start)
+            q = n if q < 0 else q
         else:
             after_colon = False
             bad = False
@@ -356,7 +357,7 @@ class _Expander:
             if self._count > _MAX_EXPANSIONS or len(text) > 1_000_000:
                 raise _ExpandError("macro expansion does not end (a macro refers to itself?)")
             text = text[: found.start] + self._evaluate(found) + text[found.end :]
-        if self_name is None:
+        if self_name is None and _DOLLAR_RE.search(text):
             while True:
                 found = _next_macro(
                     text, 0, lambda kind, body: not (kind == "NORMAL" and body.upper() == "DOLLAR")
@@ -597,6 +598,9 @@ def _v2_quoted_to_raw(text: str) -> str:
     """The inside of a double-quoted (new syntax) value; `""` is a literal `"`."""
     s = text.lstrip(_WS)
     assert s.startswith('"')
+    close = s.find('"', 1)
+    if close > 0 and not s[close + 1 :].strip(_WS):  # the common case: no "" inside
+        return s[1:close]
     i, out = 1, []
     while i < len(s):
         c = s[i]
@@ -619,6 +623,8 @@ def _v2_quoted_to_raw(text: str) -> str:
 
 def split_args(raw: str) -> list[str]:
     """New-syntax argument splitting: white space separates, single quotes group, `''` is a quote."""
+    if "'" not in raw:
+        return _split_v1_args(raw)
     args: list[str] = []
     buf: list[str] = []
     token = False
@@ -655,8 +661,11 @@ def split_args(raw: str) -> list[str]:
     return args
 
 
+_ARG_SEP_RE = re.compile("[ \t\n\r]+")
+
+
 def _split_v1_args(raw: str) -> list[str]:
-    return [a for a in re.split("[ \t\n\r]+", raw) if a]
+    return [a for a in _ARG_SEP_RE.split(raw) if a]
 
 
 def parse_arguments(value: str, *, v2_only: bool = False) -> list[str]:
@@ -1024,6 +1033,7 @@ class QueueBlock:
         self._base_blocks = base_blocks
         self._fixed_base = fixed_base
         self._tasks: dict[int, list[TaskSpec]] = {}
+        self._checks: dict[tuple[str, Callable[[str], bool]], bool] = {}
         self._items = [
             (ix, it) for ix, it in enumerate(qargs.items) if qargs.slice.selected(ix, len(qargs.items))
         ]
@@ -1069,6 +1079,7 @@ class QueueBlock:
 
     def _lookup_fn(self, live: Mapping[str, str], defaults: Mapping[str, str]) -> Lookup:
         macros = self._macros
+        static = self._static_defaults
 
         def lookup(name: str) -> str | None:
             low = name.lower()
@@ -1078,6 +1089,8 @@ class QueueBlock:
             if m is not None:
                 return m.value
             value = defaults.get(low)
+            if value is None:
+                value = static.get(low)
             if value is None and low in _CONFIG_MACROS:
                 raise _ExpandError(
                     f"$({name}) comes from the submit machine's HTCondor configuration; not supported"
@@ -1087,13 +1100,20 @@ class QueueBlock:
         return lookup
 
     def _defaults(self, cluster: int, process: int, row: int, step: int) -> dict[str, str]:
-        t = time.localtime(self._ctx.submit_time)
+        """The built-in macros that change from job to job."""
         return {
             "clusterid": str(cluster),
             "procid": str(process),
             "itemindex": str(row),
             "row": str(row),
             "step": str(step),
+        }
+
+    @functools.cached_property
+    def _static_defaults(self) -> dict[str, str]:
+        """The built-in macros that are the same for every job."""
+        t = time.localtime(self._ctx.submit_time)
+        return {
             "node": "",
             "jobid": "$(ClusterId).$(ProcId)",
             "arch": _ARCH.get(platform.machine().lower(), platform.machine()),
@@ -1172,10 +1192,16 @@ class QueueBlock:
     def _fail(self, message: str, *names: str) -> SubmitFileError:
         return SubmitFileError(self.path, self._line_of(*names), message)
 
-    def _exists(self, path: str, iwd: str) -> bool:
-        if "$$(" in path or "://" in path:
-            return True
-        return os.path.lexists(path if path.startswith("/") else os.path.join(iwd, path))
+    @staticmethod
+    def _exists(path: str) -> bool:
+        return "$$(" in path or os.path.lexists(path)
+
+    def _checked(self, path: str, check: Callable[[str], bool]) -> bool:
+        """check(path), asked once per path (jobs often share a directory or an executable)."""
+        key = (path, check)
+        if key not in self._checks:
+            self._checks[key] = check(path)
+        return self._checks[key]
 
     def _compute_base(self, cluster: int) -> TaskSpec | None:
         """The cluster ad's values this block's jobs fall back on (see the module docstring)."""
@@ -1266,7 +1292,7 @@ class QueueBlock:
         else:
             iwd = cwd.rstrip("/") + "/" + iwd_value.lstrip("/")
         iwd = re.sub("//+", "/", iwd)
-        if not os.path.isdir(iwd):
+        if not self._checked(iwd, os.path.isdir):
             raise self._fail(f"No such directory: {iwd}", "initialdir", "Iwd", "initial_dir", "job_iwd")
 
         # executable
@@ -1281,7 +1307,7 @@ class QueueBlock:
                 executable = exe
             else:
                 executable = re.sub("//+", "/", "/" + (exe if exe.startswith("/") else f"{cwd}/{exe}"))
-                if not self._exists(executable, iwd):
+                if not self._checked(executable, self._exists):
                     raise self._fail(f"Executable file {exe} does not exist", "executable", "Cmd")
 
         # arguments
