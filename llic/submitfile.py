@@ -92,6 +92,7 @@ NULL_FILE = "/dev/null"
 QUEUE_ITEM_UNUSED = "<Queue_item>"  # what condor_submit leaves in the variables of a finished queue
 DIRECTIVE = "#llic: "  # first line of QueueBlock.submit_text(): what the text alone cannot say
 _WS = " \t\n\v\f\r"  # C isspace()
+NOTHING = "$(_llic_nothing_)"  # an undefined macro: expands to nothing
 _MAX_EXPANSIONS = 100_000
 
 
@@ -1477,7 +1478,7 @@ class QueueBlock:
 
     def common_input_files(self, cluster: int) -> list[str]:
         """Input files (transfer_input_files and the input file) that every task of the block names
-        identically: sent to an agent once (seed §3.3). None when an initial directory is set."""
+        identically: sent to an agent once (seed §3.3). Empty when an initial directory is set."""
         if self.mode in (Mode.NFS_INITIALDIR, Mode.TRANSFER_INITIALDIR):
             return []
         tasks = self.tasks(cluster)
@@ -1528,7 +1529,10 @@ class QueueBlock:
         for low, m in self._macros.items():
             if low in ("cluster", "process"):
                 continue
-            lines.append(f"{m.name} = {m.value}")
+            value = m.value
+            if value != value.strip(_WS):  # blanks a line would lose: keep them behind an empty macro
+                value = f"{NOTHING}{value}{NOTHING}"
+            lines.append(f"{m.name} = {value}")
         qa = self._qargs
         if qa.mode is _Foreach.NOT:
             lines.append(f"queue {qa.count}")

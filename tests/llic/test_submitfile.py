@@ -377,6 +377,13 @@ def test_submit_text_round_trips_each_block(tmp_path: Path) -> None:
         assert again.blocks[0].first_process == block.first_process
 
 
+def test_submit_text_keeps_blanks_that_self_references_leave(tmp_path: Path) -> None:
+    sub = parse(tmp_path, "executable = /bin/echo\nx = $(x) b\nenvironment = A=1;B=$(x)\nqueue\n")
+    assert sub.blocks[0].commands()["x"] == " b"
+    again = parse_submit_text(sub.blocks[0].submit_text(), environ={})
+    assert again.tasks() == sub.tasks() and sub.tasks()[0].environment == {"A": "1", "B": " b"}
+
+
 # -- master_submitter --dry-run
 
 
