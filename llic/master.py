@@ -107,6 +107,7 @@ EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 HANDSHAKE_TIMEOUT = 30.0  # an authenticated agent answers in milliseconds
 CLOSE_TIMEOUT = 10.0  # a closing connection gets this long to deliver what is queued for it
 RECV_SIZE = 1 << 18
+RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
 SAVE_CHECK = 0.25  # how often the saver looks at `dirty`
 AGENT_PYTHON = "/usr/bin/python3"
@@ -677,9 +678,6 @@ class Master:
         status = self.core.status
         counts = self.core.book.counts()
         self.log.info("master finished", status=str(status), tasks=str(counts), counters=dict(self.counters))
-        print(
-            json.dumps({"master": info.master_id, "status": str(status), "tasks": vars(counts)}), flush=True
-        )
         if status is MasterStatus.DONE:
             return EXIT_DONE
         if status is MasterStatus.GAVE_UP:
@@ -834,11 +832,20 @@ class Master:
             self.log.warning("agent removal failed", jobs=list(job_ids), error=str(e))
 
     async def _rescheduler(self) -> None:
-        """§3.7 step 7: while agents wait for slots, ask for negotiation cycles."""
+        """§3.7 step 7: while agents wait for slots, ask for negotiation cycles. Right after
+        agents were submitted, once at once and once more RESCHEDULE_FOLLOW_UP later: the first
+        cycle often starts before the schedd's submitter ad shows the new idle jobs."""
+        wait = self.config.reschedule_interval
         while True:
-            with trio.move_on_after(self.config.reschedule_interval):
+            with trio.move_on_after(wait):
                 await self._wake_reschedule.wait()
+            woken = self._wake_reschedule.is_set()
             self._wake_reschedule = trio.Event()
+            wait = (
+                min(RESCHEDULE_FOLLOW_UP, self.config.reschedule_interval)
+                if woken
+                else self.config.reschedule_interval
+            )
             if any(c.state is ChefState.LAUNCHED for c in self.core.chefs):
                 try:
                     await self.runner.reschedule()
@@ -1106,7 +1113,10 @@ async def _amain(args: argparse.Namespace, state: MasterState, plan: Plan) -> in
         runner = GatewayAgents(Gateway(), schedd_name=plan_schedd(state))
     try:
         master = Master(plan, state, runner, host=args.host, port=args.port, agent_python=args.agent_python)
-        return await master.run()
+        code = await master.run()
+        summary = {"master": plan.info.master_id, "status": str(master.core.status)}
+        print(json.dumps(summary | {"tasks": vars(master.core.book.counts())}), flush=True)  # master.out
+        return code
     finally:
         with trio.CancelScope(shield=True):
             await runner.aclose()
