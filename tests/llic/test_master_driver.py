@@ -302,7 +302,9 @@ async def test_duplicate_and_unknown_results_are_ignored(tmp_path: Path) -> None
         assert sorted(await fake.serve(duplicate=True)) == [0, 1, 2]
     assert run.rc == m.EXIT_DONE
     state = load_state(state_path)
-    assert state.counters["ignored"] == 4  # process 77, and the second copy of 0, 1 and 2
+    # process 77 and the second copies of 0 and 1; the second copy of 2 arrives after the chef
+    # has terminated (then it is dropped uncounted) or just before
+    assert state.counters["ignored"] in (3, 4)
     assert [(t.process, t.state, t.attempt) for t in state.tasks] == [
         (i, TaskState.DONE, 1) for i in range(3)
     ]
