@@ -107,6 +107,7 @@ EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 HANDSHAKE_TIMEOUT = 30.0  # an authenticated agent answers in milliseconds
 CLOSE_TIMEOUT = 10.0  # a closing connection gets this long to deliver what is queued for it
 RECV_SIZE = 1 << 18
+SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
 RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
 SAVE_CHECK = 0.25  # how often the saver looks at `dirty`
@@ -756,6 +757,10 @@ class Master:
     # ------------------------------------------------------------------ HTCondor side
 
     async def _submitter(self) -> None:
+        """Submit agents one at a time. After a refusal the chef resubmits at once (and counts a
+        recovery), so failures in a row are spaced out (1, 2, 4 ... 30 s): a schedd that is
+        restarting should not use up every chef's NUM_AGENT_RECOVERIES in a second."""
+        failures = 0
         async for action in self._submit_recv:
             if self.core.stopped:
                 continue
@@ -765,8 +770,11 @@ class Master:
             except (GatewayError, OSError, protocol.ProtocolError) as e:
                 self.counters["submit_failures"] += 1
                 self.log.warning("agent submission failed", agent=action.agent, error=str(e))
+                await trio.sleep(min(SUBMIT_BACKOFF_MAX, 2.0**failures))
+                failures += 1
                 self.feed(SubmitFailed(action.agent, str(e)))
                 continue
+            failures = 0
             self.log.debug("agent submitted", agent=action.agent, job=job_id)
             self.feed(AgentSubmitted(action.agent, job_id))
             if self._submit_recv.statistics().current_buffer_used == 0:

@@ -421,3 +421,25 @@ def test_address_of_a_sinful_string() -> None:
     assert m._ip_of_sinful("<10.213.2.10:38399?addrs=10.213.2.10-38399&alias=cm>") == "10.213.2.10"
     assert m._ip_of_sinful("<cm.example:9618>") is None
     assert not m._usable("127.0.0.1") and m._usable("10.0.0.1")
+
+
+class RefusingRunner(FakeRunner):
+    async def submit(self, description: dict[str, str]) -> str:
+        self.submitted.append(description)
+        raise m.GatewayError("submit", "the schedd said no")
+
+
+async def test_agents_that_cannot_be_submitted_make_the_master_give_up_with_status_3(tmp_path: Path) -> None:
+    """Refusals are retried with back-off (1 s, then 2 s) until the chef is unrecoverable; the
+    master then exits 3, which master_submitter's on_exit_hold turns into a held job."""
+    state_path = make_state(tmp_path, NFS_SUB.format(n=2), num_agent_recoveries=1)
+    runner = RefusingRunner()
+    state, plan = m.load_plan(state_path)
+    t0 = trio.current_time()
+    with trio.fail_after(20):
+        rc = await m.Master(plan, state, runner, host="127.0.0.1").run()
+    assert rc == m.EXIT_GAVE_UP and trio.current_time() - t0 >= 3
+    assert runner.agent_names() == ["1.0.1", "1.0.2"]
+    final = load_state(state_path)
+    assert final.status is MasterStatus.GAVE_UP and final.extra["counters"]["submit_failures"] == 2
+    assert [t.state for t in final.tasks] == [TaskState.QUEUED] * 2
