@@ -232,7 +232,6 @@ async def _submit_one(
                 raise SubmitError(f"the master job's owner {owner!r} is not a user here") from None
             _chown_tree(outdir, pw.pw_uid, pw.pw_gid)
         await _release(gw, schedd, result.cluster)
-        await gw.reschedule(schedd=schedd)  # the schedd then starts scheduler-universe jobs at once
     except BaseException:
         with trio.CancelScope(shield=True):
             try:
