@@ -195,6 +195,20 @@ class Gateway:
         result = await self.call("pool_load", collector=self._pool(collector), timeout=timeout)
         return PoolLoad.model_validate(result)
 
+    async def count_slots(
+        self, requirements: str, job_attrs: Mapping[str, Any] | None = None, collector: str | None = None
+    ) -> int:
+        """How many slots satisfy a job's `requirements` (with its request_* as `job_attrs`, e.g.
+        RequestMemory): what llic sizes its agents by (seed §3.7 step 4)."""
+        return int(
+            await self.call(
+                "count_slots",
+                requirements=requirements,
+                job_attrs=dict(job_attrs or {}),
+                collector=self._pool(collector),
+            )
+        )
+
     async def list_daemons(
         self, kind: DaemonKind, collector: str | None = None, *, home_only: bool = True
     ) -> list[DaemonRef]:

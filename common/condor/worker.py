@@ -12,6 +12,7 @@ or {"id": int, "ok": false, "error": {"kind": str, "message": str}}.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -259,6 +260,25 @@ def op_act(
     return plain(result) if result is not None else {}
 
 
+def op_count_slots(requirements: str, job_attrs: dict[str, Any], collector: str | None) -> int:
+    """Slots whose ad satisfies a job's requirements (with the job's request_* values). The
+    expression is evaluated with the slot ad as scope, MY./TARGET. prefixes dropped: unqualified
+    names then resolve as HTCondor resolves them, from the slot, or from the job's attributes."""
+    expr = classad2.ExprTree(re.sub(r"\b(?:TARGET|MY)\.", "", requirements, flags=re.IGNORECASE))
+    count = 0
+    for ad in collector_for(collector).query(htcondor.AdType.Startd):
+        if ad.get("DynamicSlot") is True:
+            continue
+        ad.update(job_attrs)
+        try:
+            ok = expr.eval(scope=ad)
+        except Exception:
+            ok = False
+        if ok is True:
+            count += int(ad.get("TotalSlotCpus", 1)) if ad.get("PartitionableSlot") is True else 1
+    return count
+
+
 def op_reschedule(schedd: dict[str, Any] | None, collector: str | None) -> None:
     schedd_for(schedd, collector).reschedule()
 
@@ -275,6 +295,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "job_history": op_job_history,
     "act": op_act,
     "reschedule": op_reschedule,
+    "count_slots": op_count_slots,
 }
 
 

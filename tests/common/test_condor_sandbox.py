@@ -96,6 +96,16 @@ async def test_runtime_config_on_a_startd_from_the_collector(pool_a: SandboxPool
         await gw.set_config(startd, {"FLOCK_FROM": None})
 
 
+async def test_count_slots_evaluates_a_jobs_requirements_against_each_slot(pool_b: SandboxPool) -> None:
+    execute = pool_b.hosts[1]["name"]
+    async with pool_b.gateway() as gw:
+        assert await gw.count_slots("true") == 2
+        assert await gw.count_slots(f'TARGET.Machine == "{execute}"') == 1
+        assert await gw.count_slots(f'Machine != "{execute}" && OpSys == "LINUX"') == 1
+        assert await gw.count_slots("TARGET.Memory >= RequestMemory", {"RequestMemory": 200}) == 2
+        assert await gw.count_slots("Memory >= RequestMemory", {"RequestMemory": 100_000}) == 0
+
+
 async def test_daemon_errors_carry_htcondor_message(pool_a: SandboxPool) -> None:
     async with pool_a.gateway() as gw:
         (schedd,) = await gw.list_schedds()
