@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from llic.config import LlicConfig
+from llic.netadmit import IN, Gate, NetAdmit, Transfer
 from llic.taskbook import Assignment, TaskBook, TaskOutcome, TaskState
 
 
@@ -94,6 +95,7 @@ class AgentConnected:
     output refuses it."""
 
     agent: str
+    address: str = ""  # the agent's IP address as the master sees it (its subnet, llic.netadmit)
 
 
 @dataclass(frozen=True)
@@ -137,9 +139,23 @@ class QueueSnapshot:
     alive_job_ids: frozenset[str]
 
 
+@dataclass(frozen=True)
+class TransferDone:
+    """The files of one task (direction IN) or one result (OUT) went over the agent's connection:
+    `nbytes` of blobs between `start` and `end` (master's clock). Accounting; an IN transfer also
+    frees its reservation (llic.netadmit), so held tasks may go."""
+
+    agent: str
+    process: int
+    direction: str
+    nbytes: int
+    start: float
+    end: float
+
+
 _AgentEvent = AgentSubmitted | SubmitFailed | AgentConnected | ResultReceived | ConnectionBroken
 ChefEvent = Launch | _AgentEvent | AgentVanished | Terminate
-MasterEvent = _AgentEvent | QueueSnapshot
+MasterEvent = _AgentEvent | QueueSnapshot | TransferDone
 
 
 # ----------------------------------------------------------------------------- actions
@@ -222,10 +238,14 @@ class ChefRecord:
 class Chef:
     """One chef (§3.8). `handle` changes its state and the task book and returns actions."""
 
-    def __init__(self, record: ChefRecord, config: LlicConfig, run: int = 1) -> None:
+    def __init__(
+        self, record: ChefRecord, config: LlicConfig, run: int = 1, net: NetAdmit | None = None
+    ) -> None:
         self.rec = record
         self.config = config
         self.run = run  # the master's run, part of the agent's name
+        self.net = net  # network admission for tasks whose inputs travel (None: none)
+        self.now = 0.0  # the time of the event being handled (for admission)
 
     @property
     def index(self) -> int:
@@ -254,6 +274,7 @@ class Chef:
         there)."""
         out = Output()
         s = self.rec.state
+        self.now = now
         match event:
             case Launch():
                 if s in (ChefState.CREATED, ChefState.TERMINATED):
@@ -323,10 +344,13 @@ class Chef:
         if not rec.no_more_sent:
             space = self.config.window_size - book.held(rec.index)
             if space > 0:
-                tasks = book.take(rec.index, space, others)
+                gate = None if self.net is None else Gate(self.net, self.agent, self.now)
+                tasks = book.take(rec.index, space, others, gate)
                 if tasks:
                     out.actions.append(SendTasks(self.agent, tuple(tasks)))
-                if len(tasks) < space:
+                if gate is not None and gate.waiting:
+                    pass  # tasks held for network capacity: more comes when a transfer ends
+                elif len(tasks) < space:
                     rec.no_more_sent = True
                     out.actions.append(SendNoMoreTasks(self.agent))
         if rec.no_more_sent and not book.held(rec.index):
@@ -387,11 +411,13 @@ class MasterCore:
         chefs: Iterable[ChefRecord] = (),
         started: float | None = None,
         run: int = 0,
+        net: NetAdmit | None = None,
     ) -> None:
         self.book = book
         self.config = config
         self.run = run  # starts so far; start() counts one more
-        self.chefs = [Chef(rec, config, run) for rec in chefs]
+        self.net = net if net is not None else NetAdmit()  # accounting always; limits if configured
+        self.chefs = [Chef(rec, config, run, self.net) for rec in chefs]
         self._accepting = _Accepting(self.chefs)
         if [c.index for c in self.chefs] != list(range(len(self.chefs))):
             raise ValueError("chef records must be numbered 0, 1, ... in order")
@@ -462,7 +488,7 @@ class MasterCore:
             chef.run = self.run
         if not self.chefs:
             wanted = min(max(matching_slots, 1), self.config.max_chefs_number, self.book.queued)
-            self.chefs[:] = [Chef(ChefRecord(i), self.config, self.run) for i in range(wanted)]
+            self.chefs[:] = [Chef(ChefRecord(i), self.config, self.run, self.net) for i in range(wanted)]
             out.notes.append(
                 f"{len(self.book)} tasks, {self.book.queued} to run, {matching_slots} matching slots:"
                 f" {wanted} agents"
@@ -485,7 +511,21 @@ class MasterCore:
         out.extend(self._balance(now))
         return out
 
+    def use_net(self, net: NetAdmit) -> None:
+        """Network admission and accounting from now on (the driver sets it up after restore)."""
+        self.net = net
+        for chef in self.chefs:
+            chef.net = net
+
     def handle(self, event: MasterEvent, now: float) -> Output:
+        if isinstance(event, TransferDone):
+            subnet = self.net.agents.get(event.agent) or self.net.stats.agent_subnet.get(
+                event.agent, "unknown"
+            )
+            transfer = Transfer(event.agent, subnet, event.direction, event.nbytes, event.start, event.end)
+            self.net.transfer_done(transfer, event.process if event.direction == IN else None)
+            self.dirty = True
+            return self._balance(now) if event.direction == IN else Output()
         if isinstance(event, QueueSnapshot):
             out = Output()
             for chef in self.chefs:
@@ -509,6 +549,13 @@ class MasterCore:
             or self.stopped
         ):
             return self._stale(chef, event)
+        match event:
+            case AgentConnected(address=address) if address:
+                self.net.connect(event.agent, address)
+            case ConnectionBroken():
+                self.net.forget(event.agent)
+            case ResultReceived(process=process):
+                self.net.release(process)  # its inputs arrived, or it never started
         out.extend(self._to_chef(chef, event, now))
         out.extend(self._balance(now))
         return out
@@ -557,10 +604,17 @@ class MasterCore:
         out = Output()
         if self.over:
             return out
+        net = self.net
+        net.keep_only(c.agent for c in self.chefs if c.state is ChefState.RUNNING)
+        if net.heads:
+            net.settle(self.book.queue())
         if self.book.queued:
-            for chef in self.chefs:
-                if chef.state is ChefState.RUNNING and chef.accepting:
-                    chef.fill(self.book, self._accepting, out)
+            # issue 8 item 4: agents on the subnet with the most spare capacity choose first
+            ready = [c for c in self.chefs if c.state is ChefState.RUNNING and c.accepting]
+            ready.sort(key=lambda c: -net.spare_of_agent(c.agent))
+            for chef in ready:
+                chef.now = now
+                chef.fill(self.book, self._accepting, out)
         queued = self.book.queued
         if queued and not any(c.accepting for c in self.chefs):
             for chef in self._relaunchable():

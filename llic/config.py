@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from common.config import ConfigError, StrictModel
+from llic.netadmit import format_capacity, parse_capacity
 
 CONFIG_ENV = "LLIC_CONFIG_FILENAME"
 
@@ -114,6 +115,31 @@ class LlicConfig(StrictModel):
             "last save are run again after a master crash (never recorded twice)"
         ),
     )
+
+    network_capacity: str = Field(
+        "",
+        description=(
+            "per-subnet limits on llic's transfers, 'CIDR:rate, ..., default:rate' (rate units bps, "
+            "Kbps, Mbps, Gbps; 'default' is each unlisted /24); a task whose inputs travel is sent "
+            "only while its agent's subnet stays under its limit (llic/netadmit.py). Empty: none"
+        ),
+    )
+    network_transfers_per_subnet: int = Field(
+        4,
+        ge=1,
+        description=(
+            "input transfers at once per limited subnet: each reserves (and is paced at) the limit "
+            "divided by this, or the job's +LlicMinMbps if higher"
+        ),
+    )
+
+    @field_validator("network_capacity", mode="before")
+    @classmethod
+    def _capacity(cls, value: Any) -> Any:
+        """Parsed now so a typo is a one-line error naming the key, kept in canonical form."""
+        if not isinstance(value, str):
+            return value
+        return format_capacity(parse_capacity(value))
 
     @field_validator("files_style_mode", mode="before")
     @classmethod

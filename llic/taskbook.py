@@ -18,7 +18,7 @@ queue) goes back to the front too, and does not count as a failure: the task is 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -206,6 +206,10 @@ class TaskBook:
         """Nothing queued or running: every task is done or failed for good."""
         return not self._queue and not self._counts[TaskState.RUNNING]
 
+    def queue(self) -> tuple[int, ...]:
+        """The queued processes, front first."""
+        return tuple(self._queue)
+
     def running_on(self, chef: int) -> frozenset[int]:
         return frozenset(self._by_chef.get(chef, ()))
 
@@ -219,16 +223,23 @@ class TaskBook:
 
     # ------------------------------------------------------------------ changing
 
-    def take(self, chef: int, n: int, others: Collection[int] = ()) -> list[Assignment]:
+    def take(
+        self,
+        chef: int,
+        n: int,
+        others: Collection[int] = (),
+        admit: Callable[[int], bool] | None = None,
+    ) -> list[Assignment]:
         """Hand up to n queued tasks, front first, to `chef`'s agent. A task this chef's agents
         already failed is left for another chef, as long as one of `others` (the chefs that can
-        still take tasks) has not failed it too."""
+        still take tasks) has not failed it too. A task `admit` refuses (network admission,
+        llic.netadmit) keeps its place in the queue, so it goes first once admitted."""
         picked: list[Assignment] = []
         skipped: list[int] = []
         while self._queue and len(picked) < n:
             process = self._queue.popleft()
             rec = self._tasks[process]
-            if self._avoid(rec, chef, others):
+            if self._avoid(rec, chef, others) or (admit is not None and not admit(process)):
                 skipped.append(process)
                 continue
             rec.attempt += 1

@@ -1,0 +1,436 @@
+"""Network accounting and per-subnet admission control for llic's transfers (issue 8), pure.
+
+Basney and Livny's "Managing Network Resources in Condor" (the seed): measure what is sent, keep
+each subnet under a limit the administrator sets, and keep bulk transfers from fighting. Here the
+bulk mover is llic's TRANSFER mode, so this module decides, for the master's core, whether a task
+whose private inputs must travel may be handed to an agent now, and keeps the transfer figures
+master_q shows. Nothing here reads a clock or touches a socket: the core feeds it (event, now),
+so every interleaving can be tested with synthetic transfers.
+
+- Capacity: `NETWORK_CAPACITY = 10.1.0.0/16:200Mbps, default:1Gbps`. An agent's subnet is the
+  first listed network holding its address, else its /24 (IPv6: /64), which gets the `default`
+  rate (unlimited when there is no default).
+- Reservation: a transfer reserves `max(the task's minimum rate, limit / NETWORK_TRANSFERS_PER_SUBNET)`
+  (at most the limit) on its agent's subnet from admission until it ends; the driver paces the
+  send at that rate, so the sum of reservations, which never exceeds the limit, bounds what is
+  measured on the link.
+- Order: per subnet, the oldest transfer task that did not fit is at the head; no later transfer
+  task is admitted on that subnet before it (so a big one is not starved by small ones), while
+  tasks without transfers are never held back and agents on other subnets keep working.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+RATE_UNITS = {"bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+RATE_WINDOW = 10.0  # seconds of transfers that make up a "current" rate
+DEFAULT_KEY = "default"
+IN = "in"  # master -> agent (executable excepted: HTCondor sends it with the agent)
+OUT = "out"  # agent -> master
+UNKNOWN_SUBNET = "unknown"
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*$")
+
+
+def parse_rate(text: str) -> float:
+    """Bits per second from '200Mbps' (units bps, Kbps, Mbps, Gbps; decimal, case-insensitive)."""
+    match = _RATE.match(text)
+    if match is None or match.group(2).lower() not in RATE_UNITS:
+        raise ValueError(f"{text.strip()!r} is not a rate like 200Mbps (units bps, Kbps, Mbps, Gbps)")
+    value = float(match.group(1)) * RATE_UNITS[match.group(2).lower()]
+    if value <= 0:
+        raise ValueError(f"{text.strip()!r}: a rate must be more than 0")
+    return value
+
+
+@dataclass(frozen=True)
+class SubnetLimit:
+    network: IPNetwork | None  # None: the default for subnets not listed
+    bps: float
+
+
+def parse_capacity(text: str) -> tuple[SubnetLimit, ...]:
+    """`CIDR:rate, ..., default:rate` (empty: no limits); ValueError in one line naming the item."""
+    limits: list[SubnetLimit] = []
+    seen: set[str] = set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        where, sep, rate = item.rpartition(":")
+        if not sep or not where:
+            raise ValueError(f"{item!r} is not CIDR:rate or default:rate")
+        try:
+            bps = parse_rate(rate)
+        except ValueError as e:
+            raise ValueError(f"{item!r}: {e}") from None
+        if where.strip().lower() == DEFAULT_KEY:
+            network = None
+        else:
+            try:
+                network = ipaddress.ip_network(where.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r}: {where.strip()!r} is not a network like 10.1.0.0/16") from None
+        key = DEFAULT_KEY if network is None else str(network)
+        if key in seen:
+            raise ValueError(f"{key} is given twice")
+        seen.add(key)
+        limits.append(SubnetLimit(network, bps))
+    return tuple(limits)
+
+
+def format_capacity(limits: Iterable[SubnetLimit]) -> str:
+    """The canonical text of parsed limits (parse_capacity reads it back)."""
+    return ", ".join(
+        f"{DEFAULT_KEY if lim.network is None else lim.network}:{format_rate(lim.bps)}" for lim in limits
+    )
+
+
+def format_rate(bps: float) -> str:
+    for unit, factor in (("Gbps", 1e9), ("Mbps", 1e6), ("Kbps", 1e3)):
+        if bps >= factor:
+            return f"{bps / factor:g}{unit}"
+    return f"{bps:g}bps"
+
+
+class Capacity:
+    """Which subnet an address is in, and that subnet's limit."""
+
+    def __init__(self, limits: Iterable[SubnetLimit] = ()) -> None:
+        self.limits = tuple(limits)
+        self.listed = [(lim.network, lim.bps) for lim in self.limits if lim.network is not None]
+        defaults = [lim.bps for lim in self.limits if lim.network is None]
+        self.default = defaults[0] if defaults else None
+
+    @classmethod
+    def parse(cls, text: str) -> Capacity:
+        return cls(parse_capacity(text))
+
+    def subnet_of(self, address: str) -> str:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return UNKNOWN_SUBNET
+        for network, _ in self.listed:
+            if ip.version == network.version and ip in network:
+                return str(network)
+        prefix = 24 if ip.version == 4 else 64
+        return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+
+    def limit_of(self, subnet: str) -> float | None:
+        """Bits per second, or None: unlimited."""
+        for network, bps in self.listed:
+            if str(network) == subnet:
+                return bps
+        return None if subnet == UNKNOWN_SUBNET else self.default
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One finished transfer (the files of one task message or one result message)."""
+
+    agent: str
+    subnet: str
+    direction: str  # IN or OUT
+    nbytes: int
+    start: float
+    end: float
+
+
+@dataclass
+class Totals:
+    bytes_in: int = 0
+    bytes_out: int = 0
+    transfers: int = 0
+    seconds: float = 0.0  # summed transfer durations
+
+    def add(self, t: Transfer) -> None:
+        if t.direction == IN:
+            self.bytes_in += t.nbytes
+        else:
+            self.bytes_out += t.nbytes
+        self.transfers += 1
+        self.seconds += max(0.0, t.end - t.start)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "transfers": self.transfers,
+            "seconds": round(self.seconds, 6),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Totals:
+        if not isinstance(data, dict):
+            return cls()
+
+        def num(key: str) -> float:
+            value = data.get(key, 0)
+            return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+        return cls(int(num("bytes_in")), int(num("bytes_out")), int(num("transfers")), float(num("seconds")))
+
+
+def overlap_bytes(t: Transfer, lo: float, hi: float) -> float:
+    """The part of `t`'s bytes sent within [lo, hi], assuming an even rate over its duration."""
+    if t.end <= t.start:
+        return float(t.nbytes) if lo < t.end <= hi else 0.0
+    inside = min(hi, t.end) - max(lo, t.start)
+    return t.nbytes * inside / (t.end - t.start) if inside > 0 else 0.0
+
+
+class NetStats:
+    """Totals per agent, per subnet and for the master, and rates over the last RATE_WINDOW."""
+
+    def __init__(self, window: float = RATE_WINDOW) -> None:
+        self.window = window
+        self.master = Totals()
+        self.agents: dict[str, Totals] = {}
+        self.subnets: dict[str, Totals] = {}
+        self.agent_subnet: dict[str, str] = {}
+        self.recent: deque[Transfer] = deque()
+        self.peak: dict[str, float] = {}  # subnet -> highest rate seen at a record (bps)
+
+    def record(self, t: Transfer) -> None:
+        self.master.add(t)
+        self.agents.setdefault(t.agent, Totals()).add(t)
+        self.subnets.setdefault(t.subnet, Totals()).add(t)
+        self.agent_subnet[t.agent] = t.subnet
+        self.recent.append(t)
+        self._trim(t.end)
+        rate = self.rate(t.end, subnet=t.subnet)
+        self.peak[t.subnet] = max(self.peak.get(t.subnet, 0.0), rate)
+
+    def _trim(self, now: float) -> None:
+        while self.recent and self.recent[0].end < now - 10 * self.window:
+            self.recent.popleft()
+
+    def rate(self, now: float, *, subnet: str | None = None, agent: str | None = None) -> float:
+        """Bits per second over [now - window, now], both directions."""
+        lo = now - self.window
+        total = sum(
+            overlap_bytes(t, lo, now)
+            for t in self.recent
+            if (subnet is None or t.subnet == subnet) and (agent is None or t.agent == agent)
+        )
+        return 8 * total / self.window
+
+    def snapshot(self, now: float, reserved: Mapping[str, float] | None = None) -> dict[str, Any]:
+        """What the state file keeps (extra["net"]) and master_q shows."""
+        reserved = reserved or {}
+        subnets = {}
+        for name in sorted(set(self.subnets) | set(reserved)):
+            row = self.subnets.get(name, Totals()).to_json()
+            row["rate_bps"] = self.rate(now, subnet=name)
+            row["peak_bps"] = self.peak.get(name, 0.0)
+            row["reserved_bps"] = reserved.get(name, 0.0)
+            subnets[name] = row
+        agents = {}
+        for name in sorted(self.agents):
+            row = self.agents[name].to_json()
+            row["subnet"] = self.agent_subnet.get(name, UNKNOWN_SUBNET)
+            row["rate_bps"] = self.rate(now, agent=name)
+            agents[name] = row
+        master = self.master.to_json()
+        master["rate_bps"] = self.rate(now)
+        return {"window": self.window, "master": master, "subnets": subnets, "agents": agents}
+
+    def restore(self, data: Any) -> None:
+        """Totals from an earlier run's snapshot (rates start afresh: those transfers are old)."""
+        if not isinstance(data, dict):
+            return
+        self.master = Totals.from_json(data.get("master"))
+        for key, target in (("subnets", self.subnets), ("agents", self.agents)):
+            rows = data.get(key)
+            if isinstance(rows, dict):
+                for name, row in rows.items():
+                    target[str(name)] = Totals.from_json(row)
+                    if key == "subnets" and isinstance(row, dict):
+                        peak = row.get("peak_bps")
+                        if isinstance(peak, int | float):
+                            self.peak[str(name)] = float(peak)
+                    if key == "agents" and isinstance(row, dict) and isinstance(row.get("subnet"), str):
+                        self.agent_subnet[str(name)] = row["subnet"]
+
+
+# ----------------------------------------------------------------------------- admission
+
+
+@dataclass(frozen=True)
+class Reservation:
+    process: int
+    agent: str
+    subnet: str
+    bps: float
+    since: float
+
+
+@dataclass
+class Gate:
+    """One agent's admission test for TaskBook.take; `waiting` tells the chef that a task was
+    held for capacity (so it must not say no_more_tasks: it will get tasks when capacity frees)."""
+
+    net: NetAdmit
+    agent: str
+    now: float
+    waiting: bool = False
+
+    def __call__(self, process: int) -> bool:
+        verdict = self.net.admit(self.agent, process, self.now)
+        if verdict is Verdict.HELD:
+            self.waiting = True
+        return verdict is Verdict.ADMITTED
+
+
+class Verdict:
+    ADMITTED = "admitted"
+    HELD = "held"  # does not fit now; will when capacity frees
+    ELSEWHERE = "elsewhere"  # this agent's subnet cannot give the task's minimum rate
+
+
+@dataclass
+class NetAdmit:
+    """The master's view of the network: agents' subnets, reservations, figures.
+
+    `sizes`: bytes of each task's private inputs (0 or absent: nothing travels, never held);
+    `min_bps`: the tasks' minimum rate (`+LlicMinMbps`), 0 for none.
+    """
+
+    capacity: Capacity = field(default_factory=Capacity)
+    per_subnet: int = 4
+    sizes: dict[int, int] = field(default_factory=dict)
+    min_bps: float = 0.0
+    stats: NetStats = field(default_factory=NetStats)
+    agents: dict[str, str] = field(default_factory=dict)  # connected agent -> subnet
+    reservations: dict[int, Reservation] = field(default_factory=dict)
+    heads: dict[str, int] = field(default_factory=dict)  # subnet -> oldest held transfer task
+    held_count: int = 0  # times a task was held for capacity
+    max_reserved: dict[str, float] = field(default_factory=dict)  # subnet -> highest sum reserved
+
+    # ------------------------------------------------------------------ agents
+
+    def connect(self, agent: str, address: str) -> str:
+        subnet = self.capacity.subnet_of(address)
+        self.agents[agent] = subnet
+        self.stats.agent_subnet[agent] = subnet
+        return subnet
+
+    def forget(self, agent: str) -> None:
+        """The agent is gone: its reservations end (its transfers cannot go on)."""
+        self.agents.pop(agent, None)
+        for process in [p for p, r in self.reservations.items() if r.agent == agent]:
+            del self.reservations[process]
+
+    def keep_only(self, agents: Iterable[str]) -> None:
+        """Forget every agent not in `agents` (the core's running ones)."""
+        keep = set(agents)
+        for agent in [a for a in self.agents if a not in keep]:
+            self.forget(agent)
+
+    # ------------------------------------------------------------------ figures
+
+    def limit(self, subnet: str) -> float | None:
+        return self.capacity.limit_of(subnet)
+
+    def reserved(self, subnet: str) -> float:
+        return sum(r.bps for r in self.reservations.values() if r.subnet == subnet)
+
+    def reserved_by_subnet(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for r in self.reservations.values():
+            out[r.subnet] = out.get(r.subnet, 0.0) + r.bps
+        return out
+
+    def spare(self, subnet: str) -> float:
+        limit = self.limit(subnet)
+        return math.inf if limit is None else limit - self.reserved(subnet)
+
+    def spare_of_agent(self, agent: str) -> float:
+        subnet = self.agents.get(agent)
+        return math.inf if subnet is None else self.spare(subnet)
+
+    def rate_for(self, subnet: str) -> float | None:
+        """What one transfer reserves on `subnet` (None: unlimited, not paced)."""
+        limit = self.limit(subnet)
+        if limit is None:
+            return None
+        return min(limit, max(self.min_bps, limit / self.per_subnet))
+
+    def pace(self, process: int) -> float | None:
+        """The rate the driver sends `process`'s inputs at (None: as fast as it goes)."""
+        r = self.reservations.get(process)
+        return None if r is None or r.bps <= 0 else r.bps
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        out = self.stats.snapshot(now, self.reserved_by_subnet())
+        for name, row in out["subnets"].items():
+            row["limit_bps"] = self.limit(name)
+            row["max_reserved_bps"] = self.max_reserved.get(name, 0.0)
+        out["capacity"] = format_capacity(self.capacity.limits)
+        out["held"] = self.held_count
+        out["min_bps"] = self.min_bps
+        return out
+
+    # ------------------------------------------------------------------ decisions
+
+    def _eligible(self, subnet: str) -> bool:
+        limit = self.limit(subnet)
+        return limit is None or limit >= self.min_bps
+
+    def admit(self, agent: str, process: int, now: float) -> str:
+        """May `process` go to `agent` now? ADMITTED reserves the rate until `release`."""
+        if self.sizes.get(process, 0) <= 0:
+            return Verdict.ADMITTED  # nothing travels: never held back
+        subnet = self.agents.get(agent)
+        if subnet is None:
+            return Verdict.ADMITTED  # not connected (initial tasks travel with the agent job)
+        if not self._eligible(subnet) and any(self._eligible(s) for s in self.agents.values()):
+            return Verdict.ELSEWHERE  # another connected agent's subnet can give the minimum rate
+        rate = self.rate_for(subnet)
+        head = self.heads.get(subnet)
+        if head is not None and head != process:
+            return self._hold(subnet, process)
+        if rate is not None and self.reserved(subnet) + rate > self._limit_for_check(subnet) + 1e-6:
+            return self._hold(subnet, process)
+        self.release(process)
+        self.reservations[process] = Reservation(process, agent, subnet, rate or 0.0, now)
+        total = self.reserved(subnet)
+        self.max_reserved[subnet] = max(self.max_reserved.get(subnet, 0.0), total)
+        for s in [s for s, p in self.heads.items() if p == process]:
+            del self.heads[s]
+        return Verdict.ADMITTED
+
+    def _limit_for_check(self, subnet: str) -> float:
+        limit = self.limit(subnet)
+        return math.inf if limit is None else limit
+
+    def _hold(self, subnet: str, process: int) -> str:
+        self.heads.setdefault(subnet, process)
+        self.held_count += 1
+        return Verdict.HELD
+
+    def release(self, process: int) -> None:
+        self.reservations.pop(process, None)
+
+    def settle(self, queued: Iterable[int]) -> None:
+        """Drop heads that are no longer queued (taken elsewhere, failed for good)."""
+        waiting = set(queued)
+        for subnet in [s for s, p in self.heads.items() if p not in waiting]:
+            del self.heads[subnet]
+
+    def transfer_done(self, t: Transfer, process: int | None) -> None:
+        """A transfer ended: record it; an input transfer frees its reservation."""
+        self.stats.record(t)
+        if t.direction == IN and process is not None:
+            self.release(process)
