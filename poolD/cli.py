@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     overlay.add_argument("--settle", type=float, default=300.0, help="virtual seconds after the last join")
     overlay.add_argument("--steady", type=float, default=600.0, help="window measuring maintenance traffic")
     overlay.add_argument("--repair", type=float, default=300.0, help="virtual seconds of repair after churn")
+    traces = what.add_parser("traces", help="job exchange between EASY sites on SWF traces; prints JSON")
+    traces.add_argument("--trace", action="append", required=True, metavar="FILE:SLOTS", help="repeatable")
+    traces.add_argument("--months", type=float, default=11.0, help="keep this many months of each trace")
+    traces.add_argument("--seed", type=int, default=1)
+    traces.set_defaults(simulate=_simulate_traces)
     return parser
 
 
@@ -164,11 +169,17 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate_traces(args: argparse.Namespace) -> int:
+    from poolD.sim_traces import cli_main
+
+    return cli_main(args.trace, args.months, args.seed)
+
+
 COMMANDS = {"run": _run, "status": _status, "check-config": _check}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "simulate":
-        return run_main("poold", lambda: _simulate_overlay(args))
+        return run_main("poold", lambda: getattr(args, "simulate", _simulate_overlay)(args))
     return run_main("poold", lambda: COMMANDS[args.command](args))
