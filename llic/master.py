@@ -89,11 +89,13 @@ from llic.chef import (
     SendTasks,
     SubmitAgent,
     SubmitFailed,
+    TransferDone,
     parse_agent_name,
     unfinished,
 )
 from llic.config import LlicConfig
 from llic.files import OutputPlacementError, place_outputs
+from llic.netadmit import IN, OUT, Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, StateFileError, load_state, restore, save_state, snapshot
 from llic.submitfile import SubmitFileError, TaskSpec, parse_submit_file
 from llic.taskbook import Assignment, TaskOutcome
@@ -111,6 +113,8 @@ SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing
 RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
 SAVE_CHECK = 0.25  # how often the saver looks at `dirty`
+PACE_CHUNK = 1 << 16  # bytes written between pacing checks of a rate-limited transfer
+MIN_RATE_ATTR = "llicminmbps"  # +LlicMinMbps = 8 in the submit file (issue 8 item 4)
 AGENT_PYTHON = "/usr/bin/python3"
 MASTER_ATTR = "LlicMaster"  # job attribute naming the master on every agent job
 AGENT_ATTR = "LlicAgent"
@@ -145,6 +149,38 @@ class Plan:
     @property
     def transfer(self) -> bool:
         return self.mode in protocol.TRANSFER_MODES
+
+    @property
+    def min_bps(self) -> float:
+        """The submit file's `+LlicMinMbps` in bits per second (0: none, or not a number)."""
+        for key, value in self.agent_attributes.items():
+            name = key.lower().removeprefix("my.").removeprefix("+")
+            if name == MIN_RATE_ATTR:
+                try:
+                    mbps = float(value.strip().strip('"'))
+                except ValueError:
+                    return 0.0
+                return mbps * 1e6 if math.isfinite(mbps) and mbps > 0 else 0.0
+        return 0.0
+
+    def input_sizes(self) -> dict[int, int]:
+        """Bytes of each task's private inputs (what travels with it; 0: nothing). Blocking."""
+        if not self.transfer:
+            return {}
+        sizes: dict[int, int] = {}
+        for process, spec in self.specs.items():
+            total = 0
+            for name in self.private_inputs(spec):
+                if _is_url(name):
+                    continue
+                src = _source(spec.initialdir, name)
+                if os.path.isdir(src):
+                    for root, _dirs, files in os.walk(src):
+                        total += sum(_size(os.path.join(root, f)) for f in files)
+                else:
+                    total += _size(src)
+            sizes[process] = total
+        return sizes
 
     def private_inputs(self, spec: TaskSpec) -> list[str]:
         common = set(self.common_inputs)
@@ -218,6 +254,13 @@ def task_of(spec: TaskSpec, attempt: int) -> protocol.Task:
         if spec.transfer_output_files is None
         else list(spec.transfer_output_files),
     )
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _is_url(name: str) -> bool:
@@ -531,6 +574,7 @@ class AgentConnection:
     refusal: str | None = None
     closing: str | None = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    recv_started: float | None = None  # when the first bytes of the message being received came
 
     def __post_init__(self) -> None:
         self.send, self.outbox = trio.open_memory_channel(math.inf)
@@ -575,6 +619,13 @@ class Master:
         self.plan = plan
         self.config = plan.config
         self.core = restore(state, plan.config)
+        net = NetAdmit(
+            Capacity.parse(plan.config.network_capacity),
+            per_subnet=plan.config.network_transfers_per_subnet,
+            min_bps=plan.min_bps,
+        )
+        net.stats.restore(state.extra.get("net"))
+        self.core.use_net(net)
         self.runner = runner
         self.extra: dict[str, Any] = dict(state.extra)
         self.counters: Counter[str] = Counter()
@@ -633,6 +684,7 @@ class Master:
         self.extra["counters"] = dict(self.counters)
         self.extra["agent_host"] = self.host
         self.extra["port"] = self.port
+        self.extra["net"] = self.core.net.snapshot(time.time())
         save_state(self.plan.state_path, snapshot(self.core, self.plan.info, time.time(), self.extra))
         self.core.dirty = False
         self.core.save_now = False
@@ -647,6 +699,7 @@ class Master:
         if self.host is None:
             self.host = await self._find_host()
         self.pyz = await trio.to_thread.run_sync(build_agent, self.plan.outdir)
+        self.core.net.sizes = await trio.to_thread.run_sync(self.plan.input_sizes)
         self.log.info(
             "master starting",
             run=self.core.run + 1,
@@ -981,7 +1034,7 @@ class Master:
             return None
         conn = AgentConnection(agent, parsed[1], peer, stream)
         self.conns[agent] = conn
-        self.feed(AgentConnected(agent))
+        self.feed(AgentConnected(agent, peer.rsplit(":", 1)[0].strip("[]")))
         if conn.refusal is not None:
             del self.conns[agent]
             await self._refuse(stream, conn.refusal, "refused_by_chef", peer)
@@ -1045,16 +1098,62 @@ class Master:
             outcome = TaskOutcome(protocol.STATUS_PREPARE_FAILED, error=f"master cannot send the task: {e}")
             self.feed(ResultReceived(conn.agent, assignment.process, assignment.attempt, outcome))
             return
+        pace = self.core.net.pace(assignment.process)
+        start = time.time()
+        written = [False]
+        try:
+            if pace is None:
+                for frame in frames:
+                    await conn.stream.send_all(frame)
+                written[0] = True
+            else:
+                await self._send_paced(conn.stream, frames, pace, start, written)
+        finally:
+            # also when the run ends during the last pacing pause: every byte was written
+            if entries and written[0]:
+                nbytes = sum(e["size"] for e in entries)
+                self.feed(TransferDone(conn.agent, assignment.process, IN, nbytes, start, time.time()))
+
+    async def _send_paced(
+        self, stream: trio.SocketStream, frames: list[bytes], pace: float, start: float, written: list[bool]
+    ) -> None:
+        """Write at most `pace` bits per second on average (the rate admission reserved for
+        this transfer), so that a subnet's measured rate stays under its limit. The pause after
+        the last chunk is kept: the reservation ends with it, not before the link had time."""
+        sent = 0
+        total = sum(len(frame) for frame in frames)
         for frame in frames:
-            await conn.stream.send_all(frame)
+            view = memoryview(frame)
+            for at in range(0, len(view), PACE_CHUNK):
+                chunk = view[at : at + PACE_CHUNK]
+                await stream.send_all(chunk)
+                sent += len(chunk)
+                written[0] = sent == total
+                ahead = 8 * sent / pace - (time.time() - start)
+                if ahead > 0:
+                    await trio.sleep(ahead)
 
     async def _receiver(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
         while True:
-            msg = await self._read(conn.stream, decoder)
-            await self._on_result(conn, msg)
+            msg = decoder.next()
+            if msg is None:
+                data = await conn.stream.receive_some(RECV_SIZE)
+                if not data:
+                    decoder.eof()
+                    raise _Closed
+                if decoder.idle:
+                    conn.recv_started = time.time()
+                decoder.feed(data)
+                continue
+            started = conn.recv_started if conn.recv_started is not None else time.time()
+            conn.recv_started = None if decoder.idle else time.time()
+            await self._on_result(conn, msg, started)
 
-    async def _on_result(self, conn: AgentConnection, msg: protocol.Message) -> None:
+    async def _on_result(self, conn: AgentConnection, msg: protocol.Message, started: float) -> None:
         result = msg.result()
+        if msg.files:
+            nbytes = sum(e["size"] for e in msg.files)
+            self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, time.time()))
         self.counters["results"] += 1
         chef = self.core.chefs[conn.chef] if conn.chef < len(self.core.chefs) else None
         current = (

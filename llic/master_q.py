@@ -1,6 +1,6 @@
 """master_q (seed §6): how far each master has got, read from its state file, condor_q style.
 
-    master_q STATE_FILE|ALL [CONFIG] [-json]
+    master_q STATE_FILE|ALL [CONFIG] [-json] [-net]
 
 ALL reads every `master.*.state` under MASTER_OUTPUTS_DIR_PREFIX_PATH of the configuration
 (CONFIG, else $LLIC_CONFIG_FILENAME, else the defaults); see `llic.state.find_state_files`. The
@@ -10,6 +10,11 @@ The numbers are as of the master's last save (at most STATE_SAVE_INTERVAL old wh
 TASKS/S is the rate over the last minute before that save (a pool's slots come and go, so the
 recent rate predicts the rest better than the average since the start); for a master that has
 ended, it is the average over its whole run. ETA is the tasks left at that rate.
+
+`-net` shows llic's transfers instead (issue 8, llic/netadmit.py): per subnet its limit, bytes
+sent to agents (IN) and back (OUT), the rate over the last seconds before the save, the highest
+such rate seen, and what admission control has reserved; then per agent. `-json` carries the
+same figures under "net".
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from common.cli import EXIT_USER_ERROR, run_main
 from llic.chef import ChefState, MasterStatus
 from llic.config import load_llic_config
+from llic.netadmit import format_rate
 from llic.state import MasterState, StateFileError, find_state_files, load_state
 from llic.taskbook import TaskState
 
@@ -70,6 +76,7 @@ def summarize(state: MasterState, path: Path | None = None) -> dict[str, Any]:
         "eta_seconds": eta,
         "retries": state.counters.get("retries", 0),
         "lost": state.counters.get("lost", 0),
+        "net": state.extra.get("net"),
     }
 
 
@@ -118,6 +125,54 @@ def render_table(rows: list[dict[str, Any]], title: str) -> str:
     return "\n".join(lines)
 
 
+def render_net(rows: list[dict[str, Any]], title: str) -> str:
+    """Per master: one line per subnet, then one per agent (the -net view)."""
+    lines = [f"-- {title}: network (rates over the last seconds before each save)"]
+    for r in rows:
+        net = r.get("net")
+        if not isinstance(net, dict):
+            lines.append(f"{r['master_id']}: no transfer figures (no transfers yet, or an older master)")
+            continue
+        m = net.get("master", {})
+        lines.append(
+            f"{r['master_id']}: capacity {net.get('capacity') or 'unlimited'}; "
+            f"{_bytes(m.get('bytes_in'))} in, {_bytes(m.get('bytes_out'))} out, "
+            f"{m.get('transfers', 0)} transfers, now {_bps(m.get('rate_bps'))}; "
+            f"tasks held for capacity {net.get('held', 0)}"
+        )
+        lines.append(
+            f"  {'SUBNET':<20} {'LIMIT':>9} {'IN':>10} {'OUT':>10} {'XFERS':>6} {'RATE':>9} "
+            f"{'PEAK':>9} {'RESERVED':>9} {'MAX RSV':>9}"
+        )
+        for name, s in sorted(net.get("subnets", {}).items()):
+            lines.append(
+                f"  {name:<20} {_bps(s.get('limit_bps'), 'none'):>9} {_bytes(s.get('bytes_in')):>10} "
+                f"{_bytes(s.get('bytes_out')):>10} {s.get('transfers', 0):>6} {_bps(s.get('rate_bps')):>9} "
+                f"{_bps(s.get('peak_bps')):>9} {_bps(s.get('reserved_bps')):>9} "
+                f"{_bps(s.get('max_reserved_bps')):>9}"
+            )
+        lines.append(f"  {'AGENT':<12} {'SUBNET':<20} {'IN':>10} {'OUT':>10} {'XFERS':>6} {'RATE':>9}")
+        for name, a in sorted(net.get("agents", {}).items()):
+            lines.append(
+                f"  {name:<12} {a.get('subnet', '?'):<20} {_bytes(a.get('bytes_in')):>10} "
+                f"{_bytes(a.get('bytes_out')):>10} {a.get('transfers', 0):>6} {_bps(a.get('rate_bps')):>9}"
+            )
+    return "\n".join(lines)
+
+
+def _bps(value: Any, none: str = "-") -> str:
+    return none if not isinstance(value, int | float) else format_rate(value) if value > 0 else "0"
+
+
+def _bytes(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    for unit, factor in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= factor:
+            return f"{value / factor:.1f}{unit}"
+    return f"{int(value)}B"
+
+
 def _when(epoch: float | None) -> str:
     return "-" if epoch is None else time.strftime("%m/%d %H:%M", time.localtime(epoch))
 
@@ -143,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         "config", metavar="CONFIG", nargs="?", type=Path, help="llic config (default: $LLIC_CONFIG_FILENAME)"
     )
     parser.add_argument("-json", "--json", dest="json", action="store_true", help="print a JSON list")
+    parser.add_argument(
+        "-net", "--net", dest="net", action="store_true", help="llic's transfers per subnet and agent"
+    )
     return parser
 
 
@@ -172,6 +230,8 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_USER_ERROR
     if args.json:
         print(json.dumps(rows, indent=2))
+    elif args.net:
+        print(render_net(rows, title))
     else:
         print(render_table(rows, title))
     for error in errors:

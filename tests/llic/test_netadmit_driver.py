@@ -1,0 +1,92 @@
+"""Network admission and accounting in the master's trio driver (issue 8), on loopback with the
+real agent zipapp as local processes (LocalAgents): every local agent is on 127.0.0.0/8, which
+gets a low limit, so each private-input transfer is paced at its reservation and the measured
+rate of the subnet stays under the limit; the figures land in the state file and master_q."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from llic import master as m
+from llic import master_q
+from llic.chef import MasterStatus
+from llic.state import load_state
+
+from .test_master_driver import make_state
+
+SUB = """\
+executable = job.sh
+arguments = $(Process)
+should_transfer_files = YES
+transfer_input_files = in.$(Process)
+output = out.$(Process)
++LlicMinMbps = 1
+queue {n}
+"""
+JOB_SH = """#!/bin/sh
+wc -c < "in.$1"
+"""
+SIZE = 100_000  # bytes per private input: 0.8 Mbit
+LIMIT_MBPS = 4
+
+
+@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
+async def test_limited_subnet_is_paced_and_accounted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n = 8
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "job.sh").write_text(JOB_SH)
+    (work / "job.sh").chmod(0o755)
+    for i in range(n):
+        (work / f"in.{i}").write_bytes(os.urandom(SIZE))
+    state_path = make_state(
+        tmp_path,
+        SUB.format(n=n),
+        network_capacity=f"127.0.0.0/8:{LIMIT_MBPS}Mbps",
+        network_transfers_per_subnet=2,
+        window_size=3,
+    )
+    state, plan = m.load_plan(state_path)
+    assert plan.min_bps == 1e6
+    runner = m.LocalAgents(tmp_path / "scratch", slots=2)
+    master = m.Master(plan, state, runner, host="127.0.0.1")
+    started = trio.current_time()
+    with trio.fail_after(60):
+        rc = await master.run()
+    elapsed = trio.current_time() - started
+    await runner.aclose()
+    assert rc == m.EXIT_DONE
+    for i in range(n):
+        assert (work / f"out.{i}").read_text().strip() == str(SIZE)
+    final = load_state(state_path)
+    assert final.status is MasterStatus.DONE and final.counts().done == n
+    net = final.extra["net"]
+    subnet = net["subnets"]["127.0.0.0/8"]
+    limit = LIMIT_MBPS * 1e6
+    assert subnet["limit_bps"] == limit
+    assert subnet["bytes_in"] >= n * SIZE  # blobs (the message frames are not counted)
+    assert subnet["bytes_out"] > 0 and net["master"]["transfers"] >= 2 * n
+    assert subnet["max_reserved_bps"] <= limit
+    assert subnet["peak_bps"] <= limit * 1.02  # paced: the 10 s window never saw more than the limit
+    assert net["held"] > 0  # 2 transfers at a time, 6 window places: some waited
+    assert elapsed >= 8 * n * SIZE / limit * 0.9  # it really took the time the limit implies
+    assert sum(row["transfers"] for row in net["agents"].values()) == net["master"]["transfers"]
+
+    assert master_q.main([str(state_path), "-net"]) == 0
+    text = capsys.readouterr().out
+    assert "127.0.0.0/8" in text and "4Mbps" in text
+    assert master_q.main([str(state_path), "-json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["net"]["subnets"]["127.0.0.0/8"]["bytes_in"] == subnet["bytes_in"]
+    if os.environ.get("LLIC_NET_REPORT"):  # the figures docs/bench/network-loopback.json records
+        Path(os.environ["LLIC_NET_REPORT"]).write_text(
+            json.dumps({"elapsed_s": elapsed, "tasks": n, "input_bytes": SIZE, "net": net}, indent=2) + "\n"
+        )
+        print(text)
