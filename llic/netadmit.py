@@ -315,7 +315,7 @@ class NetAdmit:
     agents: dict[str, str] = field(default_factory=dict)  # connected agent -> subnet
     reservations: dict[int, Reservation] = field(default_factory=dict)
     heads: dict[str, int] = field(default_factory=dict)  # subnet -> oldest held transfer task
-    held_count: int = 0  # times a task was held for capacity
+    held: set[int] = field(default_factory=set)  # tasks ever held for capacity
     max_reserved: dict[str, float] = field(default_factory=dict)  # subnet -> highest sum reserved
 
     # ------------------------------------------------------------------ agents
@@ -339,6 +339,11 @@ class NetAdmit:
             self.forget(agent)
 
     # ------------------------------------------------------------------ figures
+
+    @property
+    def held_count(self) -> int:
+        """How many tasks had to wait for capacity at least once."""
+        return len(self.held)
 
     def limit(self, subnet: str) -> float | None:
         return self.capacity.limit_of(subnet)
@@ -417,7 +422,7 @@ class NetAdmit:
 
     def _hold(self, subnet: str, process: int) -> str:
         self.heads.setdefault(subnet, process)
-        self.held_count += 1
+        self.held.add(process)
         return Verdict.HELD
 
     def release(self, process: int) -> None:
