@@ -370,10 +370,26 @@ def agent_job(
 # where agents run
 
 
+def request_attributes(attributes: dict[str, str]) -> dict[str, float]:
+    """request_memory = 256 as the job ad has it (RequestMemory = 256), for evaluating the
+    requirements against slots; values that are not plain numbers are left out."""
+    out: dict[str, float] = {}
+    for key, value in attributes.items():
+        if key.lower().startswith("request_"):
+            name = "Request" + "".join(part.capitalize() for part in key[len("request_") :].split("_"))
+            try:
+                out[name] = float(value)
+            except ValueError:
+                continue
+    return out
+
+
 class AgentRunner(Protocol):
     """How the master gets agents run: HTCondor (GatewayAgents) or local processes (LocalAgents)."""
 
-    async def slots(self) -> int: ...
+    async def slots(self, plan: Plan) -> int:
+        """How many slots could run this block's agents (seed §3.7 step 4: matching machines)."""
+        ...
 
     async def submit(self, description: dict[str, str]) -> str:
         """Submit one agent job; its job id. GatewayError when refused."""
@@ -436,8 +452,12 @@ class GatewayAgents:
             return DaemonRef(kind=DaemonKind.SCHEDD, name=self.schedd_name)
         return None
 
-    async def slots(self) -> int:
-        return (await self.gw.pool_load()).total_slots
+    async def slots(self, plan: Plan) -> int:
+        attributes = plan.agent_attributes
+        requirements = next((v for k, v in attributes.items() if k.lower() == "requirements"), None)
+        if not requirements:
+            return (await self.gw.pool_load()).total_slots
+        return await self.gw.count_slots(requirements, request_attributes(attributes))
 
     async def submit(self, description: dict[str, str]) -> str:
         result = await self.gw.submit(description, schedd=self.schedd())
@@ -499,7 +519,7 @@ class LocalAgents:
         self.submitted: list[dict[str, str]] = []
         self._n = 0
 
-    async def slots(self) -> int:
+    async def slots(self, plan: Plan) -> int:
         return self._slots
 
     async def submit(self, description: dict[str, str]) -> str:
@@ -712,7 +732,7 @@ class Master:
         except GatewayError as e:
             self.log.warning("could not remove earlier agents", error=str(e))
         try:
-            slots = await self.runner.slots()
+            slots = await self.runner.slots(self.plan)
         except GatewayError as e:
             self.log.warning("could not count the pool's slots; starting one agent", error=str(e))
             slots = 1

@@ -65,7 +65,7 @@ class FakeRunner:
         self.removed_all = 0
         self.reschedules = 0
 
-    async def slots(self) -> int:
+    async def slots(self, plan: object) -> int:
         return self._slots
 
     async def submit(self, description: dict[str, str]) -> str:
@@ -443,3 +443,11 @@ async def test_agents_that_cannot_be_submitted_make_the_master_give_up_with_stat
     final = load_state(state_path)
     assert final.status is MasterStatus.GAVE_UP and final.extra["counters"]["submit_failures"] == 2
     assert [t.state for t in final.tasks] == [TaskState.QUEUED] * 2
+
+
+def test_request_attributes_are_named_as_in_the_job_ad() -> None:
+    from llic.master import request_attributes
+
+    attrs = {"request_memory": "256", "request_cpus": "1", "Request_GPUs": "0", "request_disk": "1 GB"}
+    attrs["rank"] = "1"
+    assert request_attributes(attrs) == {"RequestMemory": 256.0, "RequestCpus": 1.0, "RequestGpus": 0.0}
