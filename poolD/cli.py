@@ -53,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     traces.add_argument("--months", type=float, default=11.0, help="keep this many months of each trace")
     traces.add_argument("--seed", type=int, default=1)
     traces.set_defaults(simulate=_simulate_traces)
+    paper = what.add_parser("paper", help="the flock paper's 1000-pool experiment (Fig. 6-10); prints JSON")
+    paper.add_argument("--pools", type=int, default=1000)
+    paper.add_argument("--seed", type=int, default=1)
+    paper.add_argument("--out", type=Path, help="write CSV and PNG figures into this directory")
+    paper.set_defaults(simulate=_simulate_paper)
+    four = what.add_parser("four-pools", help="the flock paper's four-pool prototype (Tables 2-3)")
+    four.add_argument("--seed", type=int, default=1)
+    four.add_argument("--json", action="store_true")
+    four.set_defaults(simulate=_simulate_four_pools)
     return parser
 
 
@@ -176,6 +185,24 @@ def _simulate_traces(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _run, "status": _status, "check-config": _check}
+
+
+def _simulate_paper(args: argparse.Namespace) -> int:
+    from poolD.experiments.paper import PaperConfig, run_paper
+
+    if args.pools < 2:
+        print("poold: error: --pools must be at least 2", file=sys.stderr)
+        return 2
+    print(json.dumps(run_paper(PaperConfig(pools=args.pools, seed=args.seed), args.out), indent=2))
+    return 0
+
+
+def _simulate_four_pools(args: argparse.Namespace) -> int:
+    from poolD.experiments.paper import render_four_pools, run_four_pools
+
+    result = run_four_pools(args.seed)
+    print(json.dumps(result, indent=2) if args.json else render_four_pools(result))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

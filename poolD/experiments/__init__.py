@@ -1,0 +1,1 @@
+"""Experiments of the seed papers, run on the overlay simulator (`poold simulate ...`)."""

@@ -1,0 +1,567 @@
+"""The self-organizing flock paper's experiments (JPDC'06 §5): `poold simulate paper` (§5.2, 1000
+pools, Fig. 6-10) and `poold simulate four-pools` (§5.1, Tables 2-3).
+
+What runs for real, and what is modelled:
+- The overlay: every pool's central manager is an `OverlayNode` on `SimNetwork`, placed on a
+  transit-stub network (one pool per stub router); the nodes join one by one and maintain the
+  ring for a few virtual minutes, so routing tables and measured RTTs are what the daemons would
+  have (proximity neighbour selection included). Then the overlay is frozen: its maintenance
+  traffic does not change who hears whom, and it would cost ~100 messages per node per time unit.
+- poolD: per pool the daemon's own `Discovery` (Information Gatherer), `WillingList`, `Policy`
+  and `FlockingManager`, driven as `PoolDaemon` drives them: every time unit each pool with free
+  slots announces along its routing-table rows (TTL 1, valid for 1 unit), receivers check,
+  record and forward the offers (`Discovery.on_announcement`), an offer from a node with no RTT
+  yet gets one as the daemon's probe would, and each Flocking Manager decides FLOCK_TO from its
+  ordered willing list; a pool enters FLOCK_TO once the other pool's policy accepts it (what the
+  FlockIntent/FlockReply handshake asks). Offers are handed to the receiver within the time unit
+  instead of through the event heap: one-way latencies (<0.4 s) are far below a time unit
+  (one Flocking Manager interval, a minute in the prototype), so the order of arrival within a
+  unit cannot matter, and skipping the heap and the `Direct` envelope is what makes ~15,000
+  offers per time unit affordable. Not modelled: the blacklist of pools whose offers do not
+  deliver (in this model an offer always delivers while the slots are free).
+- Pool schedulers: a bulk model on integer time units (inter-arrival and length are integers
+  1..17, so nothing happens between units). Each pool has m slots and a FIFO queue; per unit, in
+  this order: finished jobs free their slots; arrived jobs join the queue; every pool starts jobs
+  from its queue head on its free slots; poolD announces and decides; then pools whose jobs still
+  wait (all local slots busy), in a random order, send jobs from their queue head to the pools
+  of their FLOCK_TO in order, each remote pool taking as many as it has free slots (the rest stay
+  queued). All pools advance together with numpy: a job is an index into flat arrays sorted by
+  (pool, arrival); a pool's queue is the index range [head, arrived); the slots freed later are
+  counted in a ring buffer indexed by finishing time. Per unit that is ~15 numpy calls over
+  arrays of length P plus one bincount over the jobs started, so 12 million jobs take seconds and
+  the time goes into poolD's own logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import random
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import poolD.discovery
+from common.condor.types import PoolLoad
+from common.overlay.messages import Peer
+from common.overlay.sim import SimNetwork
+from common.overlay.topology import LatencyMatrix, Placement, transit_stub
+from poolD.config import FlockingSection
+from poolD.discovery import Discovery, DiscoverySettings, peer_host
+from poolD.flocking import FlockingManager
+from poolD.messages import Announcement
+from poolD.models import FifoJobs, FifoPool
+from poolD.policy import Decision, Direction, Policy, PolicyFile, Subject
+from poolD.willing import WillingList
+
+JOBS_PER_SEQUENCE = 100
+UNIFORM = (1, 17)  # inter-arrival and length, time units, inclusive
+WITHIN = (0.1, 0.2, 0.35, 0.5, 0.7)  # the fractions of the diameter the paper quotes
+
+
+# ----------------------------------------------------------------------------- workload
+
+
+def make_sequences(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """`count` sequences of 100 jobs: arrival times (cumulated uniform inter-arrivals) and lengths."""
+    lo, hi = UNIFORM
+    arrival = np.cumsum(rng.integers(lo, hi + 1, size=(count, JOBS_PER_SEQUENCE), dtype=np.int32), axis=1)
+    length = rng.integers(lo, hi + 1, size=(count, JOBS_PER_SEQUENCE), dtype=np.int32)
+    return arrival.astype(np.int32), length
+
+
+@dataclass
+class Workload:
+    """Every pool's merged trace in flat arrays sorted by (pool, arrival): pool p owns the job
+    indices offsets[p]:offsets[p+1]."""
+
+    arrival: np.ndarray
+    length: np.ndarray
+    pool: np.ndarray
+    offsets: np.ndarray
+    sequences: np.ndarray
+
+    @property
+    def pools(self) -> int:
+        return len(self.offsets) - 1
+
+    @classmethod
+    def merge(cls, arrival: np.ndarray, length: np.ndarray, groups: list[np.ndarray]) -> Workload:
+        """Pool p's trace merges the sequences whose indices are in groups[p]."""
+        idx = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
+        counts = np.array([len(g) for g in groups], dtype=np.int64)
+        arr = arrival[idx].ravel()
+        lens = length[idx].ravel()
+        pool = np.repeat(np.arange(len(groups), dtype=np.int64), counts * JOBS_PER_SEQUENCE)
+        order = np.argsort(pool * (1 << 32) + arr, kind="stable")
+        offsets = np.concatenate([[0], np.cumsum(counts * JOBS_PER_SEQUENCE)])
+        return cls(
+            arr[order].astype(np.int64),
+            lens[order].astype(np.int64),
+            pool[order].astype(np.int32),
+            offsets,
+            counts,
+        )
+
+
+# ----------------------------------------------------------------------------- the overlay
+
+
+class _NoDebug:
+    """Discovery's logger without its per-offer debug lines: formatting them costs more than the
+    decisions themselves (~15,000 per time unit here). Everything else still goes to the log."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def debug(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@contextlib.contextmanager
+def quiet_discovery() -> Iterator[None]:
+    saved = poolD.discovery.log
+    poolD.discovery.log = _NoDebug(saved)
+    try:
+        yield
+    finally:
+        poolD.discovery.log = saved
+
+
+def build_overlay(
+    placement: Placement, seed: int, *, join_interval: float = 0.2, settle: float = 120.0
+) -> SimNetwork:
+    """Join one node per pool (each through a random earlier one) and let the ring settle."""
+    rng = random.Random(f"overlay-{seed}")
+    net = SimNetwork(placement.latency, seed=seed)
+    n = placement.n_nodes
+    for i in range(n):
+        net.add_node(
+            i, rng.getrandbits(128), bootstrap=None if i == 0 else rng.randrange(i), at=i * join_interval
+        )
+    net.run_until(n * join_interval + settle)
+    return net
+
+
+class MemoPolicy(Policy):
+    """`Policy` with its decisions remembered while nobody is blacklisted: the rules are fixed
+    during a run, so a decision depends only on (subject, direction) then; the simulation asks
+    the same ~30 questions per pool and time unit."""
+
+    def __init__(self, spec: PolicyFile, source: str = "(built-in)") -> None:
+        super().__init__(spec, source)
+        self._memo: dict[tuple[str | None, str, Direction], Decision] = {}
+
+    def decide(self, subject: Subject, direction: Direction, now: float) -> Decision:
+        if self.blacklist:
+            return super().decide(subject, direction, now)
+        key = (subject.pool, subject.host, direction)
+        decision = self._memo.get(key)
+        if decision is None:
+            decision = self._memo[key] = super().decide(subject, direction, now)
+        return decision
+
+
+@dataclass
+class PoolD:
+    """The daemon's decision logic for one pool, as `PoolDaemon` wires it."""
+
+    index: int
+    name: str
+    collector: str
+    discovery: Discovery
+    willing: WillingList
+    policy: Policy
+    flocking: FlockingManager
+    authorized: dict[int, bool] = field(default_factory=dict)
+    targets: list[int] = field(default_factory=list)  # FLOCK_TO as pool indices
+
+
+class PoolDLayer:
+    """poolD on every pool of a frozen simulated overlay; time is in Flocking-Manager intervals."""
+
+    def __init__(
+        self,
+        net: SimNetwork,
+        placement: Placement,
+        names: list[str],
+        seed: int,
+        *,
+        ttl: int = 1,
+        valid_for: float = 1.0,
+        max_pools: int = FlockingSection().max_pools,
+        withdraw_after: float = 1.0,
+    ) -> None:
+        self.placement = placement
+        self.index_of_addr = {SimNetwork.addr(i): i for i in range(len(names))}
+        self.pools: list[PoolD] = []
+        self.pool_of_collector: dict[str, int] = {}
+        for i, name in enumerate(names):
+            core = net.nodes[i].core
+            policy = MemoPolicy(PolicyFile(default="allow"))
+            willing = WillingList(random.Random(f"willing-{seed}-{i}"))
+            collector = f"{name}.sim:9618"
+            settings = DiscoverySettings(pool=name, collector=collector, ttl=ttl, valid_for=valid_for)
+            fm = FlockingManager(max_pools=max_pools, withdraw_after=withdraw_after)
+            self.pools.append(
+                PoolD(i, name, collector, Discovery(settings, core, policy, willing), willing, policy, fm)
+            )
+            self.pool_of_collector[collector] = i
+        self.offers_sent = 0
+        self.offers_unread = 0
+        self.flock_changes = 0
+
+    def _deliver(self, sends: list[tuple[str, Any]], now: float, needy: set[int]) -> None:
+        """Hand offers to their receivers' Discovery. With TTL 1 an offer to a pool whose jobs do
+        not wait now is left unread: it would not be forwarded, and it expires (valid for one
+        unit) before that pool's Flocking Manager next reads its willing list, so every decision
+        is the same; reading it would cost half of the run."""
+        queue = deque(sends)
+        while queue:
+            addr, msg = queue.popleft()
+            self.offers_sent += 1
+            q = self.index_of_addr[addr]
+            if msg.ttl <= 1 and q not in needy:
+                self.offers_unread += 1
+                continue
+            receiver = self.pools[q]
+            queue.extend(receiver.discovery.on_announcement(msg, now))
+            if isinstance(msg, Announcement) and msg.pool in receiver.willing.entries:
+                core = receiver.discovery.overlay
+                if msg.origin.id not in core.rtt:  # the daemon probes such a pool: the probe's answer
+                    core.rtt[msg.origin.id] = 2 * self.placement.latency(
+                        q, self.index_of_addr[msg.origin.addr]
+                    )
+
+    def _authorized(self, p: PoolD, q: int, now: float) -> bool:
+        """What the FlockIntent/FlockReply handshake asks: does pool q's policy accept pool p?"""
+        ok = p.authorized.get(q)
+        if ok is None:
+            me: Peer = p.discovery.overlay.me
+            subject = Subject(p.name, peer_host(me))
+            ok = p.authorized[q] = self.pools[q].policy.decide(subject, Direction.ACCEPT, now).allowed
+        return ok
+
+    def step(self, now: float, loads: list[PoolLoad]) -> None:
+        """One time unit: Information Gatherers announce, Flocking Managers decide FLOCK_TO."""
+        needy = {p for p, load in enumerate(loads) if load.idle_jobs > load.free_slots}
+        for p, load in zip(self.pools, loads, strict=True):
+            if load.free_slots > 0:
+                self._deliver(p.discovery.announce(load, now), now, needy)
+        for p, load in zip(self.pools, loads, strict=True):
+            entries = p.willing.ordered(now, p.discovery.overlay.rtt.get) if p.index in needy else []
+            decision = p.flocking.decide(load, entries, now)
+            if decision.flock_to is None:
+                continue
+            target = [c for c in decision.flock_to if self._authorized(p, self.pool_of_collector[c], now)]
+            if p.flocking.changes(target):
+                p.flocking.active = target
+                p.targets = [self.pool_of_collector[c] for c in target]
+                self.flock_changes += 1
+
+
+# ----------------------------------------------------------------------------- the pools
+
+
+@dataclass
+class Schedule:
+    """When and where every job started."""
+
+    start: np.ndarray
+    exec_pool: np.ndarray
+    units: int
+    flocked: int
+
+
+def run_pools(
+    work: Workload, machines: np.ndarray, poold: PoolDLayer | None, seed: int, *, max_units: int = 10**6
+) -> Schedule:
+    """`FifoPool`s stepped one time unit at a time: finished jobs free their slots, arrivals join the
+    queue, each pool starts what it can locally, poolD announces and decides, and the pools whose
+    jobs still wait flock, in a random order, through the FLOCK_TO their Flocking Manager chose."""
+    n_pools = work.pools
+    rng = random.Random(f"flock-order-{seed}")
+    jobs = FifoJobs()
+    arrival = work.arrival.tolist()
+    offsets = work.offsets.tolist()
+    jobs.extend(arrival, work.length.tolist(), 0)
+    jobs.origin[:] = work.pool.tolist()
+    pools = [FifoPool(p, int(machines[p]), jobs) for p in range(n_pools)]
+    nxt = offsets[:-1]
+    ends = offsets[1:]
+    left = len(arrival)
+    flocked = 0
+    t = 0
+    while True:
+        for p, pool in enumerate(pools):
+            pool.release(t)
+            i, end = nxt[p], ends[p]
+            while i < end and arrival[i] <= t:
+                pool.submit(i)
+                i += 1
+            nxt[p] = i
+            left -= pool.run_local(t)
+        if poold is not None:
+            poold.step(float(t), [pool.load() for pool in pools])
+            waiting = [p for p in range(n_pools) if pools[p].queue and poold.pools[p].targets]
+            rng.shuffle(waiting)
+            for p in waiting:
+                sent = pools[p].flock([pools[q] for q in poold.pools[p].targets], t)
+                flocked += sent
+                left -= sent
+        if left == 0:
+            break
+        t += 1
+        if t > max_units:
+            raise RuntimeError(f"jobs still queued after {max_units} time units")
+    return Schedule(np.array(jobs.start, dtype=np.int64), np.array(jobs.ran_on, dtype=np.int64), t, flocked)
+
+
+# ----------------------------------------------------------------------------- the 1000-pool experiment
+
+
+@dataclass(frozen=True)
+class PaperConfig:
+    pools: int = 1000
+    seed: int = 1
+    size_range: tuple[int, int] = (25, 225)  # machines per pool, and sequences per pool's trace
+    max_pools: int = FlockingSection().max_pools
+    settle: float = 120.0
+
+
+def _summary(
+    work: Workload, sched: Schedule, dist: np.ndarray, wall: float
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    wait = sched.start - work.arrival
+    done = sched.start + work.length
+    first = work.offsets[:-1]
+    per_pool = {
+        "completion": np.maximum.reduceat(done, first),
+        "wait_mean": np.add.reduceat(wait, first) / np.diff(work.offsets),
+        "wait_max": np.maximum.reduceat(wait, first),
+        "local": np.add.reduceat((sched.exec_pool == work.pool).astype(np.int64), first)
+        / np.diff(work.offsets),
+    }
+    summary = {
+        "jobs": len(wait),
+        "flocked_jobs": sched.flocked,
+        "local_fraction": float((sched.exec_pool == work.pool).mean()),
+        "within": {str(x): float((dist <= x + 1e-12).mean()) for x in WITHIN},
+        "max_distance": float(dist.max()),
+        "wait_mean": float(wait.mean()),
+        "wait_max": int(wait.max()),
+        "completion_min": int(per_pool["completion"].min()),
+        "completion_max": int(per_pool["completion"].max()),
+        "time_units": sched.units,
+        "wall_seconds": round(wall, 2),
+    }
+    return summary, per_pool
+
+
+def run_paper(config: PaperConfig, out: Path | None = None) -> dict[str, Any]:
+    """Both runs on the same network and traces; writes CSV and the figures into `out`."""
+    started = time.perf_counter()
+    rng = np.random.default_rng(config.seed)
+    lo, hi = config.size_range
+    topology = transit_stub(config.seed)
+    placement = Placement(topology, config.pools, config.seed)
+    machines = rng.integers(lo, hi + 1, size=config.pools)
+    per_pool = rng.integers(lo, hi + 1, size=config.pools)
+    arrival, length = make_sequences(rng, int(per_pool.sum()))
+    bounds = np.concatenate([[0], np.cumsum(per_pool)])
+    work = Workload.merge(arrival, length, [np.arange(bounds[p], bounds[p + 1]) for p in range(config.pools)])
+    endpoint = np.asarray(placement.endpoint_of)
+    setup = time.perf_counter() - started
+
+    results: dict[str, Any] = {}
+    pools: dict[str, dict[str, np.ndarray]] = {}
+    dist_with = np.zeros(0)
+    for label, flocking in (("without_flocking", False), ("with_flocking", True)):
+        t0 = time.perf_counter()
+        poold = None
+        if flocking:
+            net = build_overlay(placement, config.seed, settle=config.settle)
+            names = [f"pool{i}" for i in range(config.pools)]
+            poold = PoolDLayer(net, placement, names, config.seed, max_pools=config.max_pools)
+        with quiet_discovery():
+            sched = run_pools(work, machines, poold, config.seed)
+        dist = topology.matrix[endpoint[work.pool], endpoint[sched.exec_pool]] / topology.diameter
+        results[label], pools[label] = _summary(work, sched, dist, setup + time.perf_counter() - t0)
+        if poold is not None:
+            results[label]["offers_sent"] = poold.offers_sent
+            results[label]["offers_unread"] = poold.offers_unread
+            results[label]["flock_to_changes"] = poold.flock_changes
+            dist_with = dist
+    results["config"] = {
+        "pools": config.pools,
+        "seed": config.seed,
+        "machines": int(machines.sum()),
+        "sequences": int(per_pool.sum()),
+        "jobs": len(work.arrival),
+        "max_pools": config.max_pools,
+        "diameter_seconds": topology.diameter,
+    }
+    if out is not None:
+        _write_outputs(out, machines, work, pools, dist_with)
+    results["wall_seconds"] = round(time.perf_counter() - started, 2)
+    return results
+
+
+def _write_outputs(
+    out: Path, machines: np.ndarray, work: Workload, pools: dict[str, dict[str, np.ndarray]], dist: np.ndarray
+) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    w, f = pools["without_flocking"], pools["with_flocking"]
+    with (out / "pools.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(
+            ["pool", "machines", "sequences", "jobs", "completion_without", "completion_with",
+             "wait_mean_without", "wait_mean_with", "wait_max_without", "wait_max_with",
+             "local_fraction_with"]
+        )  # fmt: skip
+        for p in range(work.pools):
+            writer.writerow(
+                [p, int(machines[p]), int(work.sequences[p]), int(work.offsets[p + 1] - work.offsets[p]),
+                 int(w["completion"][p]), int(f["completion"][p]), round(float(w["wait_mean"][p]), 3),
+                 round(float(f["wait_mean"][p]), 3), int(w["wait_max"][p]), int(f["wait_max"][p]),
+                 round(float(f["local"][p]), 4)]
+            )  # fmt: skip
+    grid = np.round(np.arange(0, 1.0001, 0.01), 2)
+    ordered = np.sort(dist)
+    cdf = np.searchsorted(ordered, grid + 1e-12, side="right") / len(ordered)
+    with (out / "locality_cdf.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["distance_over_diameter", "fraction_of_jobs"])
+        writer.writerows(zip(grid.tolist(), np.round(cdf, 5).tolist(), strict=True))
+    _plots(out, grid, cdf, w, f)
+
+
+def _plots(
+    out: Path, grid: np.ndarray, cdf: np.ndarray, w: dict[str, np.ndarray], f: dict[str, np.ndarray]
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(grid, cdf, drawstyle="steps-post")
+    ax.set(xlabel="network distance / diameter", ylabel="cumulative fraction of jobs", ylim=(0, 1.02),
+           title="Fig. 6: locality of scheduled jobs (with flocking)")  # fmt: skip
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "fig6_locality_cdf.png", dpi=120)
+    plt.close(fig)
+    figures = (
+        ("fig7_completion_without.png", w["completion"], "Fig. 7: total completion time, without flocking"),
+        ("fig8_completion_with.png", f["completion"], "Fig. 8: total completion time, with flocking"),
+        ("fig9_wait_without.png", w["wait_mean"], "Fig. 9: mean wait in queue, without flocking"),
+        ("fig10_wait_with.png", f["wait_mean"], "Fig. 10: mean wait in queue, with flocking"),
+    )
+    for i, (name, values, title) in enumerate(figures):
+        pair = (w["completion"], f["completion"]) if i < 2 else (w["wait_mean"], f["wait_mean"])
+        top = max(float(pair[0].max()), float(pair[1].max())) * 1.05
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.scatter(np.arange(len(values)), values, s=4)
+        ylabel = "time units" if i < 2 else "mean wait (time units)"
+        ax.set(xlabel="Condor pool", ylabel=ylabel, ylim=(0, top), title=title)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- the four-pool prototype
+
+
+SITES = ("A", "B", "C", "D")
+SITE_SEQUENCES = (2, 2, 3, 5)
+SITE_MACHINES = 3
+# One-way latencies in ms between the paper's PlanetLab sites (Table 1: Interxion Germany, UC
+# Berkeley, Columbia NY, Rice TX); typical public-Internet values, not measurements.
+SITE_LATENCY_MS = np.array(
+    [[0, 75, 45, 60], [75, 0, 35, 25], [45, 35, 0, 20], [60, 25, 20, 0]], dtype=np.float64
+)
+
+
+def _wait_stats(wait: np.ndarray) -> dict[str, float]:
+    return {
+        "jobs": len(wait),
+        "mean": round(float(wait.mean()), 2),
+        "min": int(wait.min()),
+        "max": int(wait.max()),
+        "stdev": round(float(wait.std(ddof=1)) if len(wait) > 1 else 0.0, 2),
+    }
+
+
+def _four_pool_run(
+    arrival: np.ndarray,
+    length: np.ndarray,
+    groups: list[np.ndarray],
+    machines: list[int],
+    seed: int,
+    flocking: bool,
+) -> tuple[Workload, Schedule]:
+    work = Workload.merge(arrival, length, groups)
+    poold = None
+    if flocking:
+        placement = Placement(LatencyMatrix(SITE_LATENCY_MS / 1000, name="planetlab-4"), len(groups), seed)
+        net = build_overlay(placement, seed, join_interval=1.0, settle=120.0)
+        poold = PoolDLayer(net, placement, [f"pool{s}" for s in SITES[: len(groups)]], seed)
+    with quiet_discovery():
+        return work, run_pools(work, np.array(machines), poold, seed)
+
+
+def run_four_pools(seed: int = 1) -> dict[str, Any]:
+    """Configurations I, II, III and II with all load at D, on the same 12 sequences (minutes)."""
+    rng = np.random.default_rng(seed)
+    arrival, length = make_sequences(rng, sum(SITE_SEQUENCES))
+    bounds = np.cumsum((0, *SITE_SEQUENCES))
+    split = [np.arange(bounds[i], bounds[i + 1]) for i in range(len(SITES))]
+    every = np.arange(sum(SITE_SEQUENCES))
+    none = np.arange(0)
+    result: dict[str, Any] = {"seed": seed, "sequences": dict(zip(SITES, SITE_SEQUENCES, strict=True))}
+    for label, flocking in (("I", False), ("II", True)):
+        work, sched = _four_pool_run(arrival, length, split, [SITE_MACHINES] * 4, seed, flocking)
+        wait = sched.start - work.arrival
+        table = {s: _wait_stats(wait[work.offsets[i] : work.offsets[i + 1]]) for i, s in enumerate(SITES)}
+        result[label] = table | {"overall": _wait_stats(wait)}
+    work, sched = _four_pool_run(arrival, length, [every], [SITE_MACHINES * 4], seed, False)
+    result["III"] = {"overall": _wait_stats(sched.start - work.arrival)}
+    # All load at D: pools A-C get empty traces (a placeholder sequence is not needed: merge takes none).
+    work, sched = _four_pool_run(arrival, length, [none, none, none, every], [SITE_MACHINES] * 4, seed, True)
+    result["II_all_at_D"] = {"overall": _wait_stats(sched.start - work.arrival)}
+    return result
+
+
+def render_four_pools(r: dict[str, Any]) -> str:
+    """Tables 2 and 3 of the paper, with our numbers (minutes)."""
+
+    def cells(s: dict[str, float]) -> str:
+        return f"{s['mean']:8.2f} {s['min']:6} {s['max']:7} {s['stdev']:7.2f}"
+
+    head = f"{'mean':>8} {'min':>6} {'max':>7} {'stdev':>7}"
+    lines = [
+        f"Table 2: wait in queue (minutes), seed {r['seed']}",
+        f"{'pool':<8} {'seqs':>4} | without flocking (I)         | with flocking (II)",
+        f"{'':<8} {'':>4} | {head} | {head}",
+    ]
+    for s in (*SITES, "overall"):
+        seqs = r["sequences"][s] if s in SITES else sum(r["sequences"].values())
+        lines.append(f"{s:<8} {seqs:>4} | {cells(r['I'][s])} | {cells(r['II'][s])}")
+    lines += [
+        "",
+        "Table 3: wait in queue (minutes)",
+        f"{'configuration':<26} {'seqs':>4} | {head}",
+        f"{'single pool (III)':<26} {12:>4} | {cells(r['III']['overall'])}",
+        f"{'II, all load at D':<26} {12:>4} | {cells(r['II_all_at_D']['overall'])}",
+    ]
+    return "\n".join(lines)
