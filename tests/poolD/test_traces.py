@@ -70,13 +70,12 @@ def cut_trace(src: Path, dst: Path, jobs: int) -> Path:
     return dst
 
 
+DATA = Path(__file__).parent / "data"  # the header and first 600 jobs of two real traces (cut_trace)
+
+
 @pytest.fixture
-def small_traces(tmp_path: Path) -> list[str]:
-    if not (SHARED / "KTH-SP2-1996-2.1-cln.swf.gz").exists():
-        pytest.skip("shared traces not available")
-    kth = cut_trace(SHARED / "KTH-SP2-1996-2.1-cln.swf.gz", tmp_path / "KTH-SP2-1996-2.1-cln.swf.gz", 600)
-    sdsc = cut_trace(SHARED / "SDSC-SP2-1998-4.2-cln.swf.gz", tmp_path / "SDSC-SP2-1998-4.2-cln.swf.gz", 600)
-    return [f"{kth}:100", f"{sdsc}:128"]
+def small_traces() -> list[str]:
+    return [f"{DATA / 'KTH-SP2-1996-2.1-cln.swf.gz'}:100", f"{DATA / 'SDSC-SP2-1998-4.2-cln.swf.gz'}:128"]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], traces: list[str], seed: int) -> dict:
