@@ -29,10 +29,10 @@ What runs for real, and what is modelled:
   22 million offers in the 1000-pool run. An offer to a pool whose jobs do not wait is not
   handed to its Discovery (it would expire unread, see `_deliver`; 69% of them), and policy
   decisions are memoized while nobody is blacklisted (`MemoPolicy`); Discovery's per-offer debug
-  log lines are dropped during a run (`quiet_discovery`). Measured: 975 s for the full
-  experiment on the shared 2-core machine, over the 10-minute target; the sender side of
-  `Discovery.announce` (a policy check and Subject per routing-table peer, ~33 per pool and unit)
-  is what is left to make cheaper.
+  log lines are dropped during a run (`quiet_discovery`). Measured: 661 s for the full
+  experiment on an otherwise idle 2-core machine once `peer_host` was cached (975 s before, on a
+  shared machine): still 10 % over the 10-minute target; the sender side of `Discovery.announce`
+  (a policy check and Subject per routing-table peer, ~33 per pool and unit) is what is left.
 """
 
 from __future__ import annotations
