@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,18 @@ async def serve_control(
     finally:
         with trio.CancelScope(shield=True):
             path.unlink(missing_ok=True)
+
+
+def print_status(prog: str, path: Path, render: Callable[[dict[str, Any]], str], *, as_json: bool) -> int:
+    """`poold status` / `faultd status`: ask the daemon on its control socket, print the answer
+    (JSON or `render`ed); exit 1 with one line naming the socket if the daemon cannot be reached."""
+    try:
+        status = query_control(path, {"cmd": "status"})
+    except OSError as e:
+        print(f"{prog}: cannot reach the daemon at {path}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=2) if as_json else render(status))
+    return 0
 
 
 def query_control(path: Path, request: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:

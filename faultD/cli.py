@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +63,11 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from common.service import query_control
+    from common.service import print_status
     from faultD.config import FaultdConfig
 
     path = args.socket or load_config(args.config, FaultdConfig).daemon.control_socket
-    try:
-        status = query_control(path, {"cmd": "status"})
-    except OSError as e:
-        print(f"faultd: cannot reach the daemon at {path}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    print(json.dumps(status, indent=2) if args.json else render_status(status))
-    return 0
+    return print_status("faultd", path, render_status, as_json=args.json)
 
 
 def _ago(seconds: float | None) -> str:

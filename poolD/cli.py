@@ -99,20 +99,11 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from common.service import query_control
+    from common.service import print_status
     from poolD.config import PooldConfig
 
     path = args.socket or load_config(args.config, PooldConfig).daemon.control_socket
-    try:
-        status = query_control(path, {"cmd": "status"})
-    except OSError as e:
-        print(f"poold: cannot reach the daemon at {path}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(status, indent=2))
-        return 0
-    print(render_status(status))
-    return 0
+    return print_status("poold", path, render_status, as_json=args.json)
 
 
 def render_status(s: dict[str, Any]) -> str:
