@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -42,6 +44,35 @@ def poll_until(
         time.sleep(poll)
     tails = {str(f): f.read_text()[-2500:] for f in logs if f.exists()}
     raise TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(tails, indent=1))
+
+
+def start_in_netns(netns: str, module: str, config: Path, log_file: Path) -> subprocess.Popen[bytes]:
+    """One of our daemons (`python -m MODULE run --config CONFIG`) on a sandbox host's network,
+    as a program of this machine, logging to `log_file`. `ip netns exec` execs the command in
+    place, so the pid is the daemon's own."""
+    with open(log_file, "ab") as log:
+        return subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, "-m", module, "run", "--config", str(config)],
+            stdout=log, stderr=log, cwd=REPO,
+        )  # fmt: skip
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM (a graceful stop: daemons undo what they set), then SIGKILL after `timeout`."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def netns_pids(netns: str) -> list[int]:
+    """Every process on a sandbox host's network: its HTCondor daemons and our daemons there."""
+    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
+    return [int(pid) for pid in out.split()]
 
 
 class SandboxError(RuntimeError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,10 +17,17 @@ from typing import Any, TypeVar
 
 from common.condor import DaemonKind, DaemonRef
 from common.overlay.auth import generate_key_file
-from common.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
+from common.sandbox import (
+    Sandbox,
+    SandboxPool,
+    netns_pids,
+    poll_until,
+    sandbox_cli,
+    start_in_netns,
+    stop_process,
+)
 from common.service import query_control
 
-REPO = Path(__file__).resolve().parents[1]
 PORT = 7641
 T = TypeVar("T")
 
@@ -107,14 +113,8 @@ log_level = "info"
     # ------------------------------------------------------------------ processes
 
     def start(self, j: int) -> None:
-        config = self.config_file(j)
-        with open(self.log_file(j), "ab") as log:
-            # `ip netns exec` execs the command in place: the pid is faultd's own.
-            self.procs[j] = subprocess.Popen(
-                ["ip", "netns", "exec", str(self.host(j)["netns"]),
-                 sys.executable, "-m", "faultD", "run", "--config", str(config)],
-                stdout=log, stderr=log, cwd=REPO,
-            )  # fmt: skip
+        netns = str(self.host(j)["netns"])
+        self.procs[j] = start_in_netns(netns, "faultD", self.config_file(j), self.log_file(j))
 
     def start_all(self) -> None:
         for j in range(self.nhosts):
@@ -123,25 +123,16 @@ log_level = "info"
         self.wait("host 0 manages and every host follows it", lambda: self.follow_count(0) == self.nhosts)
 
     def stop_all(self) -> None:
-        for j, proc in list(self.procs.items()):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            del self.procs[j]
+        for j in list(self.procs):
+            stop_process(self.procs.pop(j), timeout=15)
 
     def kill_host(self, j: int) -> float:
         """kill -9 of everything on a host (its HTCondor daemons, its faultd); returns the time."""
-        pids = subprocess.run(
-            ["ip", "netns", "pids", str(self.host(j)["netns"])], capture_output=True, text=True
-        ).stdout.split()
+        pids = netns_pids(str(self.host(j)["netns"]))
         t = time.time()
         for pid in pids:
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         proc = self.procs.pop(j, None)
@@ -181,11 +172,8 @@ log_level = "info"
         )
 
     def condor_processes(self, j: int) -> list[str]:
-        pids = subprocess.run(
-            ["ip", "netns", "pids", str(self.host(j)["netns"])], capture_output=True, text=True
-        ).stdout.split()
         names = []
-        for pid in pids:
+        for pid in netns_pids(str(self.host(j)["netns"])):
             try:
                 names.append(Path(f"/proc/{pid}/comm").read_text().strip())
             except OSError:

@@ -8,18 +8,15 @@ shows a whole cycle quickly.
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from common.overlay.auth import generate_key_file
-from common.sandbox import Sandbox, SandboxPool, poll_until
+from common.sandbox import Sandbox, SandboxPool, poll_until, start_in_netns, stop_process
 from common.service import query_control
 
-REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 FAST_SETTINGS = """
@@ -93,14 +90,8 @@ control_socket = "{self.socket(name)}"
         return path
 
     def start(self, name: str) -> None:
-        config = self.config_file(name)
-        with open(self.log_file(name), "ab") as log:
-            # `ip netns exec` execs the command in place: the pid is poold's own.
-            self.procs[name] = subprocess.Popen(
-                ["ip", "netns", "exec", self.pools[name].hosts[0]["netns"],
-                 sys.executable, "-m", "poolD", "run", "--config", str(config)],
-                stdout=log, stderr=log, cwd=REPO,
-            )  # fmt: skip
+        netns = self.pools[name].hosts[0]["netns"]
+        self.procs[name] = start_in_netns(netns, "poolD", self.config_file(name), self.log_file(name))
 
     def start_all(self) -> None:
         for name in self.names:
@@ -108,13 +99,7 @@ control_socket = "{self.socket(name)}"
         self.wait("every poold joined", lambda: all(self.status(n)["joined"] for n in self.names))
 
     def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(self.procs.pop(name), timeout=30)
 
     def stop_all(self) -> None:
         for name in list(self.procs):
