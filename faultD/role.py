@@ -244,8 +244,7 @@ class RoleMachine:
             self.fenced += 1
             return
         if self.role is Role.MANAGER:
-            if tok < token(self.epoch, self.me.id):
-                return  # it will hear our alive and step down
+            # A manager's best token is its own, so a lower one was fenced above: this one wins.
             self._note(f"alive from {msg.manager.addr} with epoch {msg.epoch}: stepping down")
             self._step_down()
         same = (

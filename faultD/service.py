@@ -66,6 +66,7 @@ class FaultDaemon:
             replay_window=config.ring.replay_window,
         )
         self.role: RoleMachine | None = None
+        self._nursery: trio.Nursery | None = None  # bulk sends run here, beside the daemon's tasks
         self.counters: Counter[str] = Counter()
         self.history: deque[str] = deque(maxlen=50)
         self.condor_error: str | None = None
@@ -140,13 +141,13 @@ class FaultDaemon:
                 if self.role is not None:
                     await self._apply(self.role.on_message(item[0], now))
                 continue
-            if isinstance(item, Joined) or self.role is None:
-                if self.role is None and self.overlay.core is not None and self.overlay.core.joined:
-                    self.role = self._make_role(self.overlay.core.me)
-                    await self._apply(self.role.start(now))
-                    await self._apply(self.role.on_leaf_set(tuple(self.overlay.core.leaf.members()), now))
-                if self.role is None:
-                    continue
+            core = self.overlay.core
+            if self.role is None:
+                if core is None or not core.joined:
+                    continue  # the role machine starts once the ring has taken us in
+                self.role = self._make_role(core.me)
+                await self._apply(self.role.start(now))
+                await self._apply(self.role.on_leaf_set(tuple(core.leaf.members()), now))
             if isinstance(item, LeafSetChanged):
                 await self._apply(self.role.on_leaf_set(item.members, now))
             elif isinstance(item, Delivered | Received | BroadcastReceived):
@@ -177,8 +178,6 @@ class FaultDaemon:
     def _spawn_bulk(self, addr: str, msg: Message) -> None:
         assert self._nursery is not None
         self._nursery.start_soon(self.bulk.send, addr, msg)
-
-    _nursery: trio.Nursery | None = None
 
     # ------------------------------------------------------------------ HTCondor
 
