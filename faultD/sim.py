@@ -254,7 +254,7 @@ class FaultSim:
                 continue
             for holder in self._nearest_live(i, self.params.replicas):
                 h = self.machines[holder].role
-                if h is None or now - self.manager_since.get(i, now) < 1:
+                if h is None:
                     continue
                 if h.replica is None or (h.replica.epoch, h.replica.version) < (state.epoch, state.version):
                     age = now - state.taken_at

@@ -80,7 +80,6 @@ class BulkChannel:
             except trio.BrokenResourceError as e:
                 self.codec.drop(DropReason.BROKEN, peer, str(e))
                 return
-        await stream.aclose()
         if data is not None:
             await self._deliver(data, peer)
         elif decoder.pending or scope.cancelled_caught:
