@@ -153,9 +153,20 @@ class TransferDone:
     end: float
 
 
+@dataclass(frozen=True)
+class BulkReady:
+    """The agent holds a result whose files (`nbytes`) exceed BULK_OUTPUT_THRESHOLD and sends it
+    when granted (GrantBulk): large returns go one at a time per subnet (issue 8 item 3)."""
+
+    agent: str
+    process: int
+    attempt: int
+    nbytes: int
+
+
 _AgentEvent = AgentSubmitted | SubmitFailed | AgentConnected | ResultReceived | ConnectionBroken
 ChefEvent = Launch | _AgentEvent | AgentVanished | Terminate
-MasterEvent = _AgentEvent | QueueSnapshot | TransferDone
+MasterEvent = _AgentEvent | QueueSnapshot | TransferDone | BulkReady
 
 
 # ----------------------------------------------------------------------------- actions
@@ -205,7 +216,16 @@ class RefuseAgent:
     reason: str
 
 
-Action = SubmitAgent | RemoveAgents | SendTasks | SendNoMoreTasks | CloseConnection | RefuseAgent
+@dataclass(frozen=True)
+class GrantBulk:
+    """Tell the agent to send its large result for (process, attempt) now (`bulk_go`)."""
+
+    agent: str
+    process: int
+    attempt: int
+
+
+Action = SubmitAgent | RemoveAgents | SendTasks | SendNoMoreTasks | CloseConnection | RefuseAgent | GrantBulk
 
 
 @dataclass
@@ -525,7 +545,16 @@ class MasterCore:
             transfer = Transfer(event.agent, subnet, event.direction, event.nbytes, event.start, event.end)
             self.net.transfer_done(transfer, event.process if event.direction == IN else None)
             self.dirty = True
-            return self._balance(now) if event.direction == IN else Output()
+            if event.direction == IN:
+                return self._balance(now)
+            self.net.bulk_done(event.agent, event.process, now)  # its result is in: the next one's turn
+            return self._grants(Output())
+        if isinstance(event, BulkReady):
+            if not self._current(event.agent):
+                return Output()  # a superseded agent: its connection is being closed
+            self.net.bulk_ready(event.agent, event.process, event.attempt, event.nbytes, now)
+            self.dirty = True
+            return self._grants(Output())
         if isinstance(event, QueueSnapshot):
             out = Output()
             for chef in self.chefs:
@@ -553,9 +582,10 @@ class MasterCore:
             case AgentConnected(address=address) if address:
                 self.net.connect(event.agent, address)
             case ConnectionBroken():
-                self.net.forget(event.agent)
+                self.net.forget(event.agent, now)
             case ResultReceived(process=process):
                 self.net.release(process)  # its inputs arrived, or it never started
+                self.net.bulk_done(event.agent, process, now)
         out.extend(self._to_chef(chef, event, now))
         out.extend(self._balance(now))
         return out
@@ -580,10 +610,25 @@ class MasterCore:
     def _to_chef(self, chef: Chef, event: ChefEvent, now: float) -> Output:
         return chef.handle(event, now, self.book, self._accepting)
 
+    def _current(self, agent: str) -> bool:
+        """`agent` is the running launch of its chef in this run."""
+        parsed = parse_agent_name(agent)
+        if parsed is None or parsed[0] != self.run or parsed[1] >= len(self.chefs) or self.stopped:
+            return False
+        chef = self.chefs[parsed[1]]
+        return parsed[2] == chef.rec.launches and chef.state is ChefState.RUNNING
+
+    def _grants(self, out: Output) -> Output:
+        """Bulk returns granted since the last look become messages to their agents."""
+        for g in self.net.bulk.take_grants():
+            out.actions.append(GrantBulk(g.agent, g.process, g.attempt))
+            out.notes.append(f"agent {g.agent}: large result of {g.process} ({g.nbytes} bytes) may go now")
+        return out
+
     def _stale(self, chef: Chef | None, event: MasterEvent) -> Output:
         """An event from an agent of an earlier launch (or an unknown one, or after finish)."""
         out = Output()
-        assert not isinstance(event, QueueSnapshot)
+        assert not isinstance(event, QueueSnapshot | TransferDone | BulkReady)
         match event:
             case AgentConnected():
                 out.actions.append(RefuseAgent(event.agent, "unknown or superseded agent"))
@@ -605,13 +650,15 @@ class MasterCore:
         if self.over:
             return out
         net = self.net
-        net.keep_only(c.agent for c in self.chefs if c.state is ChefState.RUNNING)
+        net.keep_only((c.agent for c in self.chefs if c.state is ChefState.RUNNING), now)
         if net.heads:
             net.settle(self.book.queue())
         if self.book.queued:
-            # issue 8 item 4: agents on the subnet with the most spare capacity choose first
+            # issue 8 item 4: agents on the subnet with the most spare capacity choose first; among
+            # equals, the one holding fewest tasks (else the lowest-numbered free agent would take
+            # every transfer capacity frees, and the others on its subnet would idle)
             ready = [c for c in self.chefs if c.state is ChefState.RUNNING and c.accepting]
-            ready.sort(key=lambda c: -net.spare_of_agent(c.agent))
+            ready.sort(key=lambda c: (-net.spare_of_agent(c.agent), self.book.held(c.index)))
             for chef in ready:
                 chef.now = now
                 chef.fill(self.book, self._accepting, out)
@@ -622,7 +669,7 @@ class MasterCore:
                     break
                 queued -= 1
                 out.extend(self._to_chef(chef, Launch("tasks left and no agent to take them"), now))
-        return out
+        return self._grants(out)
 
     def _relaunchable(self) -> Iterator[Chef]:
         """Created chefs, then terminated ones, those whose agents did not fail the queued tasks

@@ -28,6 +28,16 @@ from common.config import ConfigError, StrictModel
 from llic.netadmit import format_capacity, parse_capacity
 
 CONFIG_ENV = "LLIC_CONFIG_FILENAME"
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '16MB', '512k', '1GiB' or '4096' (K, M, G: powers of 1024, B optional)."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"{text.strip()!r} is not a size like 16MB (a number of bytes, or K, M, G)")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
 
 
 class FilesStyle(StrEnum):
@@ -132,6 +142,23 @@ class LlicConfig(StrictModel):
             "divided by this, or the job's +LlicMinMbps if higher"
         ),
     )
+
+    bulk_output_threshold: int = Field(
+        16 * 1024 * 1024,
+        ge=0,
+        description=(
+            "bytes of a result's files above which the agent asks before sending them, so that "
+            "large outputs are returned one at a time per subnet (FIFO) and finish sooner instead "
+            "of sharing the link; smaller results go at once. A number of bytes or 16MB, 512KB, "
+            "1GB (K/M/G are powers of 1024); 0: off (every result goes at once)"
+        ),
+    )
+
+    @field_validator("bulk_output_threshold", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        """16MB as bytes, so the file can say it the way people do; a typo names the key."""
+        return parse_size(value) if isinstance(value, str) else value
 
     @field_validator("network_capacity", mode="before")
     @classmethod

@@ -75,9 +75,11 @@ from llic.chef import (
     Action,
     AgentConnected,
     AgentSubmitted,
+    BulkReady,
     ChefState,
     CloseConnection,
     ConnectionBroken,
+    GrantBulk,
     MasterEvent,
     MasterStatus,
     Output,
@@ -643,6 +645,7 @@ class Master:
             Capacity.parse(plan.config.network_capacity),
             per_subnet=plan.config.network_transfers_per_subnet,
             min_bps=plan.min_bps,
+            bulk_threshold=plan.config.bulk_output_threshold if plan.transfer else 0,
         )
         net.stats.restore(state.extra.get("net"))
         self.core.use_net(net)
@@ -683,7 +686,7 @@ class Master:
                     self._submit_send.send_nowait(action)
                 case RemoveAgents():
                     self._remove_send.send_nowait(action)
-                case SendTasks() | SendNoMoreTasks():
+                case SendTasks() | SendNoMoreTasks() | GrantBulk():
                     conn = self.conns.get(action.agent)
                     if conn is not None and conn.closing is None:
                         conn.send.send_nowait(action)
@@ -1048,7 +1051,7 @@ class Master:
         if not protocol.check_agent_mac(self.secret, nonce_m, agent, auth.body["mac_a"]):
             await self._refuse(stream, "authentication failed", "auth_failures", peer)
             return None
-        decoder.allowed = frozenset({protocol.RESULT})
+        decoder.allowed = frozenset({protocol.RESULT, protocol.BULK_READY})
         if agent in self.conns:
             await self._refuse(stream, "already connected", "refused_duplicate", peer)
             return None
@@ -1063,7 +1066,10 @@ class Master:
         return conn
 
     async def _serve_connection(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
-        await self._send(conn.stream, {"t": protocol.WELCOME, "window": self.config.window_size})
+        welcome: dict[str, Any] = {"t": protocol.WELCOME, "window": self.config.window_size}
+        if self.core.net.bulk_threshold > 0:
+            welcome["bulk_threshold"] = self.core.net.bulk_threshold  # agents ask before large returns
+        await self._send(conn.stream, welcome)
         failure: list[BaseException] = []
 
         async def guarded(part: Any, *args: Any) -> None:
@@ -1093,6 +1099,10 @@ class Master:
                         await self._send_task(conn, assignment)
                 case SendNoMoreTasks():
                     await self._send(conn.stream, {"t": protocol.NO_MORE_TASKS})
+                case GrantBulk(process=process, attempt=attempt):
+                    await self._send(
+                        conn.stream, {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
+                    )
 
     async def _send_task(self, conn: AgentConnection, assignment: Assignment) -> None:
         spec = self.plan.specs[assignment.process]
@@ -1129,7 +1139,7 @@ class Master:
             else:
                 await self._send_paced(conn.stream, frames, pace, start, written)
         finally:
-            # also when the run ends during the last pacing pause: every byte was written
+            # only a transfer that was written whole counts (a broken one ends with its agent)
             if entries and written[0]:
                 nbytes = sum(e["size"] for e in entries)
                 self.feed(TransferDone(conn.agent, assignment.process, IN, nbytes, start, time.time()))
@@ -1137,21 +1147,24 @@ class Master:
     async def _send_paced(
         self, stream: trio.SocketStream, frames: list[bytes], pace: float, start: float, written: list[bool]
     ) -> None:
-        """Write at most `pace` bits per second on average (the rate admission reserved for
-        this transfer), so that a subnet's measured rate stays under its limit. The pause after
-        the last chunk is kept: the reservation ends with it, not before the link had time."""
+        """Write at most `pace` bits per second (the rate admission reserved for this transfer),
+        so that a subnet's measured rate stays under its limit. Each chunk waits until the rate
+        allows it, never after: no byte is ahead of the pace at any moment, and the last one
+        leaves when the reservation's time is up. (Pausing after a chunk instead let the agent
+        have a whole small input, run it and answer while the master still sat in its pause, so
+        the result, not the transfer's end, freed the reservation, always for that agent.)"""
         sent = 0
         total = sum(len(frame) for frame in frames)
         for frame in frames:
             view = memoryview(frame)
             for at in range(0, len(view), PACE_CHUNK):
                 chunk = view[at : at + PACE_CHUNK]
+                due = 8 * (sent + len(chunk)) / pace - (time.time() - start)
+                if due > 0:
+                    await trio.sleep(due)
                 await stream.send_all(chunk)
                 sent += len(chunk)
                 written[0] = sent == total
-                ahead = 8 * sent / pace - (time.time() - start)
-                if ahead > 0:
-                    await trio.sleep(ahead)
 
     async def _receiver(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
         while True:
@@ -1167,6 +1180,11 @@ class Master:
                 continue
             started = conn.recv_started if conn.recv_started is not None else time.time()
             conn.recv_started = None if decoder.idle else time.time()
+            if msg.type == protocol.BULK_READY:
+                self.counters["bulk_requests"] += 1
+                body = msg.body
+                self.feed(BulkReady(conn.agent, body["process"], body["attempt"], body["size"]))
+                continue
             await self._on_result(conn, msg, started)
 
     async def _on_result(self, conn: AgentConnection, msg: protocol.Message, started: float) -> None:

@@ -17,6 +17,14 @@ so every interleaving can be tested with synthetic transfers.
 - Order: per subnet, the oldest transfer task that did not fit is at the head; no later transfer
   task is admitted on that subnet before it (so a big one is not starved by small ones), while
   tasks without transfers are never held back and agents on other subnets keep working.
+- One at a time per agent on a limited subnet: the driver sends an agent's tasks one after
+  another over its one connection, so a second reservation for the same agent would sit idle,
+  counted against the subnet, until the first transfer ended (the subnet then ran at a fraction
+  of its limit, and whichever agent answered first kept taking every freed place).
+- Bulk returns (`BulkReturns`): a result whose files exceed BULK_OUTPUT_THRESHOLD is announced by
+  its agent and sent only when granted; at most one such return per subnet at a time, first come
+  first served, so large outputs finish one after the other instead of sharing the link. Smaller
+  results never ask, so they never wait for a grant.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 RATE_UNITS = {"bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
 RATE_WINDOW = 10.0  # seconds of transfers that make up a "current" rate
+LOG_SIZE = 400  # transfers kept in the snapshot's "log" (the newest), for checks and plots
 DEFAULT_KEY = "default"
 IN = "in"  # master -> agent (executable excepted: HTCondor sends it with the agent)
 OUT = "out"  # agent -> master
@@ -244,7 +253,11 @@ class NetStats:
             agents[name] = row
         master = self.master.to_json()
         master["rate_bps"] = self.rate(now)
-        return {"window": self.window, "master": master, "subnets": subnets, "agents": agents}
+        log = [
+            [t.agent, t.subnet, t.direction, t.nbytes, round(t.start, 6), round(t.end, 6)]
+            for t in list(self.recent)[-LOG_SIZE:]
+        ]
+        return {"window": self.window, "master": master, "subnets": subnets, "agents": agents, "log": log}
 
     def restore(self, data: Any) -> None:
         """Totals from an earlier run's snapshot (rates start afresh: those transfers are old)."""
@@ -262,6 +275,102 @@ class NetStats:
                             self.peak[str(name)] = float(peak)
                     if key == "agents" and isinstance(row, dict) and isinstance(row.get("subnet"), str):
                         self.agent_subnet[str(name)] = row["subnet"]
+
+
+# ----------------------------------------------------------------------------- bulk returns
+
+
+@dataclass(frozen=True)
+class BulkRequest:
+    """An agent's large result, announced (`bulk_ready`) and waiting to be sent."""
+
+    agent: str
+    process: int
+    attempt: int
+    nbytes: int
+    subnet: str
+    since: float
+
+
+@dataclass
+class BulkReturns:
+    """Large results one at a time per subnet, first come first served (issue 8 item 3).
+
+    The seed's periodic checkpoints: serialized, they do not compete for the link and each one
+    finishes sooner. A grant ends when its result arrives (`done`) or its agent is gone
+    (`forget`): a crashed agent never keeps its subnet's turn. `fresh` collects the grants made
+    since the last `take_grants`, which the core turns into messages to the agents.
+    """
+
+    waiting: dict[str, deque[BulkRequest]] = field(default_factory=dict)
+    granted: dict[str, BulkRequest] = field(default_factory=dict)  # subnet -> the return under way
+    fresh: list[BulkRequest] = field(default_factory=list)
+    grants: int = 0
+    duplicates: int = 0  # requests for a result already waiting or granted: ignored
+    max_wait: float = 0.0  # longest time from request to grant (seconds)
+
+    def _pending(self, agent: str, process: int, attempt: int) -> bool:
+        key = (agent, process, attempt)
+        queued = (r for q in self.waiting.values() for r in q)
+        return any((r.agent, r.process, r.attempt) == key for r in (*queued, *self.granted.values()))
+
+    def request(self, req: BulkRequest, now: float) -> None:
+        if self._pending(req.agent, req.process, req.attempt):
+            self.duplicates += 1
+            return
+        self.waiting.setdefault(req.subnet, deque()).append(req)
+        self._grant(req.subnet, now)
+
+    def done(self, agent: str, process: int, now: float) -> None:
+        """`agent`'s result for `process` arrived (or will never come): its turn ends."""
+        for subnet in list(self.waiting):
+            self._drop(subnet, lambda r: r.agent == agent and r.process == process)
+        for subnet, g in list(self.granted.items()):
+            if g.agent == agent and g.process == process:
+                del self.granted[subnet]
+                self._grant(subnet, now)
+
+    def forget(self, agent: str, now: float) -> None:
+        """The agent is gone: its requests are dropped and its grant, if any, passes on."""
+        for subnet in list(self.waiting):
+            self._drop(subnet, lambda r: r.agent == agent)
+        for subnet, g in list(self.granted.items()):
+            if g.agent == agent:
+                del self.granted[subnet]
+                self._grant(subnet, now)
+        self.fresh = [g for g in self.fresh if g.agent != agent]
+
+    def _drop(self, subnet: str, which: Any) -> None:
+        queue = self.waiting[subnet]
+        kept = deque(r for r in queue if not which(r))
+        if kept:
+            self.waiting[subnet] = kept
+        else:
+            del self.waiting[subnet]
+
+    def _grant(self, subnet: str, now: float) -> None:
+        if subnet in self.granted or not self.waiting.get(subnet):
+            return
+        req = self.waiting[subnet].popleft()
+        if not self.waiting[subnet]:
+            del self.waiting[subnet]
+        self.granted[subnet] = req
+        self.fresh.append(req)
+        self.grants += 1
+        self.max_wait = max(self.max_wait, now - req.since)
+
+    def take_grants(self) -> list[BulkRequest]:
+        out, self.fresh = self.fresh, []
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "grants": self.grants,
+            "duplicates": self.duplicates,
+            "max_wait_s": round(self.max_wait, 6),
+            "waiting": {s: len(q) for s, q in sorted(self.waiting.items())},
+            "active": {s: f"{g.agent}:{g.process}" for s, g in sorted(self.granted.items())},
+        }
 
 
 # ----------------------------------------------------------------------------- admission
@@ -317,6 +426,8 @@ class NetAdmit:
     heads: dict[str, int] = field(default_factory=dict)  # subnet -> oldest held transfer task
     held: set[int] = field(default_factory=set)  # tasks ever held for capacity
     max_reserved: dict[str, float] = field(default_factory=dict)  # subnet -> highest sum reserved
+    bulk_threshold: int = 0  # bytes of a result's files above which its return waits its turn (0: off)
+    bulk: BulkReturns = field(default_factory=BulkReturns)
 
     # ------------------------------------------------------------------ agents
 
@@ -326,17 +437,33 @@ class NetAdmit:
         self.stats.agent_subnet[agent] = subnet
         return subnet
 
-    def forget(self, agent: str) -> None:
-        """The agent is gone: its reservations end (its transfers cannot go on)."""
+    def forget(self, agent: str, now: float = 0.0) -> None:
+        """The agent is gone: its reservations end (its transfers cannot go on), and so do its
+        bulk requests and grant."""
         self.agents.pop(agent, None)
         for process in [p for p, r in self.reservations.items() if r.agent == agent]:
             del self.reservations[process]
+        self.bulk.forget(agent, now)
 
-    def keep_only(self, agents: Iterable[str]) -> None:
+    def keep_only(self, agents: Iterable[str], now: float = 0.0) -> None:
         """Forget every agent not in `agents` (the core's running ones)."""
         keep = set(agents)
         for agent in [a for a in self.agents if a not in keep]:
-            self.forget(agent)
+            self.forget(agent, now)
+        for agent in {r.agent for q in self.bulk.waiting.values() for r in q} - keep:
+            self.bulk.forget(agent, now)
+        for agent in {g.agent for g in self.bulk.granted.values()} - keep:
+            self.bulk.forget(agent, now)
+
+    # ------------------------------------------------------------------ bulk returns
+
+    def bulk_ready(self, agent: str, process: int, attempt: int, nbytes: int, now: float) -> None:
+        """`agent` has a large result for (process, attempt) and waits for its turn."""
+        subnet = self.agents.get(agent) or self.stats.agent_subnet.get(agent, UNKNOWN_SUBNET)
+        self.bulk.request(BulkRequest(agent, process, attempt, nbytes, subnet, now), now)
+
+    def bulk_done(self, agent: str, process: int, now: float) -> None:
+        self.bulk.done(agent, process, now)
 
     # ------------------------------------------------------------------ figures
 
@@ -385,6 +512,7 @@ class NetAdmit:
         out["capacity"] = format_capacity(self.capacity.limits)
         out["held"] = self.held_count
         out["min_bps"] = self.min_bps
+        out["bulk"] = self.bulk.snapshot() | {"threshold": self.bulk_threshold}
         return out
 
     # ------------------------------------------------------------------ decisions
@@ -403,6 +531,10 @@ class NetAdmit:
         if not self._eligible(subnet) and any(self._eligible(s) for s in self.agents.values()):
             return Verdict.ELSEWHERE  # another connected agent's subnet can give the minimum rate
         rate = self.rate_for(subnet)
+        if rate is not None and any(
+            r.agent == agent and r.process != process for r in self.reservations.values()
+        ):
+            return Verdict.HELD  # its one connection is busy with another paced transfer
         head = self.heads.get(subnet)
         if head is not None and head != process:
             return self._hold(subnet, process)

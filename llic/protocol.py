@@ -17,8 +17,16 @@ in TRANSFER modes, at the path where condor would put them in the execution dire
 Messages (fields beyond these are dropped on decoding, so later versions can add some):
 
     agent -> master   hello {agent, master, version, nonce_a}   auth {mac_a}   result {result} + files
-    master -> agent   challenge {nonce_m, mac_m}   welcome {window}   refused {reason}
-                      task {task} + files   no_more_tasks {}
+                      bulk_ready {process, attempt, size}
+    master -> agent   challenge {nonce_m, mac_m}   welcome {window[, bulk_threshold]}   refused {reason}
+                      task {task} + files   no_more_tasks {}   bulk_go {process, attempt}
+
+Bulk returns (issue 8 item 3), an optional addition both ways: a master that serializes large
+results says `bulk_threshold` (bytes) in its welcome. An agent that was told it announces a result
+whose files are larger with `bulk_ready` instead of sending it, goes on with its other tasks and
+results, and sends that result when `bulk_go` names it. An older agent ignores the field (fields
+beyond the known ones are dropped) and sends every result at once, as before; an agent that was
+not told (an older master) never sends `bulk_ready`.
 
 Handshake, mutual, with the master's 32-byte secret (given to the agent in its input file):
 hello -> challenge (mac_m = master_mac(secret, nonce_a, agent)) -> the agent checks mac_m and sends
@@ -64,8 +72,10 @@ REFUSED = "refused"
 TASK = "task"
 NO_MORE_TASKS = "no_more_tasks"
 RESULT = "result"
-FROM_AGENT = frozenset({HELLO, AUTH, RESULT})
-FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, NO_MORE_TASKS})
+BULK_READY = "bulk_ready"
+BULK_GO = "bulk_go"
+FROM_AGENT = frozenset({HELLO, AUTH, RESULT, BULK_READY})
+FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, NO_MORE_TASKS, BULK_GO})
 MESSAGE_TYPES = FROM_AGENT | FROM_MASTER
 
 MODE_NFS = "NFS"
@@ -319,6 +329,14 @@ def _check_window(value: Any, where: str) -> int:
     return _int(value, where, minimum=1)
 
 
+def _check_count(value: Any, where: str) -> int:
+    return _int(value, where)
+
+
+def _check_positive(value: Any, where: str) -> int:
+    return _int(value, where, minimum=1)
+
+
 def _check_text(value: Any, where: str) -> str:
     return _str(value, where, nonempty=True)
 
@@ -340,7 +358,11 @@ _FIELDS: dict[str, dict[str, _Check]] = {
     TASK: {"task": _check_task},
     NO_MORE_TASKS: {},
     RESULT: {"result": _check_result},
+    BULK_READY: {"process": _check_count, "attempt": _check_count, "size": _check_count},
+    BULK_GO: {"process": _check_count, "attempt": _check_count},
 }
+# fields a message may leave out (None or absent: not there), added after version 1 shipped
+_OPTIONAL: dict[str, dict[str, _Check]] = {WELCOME: {"bulk_threshold": _check_positive}}
 # which file kinds each message type may carry
 _FILE_KINDS: dict[str, tuple[str, ...]] = {TASK: (KIND_FILE,), RESULT: KINDS}
 
@@ -387,6 +409,9 @@ def validate_message(
     body: dict[str, Any] = {}
     for name, check in _FIELDS[mtype].items():
         body[name] = check(_require(msg, name, mtype), f"{mtype}.{name}")
+    for name, check in _OPTIONAL.get(mtype, {}).items():
+        if msg.get(name) is not None:
+            body[name] = check(msg[name], f"{mtype}.{name}")
     if "files" in msg:
         if mtype not in _FILE_KINDS:
             raise _fail(mtype, "this message carries no files")

@@ -5,6 +5,11 @@ socket the launcher pokes when a task finishes, so tasks arrive while others run
 back as soon as they exist. The agent asks for nothing: the master keeps up to `window` tasks
 here (initial tasks included) and the agent only checks that it never sends more. After
 `no_more_tasks`, once every task it holds has been reported, the agent is done.
+
+Bulk returns (issue 8 item 3): when the master's welcome names a `bulk_threshold`, a result whose
+files are larger is announced with `bulk_ready` and parked (its files stay on disk, not in
+memory) until the master's `bulk_go`; the agent meanwhile goes on running tasks and sending the
+smaller results. A master that names no threshold gets every result at once, as before.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ class Agent:
         self.hostname = hostname or socket.gethostname()
         self.window = config.window
         self.held: dict[tuple[int, int], None] = {}  # tasks here whose results have not gone back
+        self.bulk_threshold: int | None = None  # from the welcome: None, the master does not ask
+        self.parked: dict[tuple[int, int], Job] = {}  # large results announced, waiting for bulk_go
+        self.granted: list[tuple[int, int]] = []  # parked results the master said to send, in order
         self.no_more = False
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.results: queue.Queue[Job] = queue.Queue()
@@ -144,29 +152,47 @@ class Agent:
         return msg, blobs
 
     def _send_results(self, sock: socket.socket) -> None:
+        while self.granted:
+            key = self.granted.pop(0)
+            job = self.parked.pop(key)
+            msg, blobs = self._result_message(job)
+            self._send_result(sock, job, msg, blobs)
         while True:
             try:
                 job = self.results.get_nowait()
             except queue.Empty:
                 return
             msg, blobs = self._result_message(job)
-            try:
-                frames = protocol.encode_frames(msg, blobs)
-            except protocol.ProtocolError as exc:  # e.g. so many files that the list passes 1 MiB
-                result = job.result
-                assert result is not None
-                result.error = f"output files not returned: {exc}"
-                frames = protocol.encode_frames({"t": protocol.RESULT, "result": result})
-            for frame in frames:
-                sock.sendall(frame)
-            del self.held[job.key]
-            self.workspace.discard(job)
+            size = sum(len(blob) for blob in blobs)
+            if self.bulk_threshold is not None and size > self.bulk_threshold:
+                # its turn comes with bulk_go; the files are read again then
+                self.parked[job.key] = job
+                process, attempt = job.key
+                protocol.send_message(
+                    sock, {"t": protocol.BULK_READY, "process": process, "attempt": attempt, "size": size}
+                )
+                self.log(f"task {process}.{attempt}: {size} bytes of outputs, waiting for its turn")
+                continue
+            self._send_result(sock, job, msg, blobs)
+
+    def _send_result(self, sock: socket.socket, job: Job, msg: dict[str, Any], blobs: list[bytes]) -> None:
+        try:
+            frames = protocol.encode_frames(msg, blobs)
+        except protocol.ProtocolError as exc:  # e.g. so many files that the list passes 1 MiB
             result = job.result
             assert result is not None
-            self.log(
-                f"task {job.task.process}.{job.task.attempt}: {result.status} exit={result.exit_code} "
-                f"signal={result.signal} ({len(self.held)} held)"
-            )
+            result.error = f"output files not returned: {exc}"
+            frames = protocol.encode_frames({"t": protocol.RESULT, "result": result})
+        for frame in frames:
+            sock.sendall(frame)
+        del self.held[job.key]
+        self.workspace.discard(job)
+        result = job.result
+        assert result is not None
+        self.log(
+            f"task {job.task.process}.{job.task.attempt}: {result.status} exit={result.exit_code} "
+            f"signal={result.signal} ({len(self.held)} held)"
+        )
 
     # -- the master ---------------------------------------------------------------------------
 
@@ -223,11 +249,12 @@ class Agent:
                 f"the master did not answer the handshake within {HANDSHAKE_TIMEOUT:g} s"
             ) from None
         self.window = welcome.body["window"]
+        self.bulk_threshold = welcome.body.get("bulk_threshold")
         if self.window != self.config.window:
             self.log(f"the master set the window to {self.window} (input file: {self.config.window})")
         sock.settimeout(None)
-        decoder.allowed = frozenset({protocol.TASK, protocol.NO_MORE_TASKS})
-        self.log(f"authenticated; window {self.window}")
+        decoder.allowed = frozenset({protocol.TASK, protocol.NO_MORE_TASKS, protocol.BULK_GO})
+        self.log(f"authenticated; window {self.window}, bulk threshold {self.bulk_threshold}")
         return decoder
 
     def _expect(self, sock: socket.socket, decoder: protocol.Decoder) -> protocol.Message:
@@ -270,6 +297,13 @@ class Agent:
             selector.close()
 
     def _handle(self, msg: protocol.Message) -> None:
+        if msg.type == protocol.BULK_GO:
+            key = (msg.body["process"], msg.body["attempt"])
+            if key in self.parked and key not in self.granted:
+                self.granted.append(key)
+            else:  # not ours to send (any more): nothing waits on it, so nothing to do
+                self.log(f"bulk_go for {key[0]}.{key[1]}, which is not waiting: ignored")
+            return
         if msg.type == protocol.NO_MORE_TASKS:
             self.log("master: no more tasks")
             self.no_more = True

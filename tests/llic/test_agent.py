@@ -84,6 +84,9 @@ class FakeMaster:
     over_window: bool = False
     refuse: bool = False
     hang_up_after: int | None = None
+    # bulk returns: announced in the welcome; a large result is granted only once every other
+    # outstanding result is in (so the test sees the small ones pass it), one at a time
+    bulk_threshold: int | None = None
 
     def __post_init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -92,6 +95,7 @@ class FakeMaster:
         self.results: dict[tuple[int, int], p.TaskResult] = {}
         self.files: dict[tuple[int, int], list[dict[str, Any]]] = {}
         self.max_outstanding = 0
+        self.arrivals: list[tuple[str, int]] = []  # (message type, process) in order
         self.outcome = "not started"
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -139,8 +143,13 @@ class FakeMaster:
             p.send_message(conn, {"t": "refused", "reason": "not one of my agents"})
             self.outcome = "refused"
             return
-        p.send_message(conn, {"t": "welcome", "window": self.window})
-        decoder.allowed = frozenset({p.RESULT})
+        welcome: dict[str, Any] = {"t": "welcome", "window": self.window}
+        if self.bulk_threshold is not None:
+            welcome["bulk_threshold"] = self.bulk_threshold
+        p.send_message(conn, welcome)
+        decoder.allowed = frozenset({p.RESULT, p.BULK_READY})
+        parked: list[tuple[int, int]] = []
+        going: tuple[int, int] | None = None
         by_key = {t.key: t for t in [*self.initial, *self.tasks]}
         outstanding = {t.key for t in self.initial}
         pending = collections.deque(self.tasks)
@@ -168,11 +177,24 @@ class FakeMaster:
                 p.send_message(conn, {"t": "no_more_tasks"})
                 sent_no_more = True
                 continue
+            if parked and going is None and outstanding <= set(parked):
+                going = parked.pop(0)
+                p.send_message(conn, {"t": "bulk_go", "process": going[0], "attempt": going[1]})
+                continue
             msg_in = p.recv_message(conn, decoder)
             if msg_in is None:
                 self.outcome = f"agent closed with {len(outstanding)} outstanding"
                 return
+            if msg_in.type == p.BULK_READY:
+                key = (msg_in.body["process"], msg_in.body["attempt"])
+                assert key in outstanding and msg_in.body["size"] > (self.bulk_threshold or 0)
+                self.arrivals.append((p.BULK_READY, key[0]))
+                parked.append(key)
+                continue
             result = msg_in.result()
+            self.arrivals.append((p.RESULT, result.process))
+            if result.key == going:
+                going = None
             assert result.key in outstanding, result
             outstanding.discard(result.key)
             self.results[result.key] = result
@@ -633,3 +655,31 @@ def test_in_process_agent_main_usage() -> None:
 
     assert main([]) == 2
     assert sys.modules["llic.agent.__main__"] is not None
+
+
+def test_large_results_wait_for_their_turn_and_small_ones_pass_them(pyz: Path, tmp_path: Path) -> None:
+    """With a bulk threshold in the welcome, the agent announces results over it (bulk_ready),
+    sends the small ones meanwhile, and sends each large one when bulk_go names it; the files
+    arrive whole. Without a threshold (every other test here) it never asks."""
+    submit, home = tmp_path / "submit", tmp_path / "agent"
+    submit.mkdir()
+    home.mkdir()
+    big = 300_000
+    script = "head -c {n} /dev/zero > out.bin"
+    tasks = [
+        sh(0, script.format(n=big), submit, transfer_output_files=["out.bin"]),
+        sh(1, script.format(n=big), submit, transfer_output_files=["out.bin"]),
+        sh(2, script.format(n=10), submit, transfer_output_files=["out.bin"]),
+    ]
+    master = FakeMaster(tasks, window=3, transfer=True, bulk_threshold=100_000)
+    proc = run_agent(pyz, home, master.port, agent_input(p.MODE_TRANSFER, "condor", window=3))
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert master.outcome == "done", master.outcome
+    order = master.arrivals
+    assert order.index((p.BULK_READY, 0)) < order.index((p.RESULT, 2)) < order.index((p.RESULT, 0))
+    assert order.index((p.RESULT, 2)) < order.index((p.RESULT, 1))
+    assert (p.BULK_READY, 2) not in order  # small: sent at once
+    for process in (0, 1):
+        assert [f["size"] for f in master.files[(process, 0)] if f["path"] == "out.bin"] == [big]
+    assert (submit / "out.bin").stat().st_size == big  # condor style: the last placed (1's) wins

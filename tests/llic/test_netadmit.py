@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 from llic.chef import (
     AgentConnected,
     AgentSubmitted,
+    BulkReady,
     ChefState,
+    ConnectionBroken,
+    GrantBulk,
     MasterCore,
     Output,
     ResultReceived,
@@ -31,6 +34,8 @@ from llic.config import LlicConfig
 from llic.netadmit import (
     IN,
     OUT,
+    BulkRequest,
+    BulkReturns,
     Capacity,
     NetAdmit,
     NetStats,
@@ -95,17 +100,36 @@ def test_stats_totals_and_rates() -> None:
 def test_admission_basics() -> None:
     net = NetAdmit(Capacity.parse("10.1.0.0/16:100Mbps"), per_subnet=2, sizes={0: 10, 1: 10, 2: 10, 3: 0})
     net.connect("a", "10.1.0.5")
+    net.connect("a2", "10.1.0.6")
     net.connect("b", "10.2.0.5")
     assert net.admit("a", 0, 0.0) == Verdict.ADMITTED and net.pace(0) == 50e6
-    assert net.admit("a", 1, 0.0) == Verdict.ADMITTED
-    assert net.admit("a", 2, 0.0) == Verdict.HELD
+    assert net.admit("a2", 1, 0.0) == Verdict.ADMITTED
+    assert net.admit("a2", 2, 0.0) == Verdict.HELD
     assert net.admit("a", 3, 0.0) == Verdict.ADMITTED  # nothing travels: never held
     assert net.admit("b", 2, 0.0) == Verdict.ADMITTED and net.pace(2) is None  # other subnet: free
     assert net.reserved("10.1.0.0/16") == 100e6
     net.transfer_done(Transfer("a", "10.1.0.0/16", IN, 10, 0.0, 1.0), 0)
     assert net.reserved("10.1.0.0/16") == 50e6
-    net.forget("a")
+    net.forget("a2")
     assert net.reserved("10.1.0.0/16") == 0
+
+
+def test_one_paced_transfer_per_agent() -> None:
+    """An agent's tasks share its one connection: a second reservation would sit idle behind the
+    first (the cause of the loopback run's one agent taking all 8 transfers), so it waits, and
+    another agent on the subnet takes the next transfer; on unlimited subnets nothing waits."""
+    net = NetAdmit(Capacity.parse("10.1.0.0/16:100Mbps"), per_subnet=2, sizes=dict.fromkeys(range(5), 10))
+    net.connect("a", "10.1.0.5")
+    net.connect("c", "10.1.0.6")
+    net.connect("free", "10.9.0.5")
+    assert net.admit("a", 0, 0.0) == Verdict.ADMITTED
+    assert net.admit("a", 1, 0.0) == Verdict.HELD  # busy, though 50 Mbps are spare
+    assert 1 not in net.held  # not counted as held for capacity
+    assert net.admit("c", 1, 0.0) == Verdict.ADMITTED
+    assert net.admit("free", 2, 0.0) == Verdict.ADMITTED
+    assert net.admit("free", 3, 0.0) == Verdict.ADMITTED  # unlimited: not paced, never held
+    net.transfer_done(Transfer("a", "10.1.0.0/16", IN, 10, 0.0, 1.0), 0)
+    assert net.admit("a", 4, 1.0) == Verdict.ADMITTED
 
 
 def test_held_head_is_not_overtaken() -> None:
@@ -195,6 +219,9 @@ class Sim:
             limit = self.net.limit(subnet)
             if limit is not None:
                 assert self.net.reserved(subnet) <= limit * (1 + 1e-6)
+        # an agent's one connection carries one paced transfer at a time
+        paced = [r.agent for r in self.net.reservations.values() if r.bps > 0]
+        assert len(paced) == len(set(paced))
         # a task without inputs never waits while a running agent has room
         free = [
             c
@@ -270,7 +297,7 @@ def test_limits_held_at_every_instant_and_no_starvation(
 
 def test_limited_subnet_is_paced_while_the_other_runs_free() -> None:
     sizes = dict.fromkeys(range(20), 1_250_000)  # 10 Mbit each
-    sim = Sim(20, sizes, ["10.1.0.5", "10.2.0.5"], "10.1.0.0/16:10Mbps", [0.1], per_subnet=2)
+    sim = Sim(20, sizes, ["10.1.0.5", "10.1.0.6", "10.2.0.5"], "10.1.0.0/16:10Mbps", [0.1], per_subnet=1)
     while sim.step():
         pass
     assert sim.core.book.finished
@@ -299,3 +326,234 @@ def test_preference_for_most_spare_capacity() -> None:
     )
     assert ordered[0].agent == subs[1].agent
     assert math.isinf(NetAdmit().spare_of_agent("nobody"))
+
+
+# ----------------------------------------------------------------------------- bulk returns (item 3)
+
+
+def test_bulk_returns_one_per_subnet_fifo_and_released_on_done_or_loss() -> None:
+    bulk = BulkReturns()
+
+    def req(agent: str, process: int, subnet: str, now: float) -> None:
+        bulk.request(BulkRequest(agent, process, 0, 50_000_000, subnet, now), now)
+
+    req("a", 1, "s1", 0.0)
+    req("b", 2, "s1", 1.0)
+    req("c", 3, "s1", 2.0)
+    req("d", 4, "s2", 2.0)  # another subnet: its own turn at once
+    assert [(g.agent, g.process) for g in bulk.take_grants()] == [("a", 1), ("d", 4)]
+    req("a", 1, "s1", 3.0)  # asked again: not queued twice
+    assert bulk.duplicates == 1
+    bulk.done("a", 1, 5.0)
+    assert [(g.agent, g.process) for g in bulk.take_grants()] == [("b", 2)]  # first come, first served
+    assert bulk.max_wait == 4.0
+    bulk.forget("b", 6.0)  # b crashed while sending: its turn passes on, nothing leaks
+    assert [(g.agent, g.process) for g in bulk.take_grants()] == [("c", 3)]
+    bulk.forget("c", 7.0)
+    bulk.done("d", 4, 7.0)
+    assert not bulk.granted and not bulk.waiting and not bulk.take_grants()
+    snap = bulk.snapshot()
+    assert snap["grants"] == 4 and snap["waiting"] == {} and snap["active"] == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["ask", "done", "crash"]), st.integers(0, 5), st.integers(0, 3)),
+        max_size=80,
+    )
+)
+def test_bulk_at_most_one_per_subnet_and_every_request_granted(ops: list[tuple[str, int, int]]) -> None:
+    """Random requests (agent i is on subnet i % 2), completions and agent crashes: at every step
+    at most one return per subnet is under way and grants follow request order per subnet; at
+    the end, finishing whatever is granted, again and again, grants every request whose agent
+    did not crash."""
+    bulk = BulkReturns()
+    now = 0.0
+    asked: dict[str, list[tuple[str, int]]] = {}  # subnet -> requests in order, still expected
+    granted_order: dict[str, list[tuple[str, int]]] = {}
+    crashed: set[str] = set()
+    pending: set[tuple[str, int]] = set()
+
+    def note_grants() -> None:
+        for g in bulk.take_grants():
+            assert g.agent not in crashed
+            granted_order.setdefault(g.subnet, []).append((g.agent, g.process))
+
+    def check() -> None:
+        for subnet, g in bulk.granted.items():
+            assert g.subnet == subnet
+        assert len({g.subnet for g in bulk.granted.values()}) == len(bulk.granted)
+
+    for kind, i, process in ops:
+        now += 1.0
+        agent, subnet = f"a{i}", f"s{i % 2}"
+        if kind == "ask" and agent not in crashed:
+            bulk.request(BulkRequest(agent, process, 0, 1, subnet, now), now)
+            if (agent, process) not in pending:  # else a duplicate: ignored
+                pending.add((agent, process))
+                asked.setdefault(subnet, []).append((agent, process))
+        elif kind == "done":
+            g = bulk.granted.get(subnet)
+            if g is not None:
+                bulk.done(g.agent, g.process, now)
+                pending.discard((g.agent, g.process))
+        elif kind == "crash":
+            crashed.add(agent)
+            bulk.forget(agent, now)
+        note_grants()
+        check()
+    for _ in range(200):
+        if not bulk.granted:
+            break
+        for g in list(bulk.granted.values()):
+            bulk.done(g.agent, g.process, now)
+            pending.discard((g.agent, g.process))
+        note_grants()
+        check()
+    assert not bulk.granted and not bulk.waiting, "a request was never granted"
+    for subnet, requests in asked.items():
+        expected = [r for r in requests if r[0] not in crashed]
+        got = [r for r in granted_order.get(subnet, []) if r[0] not in crashed]
+        assert got == expected  # FIFO, and every surviving request granted exactly once
+
+
+class BulkSim:
+    """MasterCore + NetAdmit with a bulk threshold; agents run tasks (no inputs), and return each
+    result at once when small, or announce it and send it when granted, over `link_bps`. One
+    agent may crash at a chosen time; its chef's new agent connects at the same address."""
+
+    def __init__(
+        self,
+        out_sizes: list[int],
+        addresses: list[str],
+        run_times: list[float],
+        crash_at: float | None,
+        threshold: int = 10_000_000,
+        link_bps: float = 100e6,
+    ) -> None:
+        config = LlicConfig(window_size=3, max_chefs_number=len(addresses), num_agent_recoveries=5)
+        self.net = NetAdmit(Capacity(), bulk_threshold=threshold)
+        self.core = MasterCore.new(range(len(out_sizes)), config)
+        self.core.use_net(self.net)
+        self.out_sizes, self.run_times, self.threshold, self.link = out_sizes, run_times, threshold, link_bps
+        self.now = 0.0
+        self.events: list[tuple[float, int, str, str, int, int]] = []
+        self.seq = 0
+        self.address: dict[int, str] = {}  # chef -> its agents' address
+        self.alive: set[str] = set()
+        self.sending: dict[str, set[tuple[str, int]]] = {}  # subnet -> large returns on the wire
+        self.asked: dict[tuple[str, int], float] = {}
+        self.small_waits: list[float] = []
+        self.max_overlap = 0
+        self.crash_at = crash_at
+        out = self.core.start(len(addresses), 0.0)
+        for a, address in zip(
+            [a for a in out.actions if isinstance(a, SubmitAgent)], addresses, strict=False
+        ):
+            self.address[a.chef] = address
+        self.act(out)
+
+    def push(self, delay: float, kind: str, agent: str, process: int = -1, attempt: int = -1) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (self.now + delay, self.seq, kind, agent, process, attempt))
+
+    def act(self, out: Output) -> None:
+        for action in out.actions:
+            if isinstance(action, SubmitAgent):
+                self.core.handle(AgentSubmitted(action.agent, f"{action.chef}.{action.launch}"), self.now)
+                self.push(0.5, "connect", action.agent, action.chef)
+            elif isinstance(action, SendTasks):
+                for t in action.tasks:
+                    self.push(
+                        self.run_times[t.process % len(self.run_times)],
+                        "ran",
+                        action.agent,
+                        t.process,
+                        t.attempt,
+                    )
+            elif isinstance(action, GrantBulk) and action.agent in self.alive:
+                subnet = self.net.agents[action.agent]
+                self.sending.setdefault(subnet, set()).add((action.agent, action.process))
+                self.max_overlap = max(self.max_overlap, len(self.sending[subnet]))
+                size = self.out_sizes[action.process]
+                self.push(8 * size / self.link, "returned", action.agent, action.process, action.attempt)
+
+    def step(self) -> bool:
+        if not self.events:
+            return False
+        self.now, _, kind, agent, process, attempt = heapq.heappop(self.events)
+        if self.crash_at is not None and self.now >= self.crash_at and self.alive:
+            victim = sorted(self.alive)[0]
+            self.crash_at = None
+            self.alive.discard(victim)
+            subnet = self.net.agents.get(victim)
+            for sending in self.sending.values():
+                sending -= {s for s in sending if s[0] == victim}
+            self.act(self.core.handle(ConnectionBroken(victim, "crashed"), self.now))
+            assert all(g.agent != victim for g in self.net.bulk.granted.values()), subnet
+        if kind == "connect":
+            self.alive.add(agent)
+            self.act(self.core.handle(AgentConnected(agent, self.address[process]), self.now))
+        elif agent not in self.alive:
+            pass  # events of a crashed agent
+        elif kind == "ran":
+            size = self.out_sizes[process]
+            if size > self.threshold:
+                self.asked[(agent, process)] = self.now
+                self.act(self.core.handle(BulkReady(agent, process, attempt, size), self.now))
+            else:
+                self.small_waits.append(0.0)  # the agent sends it at once; the core must take it
+                self.finish(agent, process, attempt, size, self.now)
+        elif kind == "returned":
+            self.sending[self.net.agents[agent]].discard((agent, process))
+            self.finish(agent, process, attempt, self.out_sizes[process], self.asked[(agent, process)])
+        return True
+
+    def finish(self, agent: str, process: int, attempt: int, size: int, start: float) -> None:
+        if size:
+            self.act(self.core.handle(TransferDone(agent, process, OUT, size, start, self.now), self.now))
+        self.act(self.core.handle(ResultReceived(agent, process, attempt, OK), self.now))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 1_000, 5_000_000, 20_000_000, 60_000_000]), min_size=1, max_size=25),
+    subnets=st.lists(
+        st.sampled_from(["10.1.0.5", "10.1.0.6", "10.1.0.7", "10.2.0.5"]), min_size=1, max_size=4
+    ),
+    run_times=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=4),
+    crash_at=st.one_of(st.none(), st.floats(0.0, 20.0)),
+)
+def test_large_returns_never_overlap_on_a_subnet_and_all_tasks_finish(
+    sizes: list[int], subnets: list[str], run_times: list[float], crash_at: float | None
+) -> None:
+    sim = BulkSim(sizes, subnets, run_times, crash_at)
+    steps = 0
+    while sim.step():
+        steps += 1
+        assert steps < 20_000
+        for sending in sim.sending.values():
+            assert len(sending) <= 1  # at most one large return per subnet at every instant
+    assert sim.max_overlap <= 1
+    assert sim.core.book.finished and sim.core.book.counts().done == len(sizes), "a result never got its turn"
+    assert not sim.net.bulk.granted and not sim.net.bulk.waiting  # nothing leaked, crash or not
+    large = sum(1 for s in sizes if s > sim.threshold)
+    assert sim.net.bulk.grants >= large  # every large result went through a grant (again after a crash)
+
+
+def test_two_large_returns_on_one_subnet_go_one_after_the_other_and_small_ones_pass() -> None:
+    # three agents on one /24: two large results and a small one, all made at the same moment
+    sim = BulkSim([60_000_000, 60_000_000, 1_000], ["10.1.0.5", "10.1.0.6", "10.1.0.7"], [1.0], None)
+    grants: list[float] = []
+    small_done_at: float | None = None
+    while sim.step():
+        if sim.net.bulk.grants > len(grants):
+            grants.append(sim.now)
+        if small_done_at is None and sim.core.book[2].state.value == "done":
+            small_done_at = sim.now
+    assert sim.max_overlap == 1 and len(grants) == 2
+    assert grants[1] - grants[0] == pytest.approx(8 * 60_000_000 / 100e6)  # the second waited its turn
+    # agents connect at 0.5 s and every task runs 1 s: the small result is in when it is made, while
+    # the large ones are just starting their turns
+    assert grants[0] == pytest.approx(1.5) and small_done_at == pytest.approx(1.5)

@@ -497,3 +497,45 @@ def test_eof_in_the_middle_of_a_message_is_an_error() -> None:
     with pytest.raises(p.ProtocolError):
         p.recv_message(right, p.Decoder())
     right.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# bulk returns (issue 8 item 3): an optional addition, compatible both ways
+
+
+def test_bulk_messages_round_trip_and_the_welcome_threshold_is_optional(impl: str) -> None:
+    stream = b"".join(
+        p.encode(msg)
+        for msg in (
+            {"t": "welcome", "window": 6, "bulk_threshold": 16 << 20},
+            {"t": "welcome", "window": 6},  # an older master: no threshold, agents never ask
+            {"t": "welcome", "window": 6, "bulk_threshold": None},
+            {"t": "bulk_ready", "process": 4, "attempt": 1, "size": 50_000_000},
+            {"t": "bulk_go", "process": 4, "attempt": 1},
+        )
+    )
+    a, b, c, ready, go = decode_all(stream)
+    assert a.body == {"window": 6, "bulk_threshold": 16 << 20}
+    assert b.body == {"window": 6} and c.body == {"window": 6}
+    assert ready.body == {"process": 4, "attempt": 1, "size": 50_000_000}
+    assert go.body == {"process": 4, "attempt": 1}
+    assert p.BULK_READY in p.FROM_AGENT and p.BULK_GO in p.FROM_MASTER
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        {"t": "welcome", "window": 6, "bulk_threshold": 0},
+        {"t": "welcome", "window": 6, "bulk_threshold": "16MB"},
+        {"t": "bulk_ready", "process": 4, "attempt": 1},
+        {"t": "bulk_ready", "process": -1, "attempt": 1, "size": 5},
+        {"t": "bulk_ready", "process": 4, "attempt": 1, "size": True},
+        {"t": "bulk_go", "process": "4", "attempt": 1},
+        {"t": "bulk_go", "process": 4, "attempt": 1, "files": [{"path": "x", "size": 1}]},
+    ],
+)
+def test_malformed_bulk_messages_are_protocol_errors(impl: str, msg: dict[str, Any]) -> None:
+    decoder = p.Decoder()
+    decoder.feed(raw(msg))
+    with pytest.raises(p.ProtocolError):
+        decoder.next()
