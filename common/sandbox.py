@@ -116,8 +116,10 @@ class Sandbox:
         self.started: list[str] = []
         self.dirs: list[str] = []
 
-    def up(self, name: str, *, slots: int = 2, hosts: int = 1) -> SandboxPool:
-        res = sandbox_cli("up", name, "--slots", str(slots), "--hosts", str(hosts), "--json")
+    def up(self, name: str, *, slots: int = 2, hosts: int = 1, subnet_per_host: bool = False) -> SandboxPool:
+        """Start (or keep) a pool; `subnet_per_host` puts each execute host in a /24 of its own."""
+        extra = ["--subnet-per-host"] if subnet_per_host else []
+        res = sandbox_cli("up", name, "--slots", str(slots), "--hosts", str(hosts), *extra, "--json")
         data = json.loads(res.stdout)
         if name not in self.started:
             self.started.append(name)
