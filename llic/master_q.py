@@ -140,6 +140,14 @@ def render_net(rows: list[dict[str, Any]], title: str) -> str:
             f"{m.get('transfers', 0)} transfers, now {_bps(m.get('rate_bps'))}; "
             f"tasks held for capacity {net.get('held', 0)}"
         )
+        bulk = net.get("bulk")
+        if isinstance(bulk, dict) and bulk.get("threshold"):
+            waiting = sum(n for n in (bulk.get("waiting") or {}).values() if isinstance(n, int))
+            lines.append(
+                f"  large results (over {_bytes(bulk.get('threshold'))}): {bulk.get('grants', 0)} returned "
+                f"one at a time per subnet, longest wait {bulk.get('max_wait_s', 0):.1f} s, "
+                f"{waiting} waiting now"
+            )
         lines.append(
             f"  {'SUBNET':<20} {'LIMIT':>9} {'IN':>10} {'OUT':>10} {'XFERS':>6} {'RATE':>9} "
             f"{'PEAK':>9} {'RESERVED':>9} {'MAX RSV':>9}"
