@@ -144,7 +144,7 @@ def render_net(rows: list[dict[str, Any]], title: str) -> str:
         if isinstance(bulk, dict) and bulk.get("threshold"):
             waiting = sum(n for n in (bulk.get("waiting") or {}).values() if isinstance(n, int))
             lines.append(
-                f"  large results (over {_bytes(bulk.get('threshold'))}): {bulk.get('grants', 0)} returned "
+                f"  large results (over {_size(bulk.get('threshold'))}): {bulk.get('grants', 0)} returned "
                 f"one at a time per subnet, longest wait {bulk.get('max_wait_s', 0):.1f} s, "
                 f"{waiting} waiting now"
             )
@@ -179,6 +179,16 @@ def _bytes(value: Any) -> str:
         if value >= factor:
             return f"{value / factor:.1f}{unit}"
     return f"{int(value)}B"
+
+
+def _size(value: Any) -> str:
+    """A size as BULK_OUTPUT_THRESHOLD is written (K, M, G: powers of 1024)."""
+    if not isinstance(value, int):
+        return "-"
+    for unit, factor in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if value >= factor and value % factor == 0:
+            return f"{value // factor}{unit}"
+    return f"{value}B"
 
 
 def _when(epoch: float | None) -> str:
