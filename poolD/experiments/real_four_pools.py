@@ -11,10 +11,11 @@ III: one pool of 12 slots that gets all 12 sequences. Wait = JobCurrentStartDate
 
 What differs from the paper and from the simulation, and why:
 - The three configurations run at the same time on separate pools (I: fpa-fpd, II: fpfa-fpfd,
-  III: fp12), not one after another: with the prototype's load (D's queue drains for ~1.7 times
-  the trace's length without flocking) three runs in a row leave room for only ~8 jobs per
-  sequence in 20 minutes. The pools share the machine's 2 cores; sleeping jobs need none, the
-  daemons little. `--serial` runs them one after another.
+  III: fp12), not one after another: with the prototype's load (without flocking D's queue
+  drains for ~1.5 times the trace's length) three runs in a row leave room for only ~8 jobs per
+  sequence in 20 minutes; at once, the defaults take ~15 minutes (measured: 14 min 58 s). The
+  pools share the machine's 2 cores; sleeping jobs need none, the daemons little. `--serial`
+  runs them one after another.
 - Shorter traces (`--jobs-per-sequence`, default 15 instead of 100): queues never grow as long as
   in the paper, so I's waits at C and D are far shorter than the paper's; `ideal_fifo` in the
   output is the zero-overhead FIFO schedule of exactly these jobs for I and III, the reference
@@ -34,7 +35,7 @@ What differs from the paper and from the simulation, and why:
   pool's own jobs can wait behind D's; the simulation's pools always run local jobs first.
 - Slots, not machines: each pool is one sandbox host with 3 static slots (12 for III).
 
-Run as root from the repository root: `bench/four-pools --seed 1 --json OUT`.
+Run as root from the repository root: `.venv/bin/python bench/four-pools --seed 1 --json OUT`.
 """
 
 from __future__ import annotations
@@ -351,15 +352,18 @@ async def run_configs(
             f"  {config}: every job done {spans[config]:.0f} s after the first could be submitted", flush=True
         )
 
+    def count(ps: list[Point]) -> str:
+        # A point reads the history only once it has submitted everything: no polling that
+        # would delay its submits (one gateway per point, calls one at a time).
+        total, submitted = sum(len(p.jobs) for p in ps), sum(p.submitted for p in ps)
+        if submitted < total:
+            return f"{submitted}/{total} submitted"
+        return f"all submitted, {sum(p.done for p in ps)}/{total} finished"
+
     async def progress() -> None:
         while True:
             await trio.sleep(60)
-            line = "  ".join(
-                f"{c}: {sum(p.submitted for p in ps)}/{sum(len(p.jobs) for p in ps)} submitted, "
-                f"{sum(p.done for p in ps)} done"
-                for c, ps in points.items()
-            )
-            print(f"  progress  {line}", flush=True)
+            print("  progress  " + "  ".join(f"{c}: {count(ps)}" for c, ps in points.items()), flush=True)
 
     with trio.fail_after(timeout):
         async with trio.open_nursery() as outer:
@@ -433,6 +437,7 @@ def experiment(args: argparse.Namespace, jobs: list[PlannedJob], out: dict[str, 
     }
     out["config_seconds"] = spans
     out["wall_seconds"] = {"setup": round(setup, 1), "total": round(time.monotonic() - wall0, 1)}
+    out["load_average_at_end"] = round(os.getloadavg()[0], 2)
     out["jobs"] = [asdict(r) for r in results]
 
 
@@ -477,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "jobs_per_sequence": args.jobs_per_sequence,
         "sequences": dict(zip(SITES, SITE_SEQUENCES, strict=True)),
         "serial": args.serial,
+        # The machine is shared: a busy one adds to HTCondor's delays, so say how busy it was.
+        "load_average_at_start": round(os.getloadavg()[0], 2),
     }
     try:
         experiment(args, jobs, result)
@@ -490,10 +497,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"four-pools: could not take {name} down: {exc}", file=sys.stderr)
         shutil.rmtree(args.workdir, ignore_errors=True)
         print("pools stopped", flush=True)
+    if args.json:  # first: a closed stdout must not lose a 15-minute run
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
     print()
     print(render(result))
     print(f"\noverhead: {json.dumps(result['overhead'])}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 1 if result["overhead"]["failed_jobs"] else 0
