@@ -66,6 +66,8 @@ class Discovery:
         self.accepted = 0
         self.decisions: list[str] = []  # recent policy decisions, newest last, for status
         self._seen: OrderedDict[tuple[int, int, int], None] = OrderedDict()
+        self._pool_of_version = 0  # bumped when pool_of changes: row targets depend on it
+        self._targets: dict[int, tuple[tuple[int, int, Policy], list[str]]] = {}
 
     def _note(self, text: str) -> None:
         self.decisions.append(text)
@@ -76,27 +78,47 @@ class Discovery:
         if load.free_slots <= 0:
             return []
         self.seq += 1
+        first = Announcement(
+            pool=self.settings.pool,
+            collector=self.settings.collector,
+            origin=self.overlay.me,
+            seq=self.seq,
+            free_slots=load.free_slots,
+            total_slots=load.total_slots,
+            queue_length=load.idle_jobs,
+            utilization=load.utilization,
+            valid_for=self.settings.valid_for,
+            ttl=self.settings.ttl,
+            row=0,
+        )
         sends: list[Send] = []
-        me = self.overlay.me
         for row in range(self.overlay.table.used_rows()):
-            ann = Announcement(
-                pool=self.settings.pool,
-                collector=self.settings.collector,
-                origin=me,
-                seq=self.seq,
-                free_slots=load.free_slots,
-                total_slots=load.total_slots,
-                queue_length=load.idle_jobs,
-                utilization=load.utilization,
-                valid_for=self.settings.valid_for,
-                ttl=self.settings.ttl,
-                row=row,
-            )
-            sends += self._to_row(ann, row, now)
+            targets = self._row_targets(row, now)
+            if targets:
+                ann = first if row == 0 else first.model_copy(update={"row": row})
+                sends += [(addr, ann) for addr in targets]
         return sends
 
-    def _to_row(self, ann: Announcement, row: int, now: float) -> list[Send]:
-        sends = []
+    def _row_targets(self, row: int, now: float) -> list[str]:
+        """The addresses in a routing-table row that the policy lets us announce to.
+
+        Remembered per row until the row, a peer's known pool name or the policy object changes;
+        decided afresh while anyone is blacklisted, since those entries expire with time. The
+        daemon announces every interval and the simulator ~30 times per pool and time unit, to
+        the same peers, so deciding once is what makes the 1000-pool experiment affordable."""
+        policy = self.policy
+        if policy.blacklist:
+            return self._decide_row(row, now)
+        key = (self.overlay.table.version, self._pool_of_version, policy)
+        cached = self._targets.get(row)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        targets = self._decide_row(row, now)
+        self._targets[row] = (key, targets)
+        return targets
+
+    def _decide_row(self, row: int, now: float) -> list[str]:
+        targets = []
         for peer in self.overlay.table.row(row):
             subject = Subject(self.pool_of.get(peer.id), peer_host(peer))
             decision = self.policy.decide(subject, Direction.ANNOUNCE, now)
@@ -108,10 +130,10 @@ class Discovery:
                 rule=decision.rule,
             )
             if decision.allowed:
-                sends.append((peer.addr, ann))
+                targets.append(peer.addr)
             else:
                 self._note(f"not announcing to {subject.pool or peer.addr}: {decision.rule}")
-        return sends
+        return targets
 
     def on_announcement(self, ann: Announcement, now: float) -> list[Send]:
         """Check an offer, record it in the willing list, and forward it while its TTL lasts."""
@@ -127,12 +149,15 @@ class Discovery:
             self.dropped["absurd"] += 1
             log.warning("announcement dropped", pool=ann.pool, origin=ann.origin.addr, reason=problem)
             return []
-        self.pool_of[ann.origin.id] = ann.pool
+        if self.pool_of.get(ann.origin.id) != ann.pool:
+            self.pool_of[ann.origin.id] = ann.pool
+            self._pool_of_version += 1
         decision = self.policy.decide(Subject(ann.pool, peer_host(ann.origin)), Direction.ACCEPT, now)
         log.debug("accept decision", pool=ann.pool, allowed=decision.allowed, rule=decision.rule)
         forwards: list[Send] = []
         if ann.ttl - 1 > 0:
-            forwards = self._to_row(ann.model_copy(update={"ttl": ann.ttl - 1}), ann.row, now)
+            forward = ann.model_copy(update={"ttl": ann.ttl - 1})
+            forwards = [(addr, forward) for addr in self._row_targets(ann.row, now)]
         if not decision.allowed:
             self.dropped["policy"] += 1
             self.willing.remove(ann.pool)

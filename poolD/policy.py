@@ -21,6 +21,8 @@ from pydantic import Field, field_validator
 
 from common.config import StrictModel, load_config
 
+MAX_REMEMBERED = 100_000  # rule decisions kept; far more than a federation has pools and hosts
+
 
 class Direction(StrEnum):
     ANNOUNCE = "announce"  # whom we announce our free slots to
@@ -77,6 +79,10 @@ class Policy:
         self.source = source
         self._networks = [[ipaddress.ip_network(n, strict=False) for n in r.networks] for r in spec.rule]
         self.blacklist: dict[str, tuple[float, str]] = {}  # pool -> (until, reason)
+        # The rules never change after loading (a reload builds a new Policy), so a rule decision
+        # depends only on (pool, host, direction); remembered because discovery asks the same
+        # questions every interval, and `poold simulate paper` millions of times.
+        self._decided: dict[tuple[str | None, str, Direction], Decision] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> Policy:
@@ -93,6 +99,15 @@ class Policy:
                 if listed[0] > now:
                     return Decision(False, f"blacklist ({listed[1]}) until t={listed[0]:.0f}")
                 del self.blacklist[subject.pool]
+        key = (subject.pool, subject.host, direction)
+        decision = self._decided.get(key)
+        if decision is None:
+            if len(self._decided) >= MAX_REMEMBERED:
+                self._decided.clear()
+            decision = self._decided[key] = self._by_rules(subject, direction)
+        return decision
+
+    def _by_rules(self, subject: Subject, direction: Direction) -> Decision:
         for index, (rule, networks) in enumerate(zip(self.spec.rule, self._networks, strict=True), 1):
             if rule.direction not in ("both", direction.value):
                 continue

@@ -20,7 +20,7 @@ from common.overlay.messages import Peer
 from poolD.messages import Announcement
 
 
-@dataclass
+@dataclass(slots=True)
 class WillingEntry:
     pool: str
     collector: str

@@ -19,6 +19,8 @@ class RoutingTable:
         self.rows = ID_BITS // b
         self.cols = 1 << b
         self._rows: list[list[Peer | None]] = [[None] * self.cols for _ in range(self.rows)]
+        self.version = 0  # bumped on every change, so users can cache what they derive from rows
+        self._used: tuple[int, int] = (-1, 0)  # (version, used_rows()) of the last count
 
     def slot(self, node_id: int) -> tuple[int, int] | None:
         """Where a node would sit in our table (None for ourselves)."""
@@ -32,6 +34,7 @@ class RoutingTable:
 
     def set(self, row: int, col: int, peer: Peer | None) -> None:
         self._rows[row][col] = peer
+        self.version += 1
 
     def row(self, row: int) -> list[Peer]:
         return [p for p in self._rows[row] if p is not None]
@@ -50,6 +53,7 @@ class RoutingTable:
         current = self._rows[r][c]
         if current is not None and current.id == node_id:
             self._rows[r][c] = None
+            self.version += 1
             return where
         return None
 
@@ -61,8 +65,10 @@ class RoutingTable:
         return current is not None and current.id == node_id
 
     def used_rows(self) -> int:
-        """Index one past the deepest non-empty row."""
-        for r in range(self.rows - 1, -1, -1):
-            if any(self._rows[r]):
-                return r + 1
-        return 0
+        """Index one past the deepest non-empty row (counted again only after a change: discovery
+        asks at every announcement)."""
+        version, used = self._used
+        if version != self.version:
+            used = next((r + 1 for r in range(self.rows - 1, -1, -1) if any(self._rows[r])), 0)
+            self._used = (self.version, used)
+        return used

@@ -26,13 +26,15 @@ What runs for real, and what is modelled:
   arrivals join the queue, every pool starts what it can locally, poolD announces and decides,
   then the pools whose jobs still wait flock, in a random order, through their FLOCK_TO.
 - Cost: the pools take ~25-40 s per run of 12 million jobs; the rest is poolD's own logic,
-  22 million offers in the 1000-pool run. An offer to a pool whose jobs do not wait is not
-  handed to its Discovery (it would expire unread, see `_deliver`; 69% of them), and policy
-  decisions are memoized while nobody is blacklisted (`MemoPolicy`); Discovery's per-offer debug
-  log lines are dropped during a run (`quiet_discovery`). Measured: 661 s for the full
-  experiment on an otherwise idle 2-core machine once `peer_host` was cached (975 s before, on a
-  shared machine): still 10 % over the 10-minute target; the sender side of `Discovery.announce`
-  (a policy check and Subject per routing-table peer, ~33 per pool and unit) is what is left.
+  22 million offers in the 1000-pool run, and building the overlay. What keeps it affordable,
+  all without changing a single decision (the results are identical): an offer to a pool whose
+  jobs do not wait is not handed to its Discovery (it would expire unread, see `_deliver`; 69%
+  of them); the daemon's own code remembers what does not change between announcements (the
+  Policy its rule decisions, Discovery each routing-table row's allowed targets until the row,
+  a peer's pool name or the policy changes, the routing table its used rows), so a pool with
+  free slots builds one Announcement and copies it per row instead of deciding for ~33 peers
+  every unit; Discovery's per-offer debug log lines are dropped during a run
+  (`quiet_discovery`). Timings are in docs/results.md.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from poolD.discovery import Discovery, DiscoverySettings, peer_host
 from poolD.flocking import FlockingManager
 from poolD.messages import Announcement
 from poolD.models import FifoJobs, FifoPool
-from poolD.policy import Decision, Direction, Policy, PolicyFile, Subject
+from poolD.policy import Direction, Policy, PolicyFile, Subject
 from poolD.willing import WillingList
 
 JOBS_PER_SEQUENCE = 100
@@ -154,25 +156,6 @@ def build_overlay(
     return net
 
 
-class MemoPolicy(Policy):
-    """`Policy` with its decisions remembered while nobody is blacklisted: the rules are fixed
-    during a run, so a decision depends only on (subject, direction) then; the simulation asks
-    the same ~30 questions per pool and time unit."""
-
-    def __init__(self, spec: PolicyFile, source: str = "(built-in)") -> None:
-        super().__init__(spec, source)
-        self._memo: dict[tuple[str | None, str, Direction], Decision] = {}
-
-    def decide(self, subject: Subject, direction: Direction, now: float) -> Decision:
-        if self.blacklist:
-            return super().decide(subject, direction, now)
-        key = (subject.pool, subject.host, direction)
-        decision = self._memo.get(key)
-        if decision is None:
-            decision = self._memo[key] = super().decide(subject, direction, now)
-        return decision
-
-
 @dataclass
 class PoolD:
     """The daemon's decision logic for one pool, as `PoolDaemon` wires it."""
@@ -209,7 +192,7 @@ class PoolDLayer:
         self.pool_of_collector: dict[str, int] = {}
         for i, name in enumerate(names):
             core = net.nodes[i].core
-            policy = MemoPolicy(PolicyFile(default="allow"))
+            policy = Policy(PolicyFile(default="allow"))
             willing = WillingList(random.Random(f"willing-{seed}-{i}"))
             collector = f"{name}.sim:9618"
             settings = DiscoverySettings(pool=name, collector=collector, ttl=ttl, valid_for=valid_for)
@@ -222,21 +205,26 @@ class PoolDLayer:
         self.offers_unread = 0
         self.flock_changes = 0
 
-    def _deliver(self, sends: list[tuple[str, Any]], now: float, needy: set[int]) -> None:
+    def _deliver(self, sends: list[tuple[str, Any]], now: float, needy: set[str]) -> None:
         """Hand offers to their receivers' Discovery. With TTL 1 an offer to a pool whose jobs do
-        not wait now is left unread: it would not be forwarded, and it expires (valid for one
-        unit) before that pool's Flocking Manager next reads its willing list, so every decision
-        is the same; reading it would cost half of the run."""
-        queue = deque(sends)
+        not wait now (`needy` holds the addresses of those whose jobs do) is left unread: it would
+        not be forwarded, and it expires (valid for one unit) before that pool's Flocking Manager
+        next reads its willing list, so every decision is the same; reading it would cost half of
+        the run."""
+        read = [(addr, msg) for addr, msg in sends if addr in needy or msg.ttl > 1]
+        self.offers_sent += len(sends)
+        self.offers_unread += len(sends) - len(read)
+        queue = deque(read)
         while queue:
             addr, msg = queue.popleft()
-            self.offers_sent += 1
             q = self.index_of_addr[addr]
-            if msg.ttl <= 1 and q not in needy:
-                self.offers_unread += 1
-                continue
             receiver = self.pools[q]
-            queue.extend(receiver.discovery.on_announcement(msg, now))
+            forwards = receiver.discovery.on_announcement(msg, now)
+            if forwards:
+                self.offers_sent += len(forwards)
+                read = [(a, m) for a, m in forwards if a in needy or m.ttl > 1]
+                self.offers_unread += len(forwards) - len(read)
+                queue.extend(read)
             if isinstance(msg, Announcement) and msg.pool in receiver.willing.entries:
                 core = receiver.discovery.overlay
                 if msg.origin.id not in core.rtt:  # the daemon probes such a pool: the probe's answer
@@ -256,9 +244,10 @@ class PoolDLayer:
     def step(self, now: float, loads: list[PoolLoad]) -> None:
         """One time unit: Information Gatherers announce, Flocking Managers decide FLOCK_TO."""
         needy = {p for p, load in enumerate(loads) if load.idle_jobs > load.free_slots}
+        needy_addrs = {SimNetwork.addr(p) for p in needy}
         for p, load in zip(self.pools, loads, strict=True):
             if load.free_slots > 0:
-                self._deliver(p.discovery.announce(load, now), now, needy)
+                self._deliver(p.discovery.announce(load, now), now, needy_addrs)
         for p, load in zip(self.pools, loads, strict=True):
             entries = p.willing.ordered(now, p.discovery.overlay.rtt.get) if p.index in needy else []
             decision = p.flocking.decide(load, entries, now)

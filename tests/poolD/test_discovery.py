@@ -181,3 +181,30 @@ def test_flocking_manager_flocks_keeps_and_withdraws() -> None:
     assert withdraw.flock_to == [] and "no idle jobs" in withdraw.reason
     assert parse_flock_to(format_flock_to(decision.flock_to)) == decision.flock_to
     assert parse_flock_to(None) == [] and parse_flock_to("a:1 b:2,c:3") == ["a:1", "b:2", "c:3"]
+
+
+def test_remembered_row_targets_follow_table_pool_names_policy_and_blacklist() -> None:
+    """Announcement targets are remembered per row; each thing they depend on must refresh them."""
+    deny_lab = PolicyFile(default="allow", rule=[Rule(action="deny", pools=["lab"])])
+    d = discovery(Policy(deny_lab))
+
+    def targets(now: float) -> set[str]:
+        return {addr for addr, _ in d.announce(load(free=1, idle=0), now)}
+
+    everyone = {"10.0.0.5:7640", "10.0.0.9:7640", "10.0.0.13:7640"}
+    assert targets(1.0) == everyone
+    # A peer's pool name becomes known (from its own offer) and a rule denies that pool.
+    d.on_announcement(offer("lab", oid=0x9 << 124), 2.0)
+    assert targets(3.0) == everyone - {"10.0.0.9:7640"}
+    # A new peer enters the routing table.
+    d.overlay._consider(Peer(id=0x17 << 120, addr="10.0.0.17:7640"), 4.0, firsthand=True)
+    d.overlay._flush()
+    assert targets(5.0) == (everyone - {"10.0.0.9:7640"}) | {"10.0.0.17:7640"}
+    # A reloaded policy (a new Policy object, as SIGHUP installs) applies at once.
+    d.policy = Policy.allow_all()
+    assert targets(6.0) == everyone | {"10.0.0.17:7640"}
+    # A blacklisted pool is skipped until its entry expires.
+    d.on_announcement(offer("lab", oid=0x9 << 124, seq=2), 6.5)
+    d.policy.add_to_blacklist("lab", until=10.0, reason="offered slots, ran nothing")
+    assert targets(7.0) == (everyone | {"10.0.0.17:7640"}) - {"10.0.0.9:7640"}
+    assert targets(11.0) == everyone | {"10.0.0.17:7640"}

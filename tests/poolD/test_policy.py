@@ -65,6 +65,8 @@ def test_unknown_pool_name_does_not_match_pool_rules(policy: Policy) -> None:
 
 
 def test_blacklist_comes_first_and_expires(policy: Policy) -> None:
+    # Decided (and remembered) by the rules first: the blacklist must still win over that.
+    assert policy.decide(Subject("lab", "cm.physics.example.edu"), Direction.ACCEPT, now=10.0).allowed
     policy.add_to_blacklist("lab", until=100.0, reason="offered slots, ran nothing")
     d = policy.decide(Subject("lab", "cm.physics.example.edu"), Direction.ACCEPT, now=50.0)
     assert not d.allowed and "blacklist (offered slots, ran nothing)" in d.rule

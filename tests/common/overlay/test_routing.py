@@ -11,6 +11,7 @@ from common.overlay.ids import ID_SPACE, closeness, cw_distance, digit, node_id_
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import Peer, Ping, Pong
 from common.overlay.node import OverlayNode, OverlayParams
+from common.overlay.table import RoutingTable
 
 ids_strategy = st.lists(
     st.integers(min_value=0, max_value=ID_SPACE - 1), min_size=1, max_size=80, unique=True
@@ -100,3 +101,18 @@ def test_routing_table_prefers_lower_rtt_for_the_same_slot() -> None:
     assert node.table.get(0, 5) == far
     answer(near, learn(node, near, 2.0), 2.050)  # RTT 0.05: replaces
     assert node.table.get(0, 5) == near
+
+
+def test_used_rows_follows_every_change_of_the_table() -> None:
+    """used_rows() is remembered between changes; set and remove must both refresh it."""
+    table = RoutingTable(Peer(id=0, addr="me"), b=4)
+    assert table.used_rows() == 0
+    deep = Peer(id=0x0003 << 112, addr="deep")  # shares 3 digits with us: row 3
+    table.set(*table.slot(deep.id), deep)
+    assert table.used_rows() == 4
+    table.set(0, 1, Peer(id=0x1 << 124, addr="shallow"))
+    assert table.used_rows() == 4
+    assert table.remove(deep.id) == (3, 3)
+    assert table.used_rows() == 1
+    table.set(0, 1, None)
+    assert table.used_rows() == 0
