@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     paper.set_defaults(simulate=_simulate_paper)
     four = what.add_parser("four-pools", help="the flock paper's four-pool prototype (Tables 2-3)")
     four.add_argument("--seed", type=int, default=1)
+    four.add_argument(
+        "--jobs-per-sequence",
+        type=int,
+        default=100,
+        help="keep each sequence's first N jobs (bench/four-pools runs 15 on real HTCondor)",
+    )
     four.add_argument("--json", action="store_true")
     four.set_defaults(simulate=_simulate_four_pools)
     return parser
@@ -191,7 +197,11 @@ def _simulate_paper(args: argparse.Namespace) -> int:
 def _simulate_four_pools(args: argparse.Namespace) -> int:
     from poolD.experiments.paper import render_four_pools, run_four_pools
 
-    result = run_four_pools(args.seed)
+    if not 1 <= args.jobs_per_sequence <= 100:
+        got = args.jobs_per_sequence
+        print(f"poold: error: --jobs-per-sequence must be 1..100, got {got}", file=sys.stderr)
+        return 2
+    result = run_four_pools(args.seed, args.jobs_per_sequence)
     print(json.dumps(result, indent=2) if args.json else render_four_pools(result))
     return 0
 

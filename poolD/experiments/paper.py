@@ -97,14 +97,16 @@ class Workload:
 
     @classmethod
     def merge(cls, arrival: np.ndarray, length: np.ndarray, groups: list[np.ndarray]) -> Workload:
-        """Pool p's trace merges the sequences whose indices are in groups[p]."""
+        """Pool p's trace merges the sequences whose indices are in groups[p] (rows of `arrival`
+        and `length`, one job per column)."""
+        per_sequence = arrival.shape[1]
         idx = np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])
         counts = np.array([len(g) for g in groups], dtype=np.int64)
         arr = arrival[idx].ravel()
         lens = length[idx].ravel()
-        pool = np.repeat(np.arange(len(groups), dtype=np.int64), counts * JOBS_PER_SEQUENCE)
+        pool = np.repeat(np.arange(len(groups), dtype=np.int64), counts * per_sequence)
         order = np.argsort(pool * (1 << 32) + arr, kind="stable")
-        offsets = np.concatenate([[0], np.cumsum(counts * JOBS_PER_SEQUENCE)])
+        offsets = np.concatenate([[0], np.cumsum(counts * per_sequence)])
         return cls(
             arr[order].astype(np.int64),
             lens[order].astype(np.int64),
@@ -512,15 +514,24 @@ def _four_pool_run(
         return work, run_pools(work, np.array(machines), poold, seed)
 
 
-def run_four_pools(seed: int = 1) -> dict[str, Any]:
-    """Configurations I, II, III and II with all load at D, on the same 12 sequences (minutes)."""
+def run_four_pools(seed: int = 1, jobs_per_sequence: int = JOBS_PER_SEQUENCE) -> dict[str, Any]:
+    """Configurations I, II, III and II with all load at D, on the same 12 sequences (minutes).
+    `jobs_per_sequence` keeps each sequence's first jobs only: the cut traces `bench/four-pools`
+    runs on real HTCondor, so that its tables can be read against the simulation's."""
+    if not 1 <= jobs_per_sequence <= JOBS_PER_SEQUENCE:
+        raise ValueError(f"jobs per sequence must be 1..{JOBS_PER_SEQUENCE}, got {jobs_per_sequence}")
     rng = np.random.default_rng(seed)
     arrival, length = make_sequences(rng, sum(SITE_SEQUENCES))
+    arrival, length = arrival[:, :jobs_per_sequence], length[:, :jobs_per_sequence]
     bounds = np.cumsum((0, *SITE_SEQUENCES))
     split = [np.arange(bounds[i], bounds[i + 1]) for i in range(len(SITES))]
     every = np.arange(sum(SITE_SEQUENCES))
     none = np.arange(0)
-    result: dict[str, Any] = {"seed": seed, "sequences": dict(zip(SITES, SITE_SEQUENCES, strict=True))}
+    result: dict[str, Any] = {
+        "seed": seed,
+        "jobs_per_sequence": jobs_per_sequence,
+        "sequences": dict(zip(SITES, SITE_SEQUENCES, strict=True)),
+    }
     for label, flocking in (("I", False), ("II", True)):
         work, sched = _four_pool_run(arrival, length, split, [SITE_MACHINES] * 4, seed, flocking)
         wait = sched.start - work.arrival

@@ -80,6 +80,16 @@ def test_ideal_fifo_on_full_sequences_is_the_simulations_i_and_iii() -> None:
     assert ideal["I"]["D"]["mean"] == 311.79 and ideal["III"]["overall"]["max"] == 29
 
 
+def test_simulation_runs_the_cut_sequences_the_real_run_uses() -> None:
+    """`poold simulate four-pools --jobs-per-sequence 15` is the simulated twin of the default
+    real run: its I and III are the zero-overhead reference of exactly those jobs."""
+    sim = run_four_pools(1, 15)
+    ideal = ideal_fifo(plan_jobs(1, 15, 1.0))
+    assert sim["jobs_per_sequence"] == 15 and sim["I"]["overall"]["jobs"] == 12 * 15
+    assert ideal["I"] == sim["I"] and ideal["III"] == sim["III"]
+    assert sim["II"]["D"]["mean"] < sim["I"]["D"]["mean"]
+
+
 def test_history_record_to_wait() -> None:
     record = {
         "FpConfig": "II", "FpSite": "D", "FpSeq": 9, "FpIdx": 4, "QDate": 1000, "JobCurrentStartDate": 1009,
