@@ -19,8 +19,8 @@ What differs from the paper and from the simulation, and why:
 - Shorter traces (`--jobs-per-sequence`, default 15 instead of 100): queues never grow as long as
   in the paper, so I's waits at C and D are far shorter than the paper's; `ideal_fifo` in the
   output is the zero-overhead FIFO schedule of exactly these jobs for I and III, the reference
-  to read the real waits against. (The simulator's II cannot be run on cut sequences without
-  changing `Workload.merge`, which assumes 100 jobs per sequence.)
+  to read the real waits against; `poold simulate four-pools --jobs-per-sequence 15` is the
+  simulation of the same cut traces, II included.
 - HTCondor's own delays are real and scaled with everything else: a 5-second negotiation cycle
   (the sandbox's NEGOTIATOR_INTERVAL) is 5/scale simulated minutes, and a job's run takes about
   a second longer than its sleep (shadow and starter); `overhead` in the output measures both.
