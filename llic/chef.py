@@ -218,11 +218,13 @@ class RefuseAgent:
 
 @dataclass(frozen=True)
 class GrantBulk:
-    """Tell the agent to send its large result for (process, attempt) now (`bulk_go`)."""
+    """Tell the agent to send its large result for (process, attempt) now (`bulk_go`), at no
+    more than `rate_bps` (0: unpaced)."""
 
     agent: str
     process: int
     attempt: int
+    rate_bps: float = 0.0
 
 
 Action = SubmitAgent | RemoveAgents | SendTasks | SendNoMoreTasks | CloseConnection | RefuseAgent | GrantBulk
@@ -546,15 +548,15 @@ class MasterCore:
             self.net.transfer_done(transfer, event.process if event.direction == IN else None)
             self.dirty = True
             if event.direction == IN:
-                return self._balance(now)
+                return self._balance(now)  # its reservation ended: room for inputs or a large return
             self.net.bulk_done(event.agent, event.process, now)  # its result is in: the next one's turn
-            return self._grants(Output())
+            return self._grants(Output(), now)
         if isinstance(event, BulkReady):
             if not self._current(event.agent):
                 return Output()  # a superseded agent: its connection is being closed
             self.net.bulk_ready(event.agent, event.process, event.attempt, event.nbytes, now)
             self.dirty = True
-            return self._grants(Output())
+            return self._grants(Output(), now)
         if isinstance(event, QueueSnapshot):
             out = Output()
             for chef in self.chefs:
@@ -618,10 +620,12 @@ class MasterCore:
         chef = self.chefs[parsed[1]]
         return parsed[2] == chef.rec.launches and chef.state is ChefState.RUNNING
 
-    def _grants(self, out: Output) -> Output:
-        """Bulk returns granted since the last look become messages to their agents."""
+    def _grants(self, out: Output, now: float) -> Output:
+        """Bulk returns granted since the last look (and any that capacity freed just now for)
+        become messages to their agents."""
+        self.net.bulk.retry(now)
         for g in self.net.bulk.take_grants():
-            out.actions.append(GrantBulk(g.agent, g.process, g.attempt))
+            out.actions.append(GrantBulk(g.agent, g.process, g.attempt, g.bps))
             out.notes.append(f"agent {g.agent}: large result of {g.process} ({g.nbytes} bytes) may go now")
         return out
 
@@ -669,7 +673,7 @@ class MasterCore:
                     break
                 queued -= 1
                 out.extend(self._to_chef(chef, Launch("tasks left and no agent to take them"), now))
-        return self._grants(out)
+        return self._grants(out, now)
 
     def _relaunchable(self) -> Iterator[Chef]:
         """Created chefs, then terminated ones, those whose agents did not fail the queued tasks

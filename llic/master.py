@@ -115,7 +115,6 @@ SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing
 RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
 SAVE_CHECK = 0.25  # how often the saver looks at `dirty`
-PACE_CHUNK = 1 << 16  # bytes written between pacing checks of a rate-limited transfer
 MIN_RATE_ATTR = "llicminmbps"  # +LlicMinMbps = 8 in the submit file (issue 8 item 4)
 AGENT_PYTHON = "/usr/bin/python3"
 MASTER_ATTR = "LlicMaster"  # job attribute naming the master on every agent job
@@ -1099,10 +1098,11 @@ class Master:
                         await self._send_task(conn, assignment)
                 case SendNoMoreTasks():
                     await self._send(conn.stream, {"t": protocol.NO_MORE_TASKS})
-                case GrantBulk(process=process, attempt=attempt):
-                    await self._send(
-                        conn.stream, {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
-                    )
+                case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
+                    go: dict[str, Any] = {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
+                    if rate_bps > 0:
+                        go["rate_bps"] = max(1, math.floor(rate_bps))  # the agent paces at this
+                    await self._send(conn.stream, go)
 
     async def _send_task(self, conn: AgentConnection, assignment: Assignment) -> None:
         spec = self.plan.specs[assignment.process]
@@ -1153,18 +1153,15 @@ class Master:
         leaves when the reservation's time is up. (Pausing after a chunk instead let the agent
         have a whole small input, run it and answer while the master still sat in its pause, so
         the result, not the transfer's end, freed the reservation, always for that agent.)"""
-        sent = 0
         total = sum(len(frame) for frame in frames)
-        for frame in frames:
-            view = memoryview(frame)
-            for at in range(0, len(view), PACE_CHUNK):
-                chunk = view[at : at + PACE_CHUNK]
-                due = 8 * (sent + len(chunk)) / pace - (time.time() - start)
-                if due > 0:
-                    await trio.sleep(due)
-                await stream.send_all(chunk)
-                sent += len(chunk)
-                written[0] = sent == total
+        sent = 0
+        for chunk, due in protocol.paced_chunks(frames, pace):
+            wait = due - (time.time() - start)
+            if wait > 0:
+                await trio.sleep(wait)
+            await stream.send_all(chunk)
+            sent += len(chunk)
+            written[0] = sent == total
 
     async def _receiver(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
         while True:

@@ -33,8 +33,8 @@ import ipaddress
 import math
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -290,6 +290,7 @@ class BulkRequest:
     nbytes: int
     subnet: str
     since: float
+    bps: float = 0.0  # set when granted: the rate the agent sends at (0: unpaced, unlimited subnet)
 
 
 @dataclass
@@ -300,6 +301,8 @@ class BulkReturns:
     finishes sooner. A grant ends when its result arrives (`done`) or its agent is gone
     (`forget`): a crashed agent never keeps its subnet's turn. `fresh` collects the grants made
     since the last `take_grants`, which the core turns into messages to the agents.
+    `rate_for_grant` (set by NetAdmit) says what rate a grant on a subnet gets now, or None when
+    the subnet's limit has no room for it yet; `retry` is called when capacity frees.
     """
 
     waiting: dict[str, deque[BulkRequest]] = field(default_factory=dict)
@@ -308,6 +311,7 @@ class BulkReturns:
     grants: int = 0
     duplicates: int = 0  # requests for a result already waiting or granted: ignored
     max_wait: float = 0.0  # longest time from request to grant (seconds)
+    rate_for_grant: Callable[[str], float | None] | None = None
 
     def _pending(self, agent: str, process: int, attempt: int) -> bool:
         key = (agent, process, attempt)
@@ -348,10 +352,22 @@ class BulkReturns:
         else:
             del self.waiting[subnet]
 
+    def blocked(self, subnet: str) -> bool:
+        """A large return waits on `subnet` for capacity, not for another one's turn to end."""
+        return subnet not in self.granted and bool(self.waiting.get(subnet))
+
+    def retry(self, now: float) -> None:
+        """Capacity may have freed: grant what waits for it."""
+        for subnet in list(self.waiting):
+            self._grant(subnet, now)
+
     def _grant(self, subnet: str, now: float) -> None:
         if subnet in self.granted or not self.waiting.get(subnet):
             return
-        req = self.waiting[subnet].popleft()
+        bps = 0.0 if self.rate_for_grant is None else self.rate_for_grant(subnet)
+        if bps is None:
+            return  # the subnet's limit has no room now; retry() grants it when some frees
+        req = replace(self.waiting[subnet].popleft(), bps=bps)
         if not self.waiting[subnet]:
             del self.waiting[subnet]
         self.granted[subnet] = req
@@ -370,6 +386,7 @@ class BulkReturns:
             "max_wait_s": round(self.max_wait, 6),
             "waiting": {s: len(q) for s, q in sorted(self.waiting.items())},
             "active": {s: f"{g.agent}:{g.process}" for s, g in sorted(self.granted.items())},
+            "active_bps": {s: g.bps for s, g in sorted(self.granted.items())},
         }
 
 
@@ -429,6 +446,20 @@ class NetAdmit:
     bulk_threshold: int = 0  # bytes of a result's files above which its return waits its turn (0: off)
     bulk: BulkReturns = field(default_factory=BulkReturns)
 
+    def __post_init__(self) -> None:
+        self.bulk.rate_for_grant = self._bulk_rate
+
+    def _bulk_rate(self, subnet: str) -> float | None:
+        """A large return shares its subnet's limit with the inputs: on a limited subnet it gets
+        one transfer's rate (`rate_for`), reserved while it lasts, once that fits."""
+        rate = self.rate_for(subnet)
+        if rate is None:
+            return 0.0  # unlimited: unpaced
+        if self.reserved(subnet) + rate > self._limit_for_check(subnet) + 1e-6:
+            return None
+        self.max_reserved[subnet] = max(self.max_reserved.get(subnet, 0.0), self.reserved(subnet) + rate)
+        return rate
+
     # ------------------------------------------------------------------ agents
 
     def connect(self, agent: str, address: str) -> str:
@@ -476,12 +507,18 @@ class NetAdmit:
         return self.capacity.limit_of(subnet)
 
     def reserved(self, subnet: str) -> float:
-        return sum(r.bps for r in self.reservations.values() if r.subnet == subnet)
+        """Inputs' reservations and the large return under way, if any."""
+        inputs = sum(r.bps for r in self.reservations.values() if r.subnet == subnet)
+        bulk = self.bulk.granted.get(subnet)
+        return inputs + (bulk.bps if bulk is not None else 0.0)
 
     def reserved_by_subnet(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for r in self.reservations.values():
             out[r.subnet] = out.get(r.subnet, 0.0) + r.bps
+        for subnet, g in self.bulk.granted.items():
+            if g.bps > 0:
+                out[subnet] = out.get(subnet, 0.0) + g.bps
         return out
 
     def spare(self, subnet: str) -> float:
@@ -538,6 +575,8 @@ class NetAdmit:
         head = self.heads.get(subnet)
         if head is not None and head != process:
             return self._hold(subnet, process)
+        if rate is not None and self.bulk.blocked(subnet):
+            return self._hold(subnet, process)  # a finished task's large result waits for room: it goes first
         if rate is not None and self.reserved(subnet) + rate > self._limit_for_check(subnet) + 1e-6:
             return self._hold(subnet, process)
         self.release(process)

@@ -19,14 +19,15 @@ Messages (fields beyond these are dropped on decoding, so later versions can add
     agent -> master   hello {agent, master, version, nonce_a}   auth {mac_a}   result {result} + files
                       bulk_ready {process, attempt, size}
     master -> agent   challenge {nonce_m, mac_m}   welcome {window[, bulk_threshold]}   refused {reason}
-                      task {task} + files   no_more_tasks {}   bulk_go {process, attempt}
+                      task {task} + files   no_more_tasks {}   bulk_go {process, attempt[, rate_bps]}
 
 Bulk returns (issue 8 item 3), an optional addition both ways: a master that serializes large
 results says `bulk_threshold` (bytes) in its welcome. An agent that was told it announces a result
 whose files are larger with `bulk_ready` instead of sending it, goes on with its other tasks and
-results, and sends that result when `bulk_go` names it. An older agent ignores the field (fields
-beyond the known ones are dropped) and sends every result at once, as before; an agent that was
-not told (an older master) never sends `bulk_ready`.
+results, and sends that result when `bulk_go` names it, at no more than `rate_bps` bits per second
+when the grant names one (the subnet's limit is shared with the master's paced inputs). An older
+agent ignores the field (fields beyond the known ones are dropped) and sends every result at once,
+as before; an agent that was not told (an older master) never sends `bulk_ready`.
 
 Handshake, mutual, with the master's 32-byte secret (given to the agent in its input file):
 hello -> challenge (mac_m = master_mac(secret, nonce_a, agent)) -> the agent checks mac_m and sends
@@ -362,7 +363,10 @@ _FIELDS: dict[str, dict[str, _Check]] = {
     BULK_GO: {"process": _check_count, "attempt": _check_count},
 }
 # fields a message may leave out (None or absent: not there), added after version 1 shipped
-_OPTIONAL: dict[str, dict[str, _Check]] = {WELCOME: {"bulk_threshold": _check_positive}}
+_OPTIONAL: dict[str, dict[str, _Check]] = {
+    WELCOME: {"bulk_threshold": _check_positive},
+    BULK_GO: {"rate_bps": _check_positive},  # absent: send as fast as the link goes
+}
 # which file kinds each message type may carry
 _FILE_KINDS: dict[str, tuple[str, ...]] = {TASK: (KIND_FILE,), RESULT: KINDS}
 
@@ -650,6 +654,23 @@ def check_agent_mac(secret: bytes, nonce_m: bytes, agent: str, mac: bytes) -> bo
 
 # ---------------------------------------------------------------------------------------------
 # blocking sockets (the agent)
+
+
+PACE_CHUNK = 1 << 16  # bytes written between pacing checks of a rate-limited transfer
+
+
+def paced_chunks(frames: Iterable[bytes], bps: float) -> Iterator[tuple[memoryview, float]]:
+    """The frames in chunks, each with the second (from the transfer's start) before which it
+    must not leave, so that no byte is ahead of `bps` at any moment and the last one leaves when
+    the transfer's time is up. The master paces its inputs with this, the agent its granted
+    large results: a chunk waits before it goes, never after."""
+    sent = 0
+    for frame in frames:
+        view = memoryview(frame)
+        for at in range(0, len(view), PACE_CHUNK):
+            chunk = view[at : at + PACE_CHUNK]
+            sent += len(chunk)
+            yield chunk, 8 * sent / bps
 
 
 def send_message(sock: Any, msg: Mapping[str, Any], blobs: list[bytes] | None = None) -> None:

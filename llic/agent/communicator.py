@@ -9,7 +9,9 @@ here (initial tasks included) and the agent only checks that it never sends more
 Bulk returns (issue 8 item 3): when the master's welcome names a `bulk_threshold`, a result whose
 files are larger is announced with `bulk_ready` and parked (its files stay on disk, not in
 memory) until the master's `bulk_go`; the agent meanwhile goes on running tasks and sending the
-smaller results. A master that names no threshold gets every result at once, as before.
+smaller results. A `bulk_go` with `rate_bps` (a limited subnet) is sent at no more than that rate,
+paced as the master paces its inputs. A master that names no threshold gets every result at
+once, as before.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Agent:
         self.bulk_threshold: int | None = None  # from the welcome: None, the master does not ask
         self.parked: dict[tuple[int, int], Job] = {}  # large results announced, waiting for bulk_go
         self.granted: list[tuple[int, int]] = []  # parked results the master said to send, in order
+        self.grant_rate: dict[tuple[int, int], int] = {}  # their rate limits (bps), when given
         self.no_more = False
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.results: queue.Queue[Job] = queue.Queue()
@@ -156,7 +159,7 @@ class Agent:
             key = self.granted.pop(0)
             job = self.parked.pop(key)
             msg, blobs = self._result_message(job)
-            self._send_result(sock, job, msg, blobs)
+            self._send_result(sock, job, msg, blobs, self.grant_rate.pop(key, None))
         while True:
             try:
                 job = self.results.get_nowait()
@@ -175,7 +178,9 @@ class Agent:
                 continue
             self._send_result(sock, job, msg, blobs)
 
-    def _send_result(self, sock: socket.socket, job: Job, msg: dict[str, Any], blobs: list[bytes]) -> None:
+    def _send_result(
+        self, sock: socket.socket, job: Job, msg: dict[str, Any], blobs: list[bytes], bps: int | None = None
+    ) -> None:
         try:
             frames = protocol.encode_frames(msg, blobs)
         except protocol.ProtocolError as exc:  # e.g. so many files that the list passes 1 MiB
@@ -183,8 +188,16 @@ class Agent:
             assert result is not None
             result.error = f"output files not returned: {exc}"
             frames = protocol.encode_frames({"t": protocol.RESULT, "result": result})
-        for frame in frames:
-            sock.sendall(frame)
+        if bps is None:
+            for frame in frames:
+                sock.sendall(frame)
+        else:  # a granted large result on a limited subnet: its share of the limit
+            start = time.monotonic()
+            for chunk, due in protocol.paced_chunks(frames, bps):
+                wait = due - (time.monotonic() - start)
+                if wait > 0:
+                    time.sleep(wait)
+                sock.sendall(chunk)
         del self.held[job.key]
         self.workspace.discard(job)
         result = job.result
@@ -301,6 +314,8 @@ class Agent:
             key = (msg.body["process"], msg.body["attempt"])
             if key in self.parked and key not in self.granted:
                 self.granted.append(key)
+                if msg.body.get("rate_bps") is not None:
+                    self.grant_rate[key] = msg.body["rate_bps"]
             else:  # not ours to send (any more): nothing waits on it, so nothing to do
                 self.log(f"bulk_go for {key[0]}.{key[1]}, which is not waiting: ignored")
             return

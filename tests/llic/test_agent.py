@@ -87,6 +87,7 @@ class FakeMaster:
     # bulk returns: announced in the welcome; a large result is granted only once every other
     # outstanding result is in (so the test sees the small ones pass it), one at a time
     bulk_threshold: int | None = None
+    bulk_rate: int | None = None  # rate_bps in bulk_go, as on a limited subnet
 
     def __post_init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -96,6 +97,7 @@ class FakeMaster:
         self.files: dict[tuple[int, int], list[dict[str, Any]]] = {}
         self.max_outstanding = 0
         self.arrivals: list[tuple[str, int]] = []  # (message type, process) in order
+        self.bulk_seconds: dict[tuple[int, int], float] = {}  # from bulk_go to the whole result
         self.outcome = "not started"
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -179,7 +181,11 @@ class FakeMaster:
                 continue
             if parked and going is None and outstanding <= set(parked):
                 going = parked.pop(0)
-                p.send_message(conn, {"t": "bulk_go", "process": going[0], "attempt": going[1]})
+                go: dict[str, Any] = {"t": "bulk_go", "process": going[0], "attempt": going[1]}
+                if self.bulk_rate is not None:
+                    go["rate_bps"] = self.bulk_rate
+                p.send_message(conn, go)
+                go_at = time.monotonic()
                 continue
             msg_in = p.recv_message(conn, decoder)
             if msg_in is None:
@@ -194,6 +200,7 @@ class FakeMaster:
             result = msg_in.result()
             self.arrivals.append((p.RESULT, result.process))
             if result.key == going:
+                self.bulk_seconds[going] = time.monotonic() - go_at
                 going = None
             assert result.key in outstanding, result
             outstanding.discard(result.key)
@@ -683,3 +690,21 @@ def test_large_results_wait_for_their_turn_and_small_ones_pass_them(pyz: Path, t
     for process in (0, 1):
         assert [f["size"] for f in master.files[(process, 0)] if f["path"] == "out.bin"] == [big]
     assert (submit / "out.bin").stat().st_size == big  # condor style: the last placed (1's) wins
+
+
+def test_a_granted_large_result_is_paced_at_the_grants_rate(pyz: Path, tmp_path: Path) -> None:
+    """bulk_go with rate_bps (a limited subnet): the agent sends that result no faster than the
+    rate, so it cannot have arrived whole before its size at that rate allows (a lower bound
+    only: a busy machine makes it slower, never faster)."""
+    submit, home = tmp_path / "submit", tmp_path / "agent"
+    submit.mkdir()
+    home.mkdir()
+    big, rate = 250_000, 2_000_000  # 1 s at 2 Mbps
+    tasks = [sh(0, f"head -c {big} /dev/zero > out.bin", submit, transfer_output_files=["out.bin"])]
+    master = FakeMaster(tasks, window=1, transfer=True, bulk_threshold=100_000, bulk_rate=rate)
+    proc = run_agent(pyz, home, master.port, agent_input(p.MODE_TRANSFER, "condor", window=1))
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert master.outcome == "done", master.outcome
+    assert master.bulk_seconds[(0, 0)] >= 8 * big / rate - 0.05
+    assert (submit / "out.bin").stat().st_size == big

@@ -431,9 +431,18 @@ class BulkSim:
         crash_at: float | None,
         threshold: int = 10_000_000,
         link_bps: float = 100e6,
+        capacity: str = "",
+        in_sizes: list[int] | None = None,
+        per_subnet: int = 2,
     ) -> None:
         config = LlicConfig(window_size=3, max_chefs_number=len(addresses), num_agent_recoveries=5)
-        self.net = NetAdmit(Capacity(), bulk_threshold=threshold)
+        self.in_sizes = in_sizes or [0]
+        sizes = {p: self.in_sizes[p % len(self.in_sizes)] for p in range(len(out_sizes))}
+        self.net = NetAdmit(
+            Capacity.parse(capacity), per_subnet=per_subnet, sizes=sizes, bulk_threshold=threshold
+        )
+        self.flows: list[tuple[str, str, float, float, float]] = []  # agent, subnet, bps, start, end
+        self.in_starts: dict[int, float] = {}
         self.core = MasterCore.new(range(len(out_sizes)), config)
         self.core.use_net(self.net)
         self.out_sizes, self.run_times, self.threshold, self.link = out_sizes, run_times, threshold, link_bps
@@ -465,6 +474,13 @@ class BulkSim:
                 self.push(0.5, "connect", action.agent, action.chef)
             elif isinstance(action, SendTasks):
                 for t in action.tasks:
+                    size = self.net.sizes.get(t.process, 0)
+                    if size and action.agent in self.net.agents:
+                        pace = self.net.pace(t.process) or self.link
+                        self.flow(action.agent, pace, 8 * size / pace)
+                        self.in_starts[t.process] = self.now
+                        self.push(8 * size / pace, "arrived", action.agent, t.process, t.attempt)
+                        continue
                     self.push(
                         self.run_times[t.process % len(self.run_times)],
                         "ran",
@@ -477,7 +493,20 @@ class BulkSim:
                 self.sending.setdefault(subnet, set()).add((action.agent, action.process))
                 self.max_overlap = max(self.max_overlap, len(self.sending[subnet]))
                 size = self.out_sizes[action.process]
-                self.push(8 * size / self.link, "returned", action.agent, action.process, action.attempt)
+                rate = action.rate_bps or self.link  # the agent paces a granted return at its rate
+                self.flow(action.agent, rate, 8 * size / rate)
+                self.push(8 * size / rate, "returned", action.agent, action.process, action.attempt)
+
+    def flow(self, agent: str, bps: float, duration: float) -> None:
+        self.flows.append((agent, self.net.agents[agent], bps, self.now, self.now + duration))
+
+    def rate_now(self, subnet: str) -> float:
+        """What crosses `subnet`'s link at this instant, both directions (crashed agents' stop)."""
+        return sum(
+            bps
+            for agent, s, bps, start, end in self.flows
+            if s == subnet and agent in self.alive and start <= self.now < end
+        )
 
     def step(self) -> bool:
         if not self.events:
@@ -497,6 +526,11 @@ class BulkSim:
             self.act(self.core.handle(AgentConnected(agent, self.address[process]), self.now))
         elif agent not in self.alive:
             pass  # events of a crashed agent
+        elif kind == "arrived":
+            size = self.net.sizes[process]
+            start = self.in_starts[process]
+            self.act(self.core.handle(TransferDone(agent, process, IN, size, start, self.now), self.now))
+            self.push(self.run_times[process % len(self.run_times)], "ran", agent, process, attempt)
         elif kind == "ran":
             size = self.out_sizes[process]
             if size > self.threshold:
@@ -540,6 +574,77 @@ def test_large_returns_never_overlap_on_a_subnet_and_all_tasks_finish(
     assert not sim.net.bulk.granted and not sim.net.bulk.waiting  # nothing leaked, crash or not
     large = sum(1 for s in sizes if s > sim.threshold)
     assert sim.net.bulk.grants >= large  # every large result went through a grant (again after a crash)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    out_sizes=st.lists(st.sampled_from([0, 1_000, 2_000_000, 6_000_000]), min_size=1, max_size=20),
+    in_sizes=st.lists(st.sampled_from([0, 500_000, 3_000_000]), min_size=1, max_size=5),
+    subnets=st.lists(
+        st.sampled_from(["10.1.0.5", "10.1.0.6", "10.1.0.7", "10.2.0.5"]), min_size=1, max_size=4
+    ),
+    limit_mbps=st.integers(1, 50),
+    per_subnet=st.integers(1, 3),
+    run_times=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=4),
+    crash_at=st.one_of(st.none(), st.floats(0.0, 30.0)),
+)
+def test_inputs_and_large_returns_share_the_limit_at_every_instant(
+    out_sizes: list[int],
+    in_sizes: list[int],
+    subnets: list[str],
+    limit_mbps: int,
+    per_subnet: int,
+    run_times: list[float],
+    crash_at: float | None,
+) -> None:
+    """Paced inputs and granted large returns on a limited subnet, agents crashing: what crosses
+    the subnet's link (both directions) and what is reserved stay under the limit at every
+    instant, large returns still go one at a time, small results never wait, every task ends."""
+    limit = limit_mbps * MBPS
+    sim = BulkSim(
+        out_sizes,
+        subnets,
+        run_times,
+        crash_at,
+        threshold=1_000_000,
+        capacity=f"10.1.0.0/16:{limit_mbps}Mbps",
+        in_sizes=in_sizes,
+        per_subnet=per_subnet,
+    )
+    steps = 0
+    while sim.step():
+        steps += 1
+        assert steps < 50_000
+        assert sim.rate_now("10.1.0.0/16") <= limit * (1 + 1e-6)
+        assert sim.net.reserved("10.1.0.0/16") <= limit * (1 + 1e-6)
+        assert all(len(sending) <= 1 for sending in sim.sending.values())
+    assert sim.core.book.finished and sim.core.book.counts().done == len(out_sizes), "a task was starved"
+    assert not sim.net.bulk.granted and not sim.net.bulk.waiting and not sim.net.reservations
+    limited = [f for f in sim.flows if f[1] == "10.1.0.0/16"]
+    assert all(bps <= limit * (1 + 1e-6) for _, _, bps, _, _ in limited)
+
+
+def test_a_large_return_waits_for_room_and_inputs_wait_behind_it() -> None:
+    net = NetAdmit(Capacity.parse("10.1.0.0/16:8Mbps"), per_subnet=2, sizes={1: 1_000, 2: 1_000, 3: 1_000})
+    net.connect("a", "10.1.0.5")
+    net.connect("b", "10.1.0.6")
+    net.connect("c", "10.2.0.5")  # another subnet, unlimited
+    assert net.admit("a", 1, 0.0) == Verdict.ADMITTED and net.admit("b", 2, 0.0) == Verdict.ADMITTED
+    assert net.reserved("10.1.0.0/16") == 8 * MBPS  # two inputs at limit / 2
+    net.bulk_ready("c", 9, 0, 50_000_000, 0.0)  # unlimited subnet: granted at once, unpaced
+    assert [(g.process, g.bps) for g in net.bulk.take_grants()] == [(9, 0.0)]
+    net.bulk_ready("a", 7, 0, 50_000_000, 0.5)  # no room on 10.1/16: it waits, and inputs wait behind it
+    assert not net.bulk.take_grants() and net.bulk.blocked("10.1.0.0/16")
+    net.release(1)
+    assert net.admit("b", 3, 1.0) == Verdict.HELD  # the return was first in line
+    net.bulk.retry(1.0)
+    assert [(g.process, g.bps) for g in net.bulk.take_grants()] == [(7, 4 * MBPS)]
+    assert net.reserved("10.1.0.0/16") == 8 * MBPS
+    net.release(2)
+    assert net.admit("b", 3, 2.0) == Verdict.ADMITTED  # room again beside the return
+    net.bulk_done("a", 7, 3.0)
+    assert net.reserved("10.1.0.0/16") == 4 * MBPS  # only input 3 now
+    assert net.snapshot(3.0)["subnets"]["10.1.0.0/16"]["max_reserved_bps"] == 8 * MBPS
 
 
 def test_two_large_returns_on_one_subnet_go_one_after_the_other_and_small_ones_pass() -> None:

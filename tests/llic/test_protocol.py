@@ -512,13 +512,15 @@ def test_bulk_messages_round_trip_and_the_welcome_threshold_is_optional(impl: st
             {"t": "welcome", "window": 6, "bulk_threshold": None},
             {"t": "bulk_ready", "process": 4, "attempt": 1, "size": 50_000_000},
             {"t": "bulk_go", "process": 4, "attempt": 1},
+            {"t": "bulk_go", "process": 4, "attempt": 1, "rate_bps": 4_000_000},  # paced on a limited subnet
         )
     )
-    a, b, c, ready, go = decode_all(stream)
+    a, b, c, ready, go, paced = decode_all(stream)
     assert a.body == {"window": 6, "bulk_threshold": 16 << 20}
     assert b.body == {"window": 6} and c.body == {"window": 6}
     assert ready.body == {"process": 4, "attempt": 1, "size": 50_000_000}
     assert go.body == {"process": 4, "attempt": 1}
+    assert paced.body == {"process": 4, "attempt": 1, "rate_bps": 4_000_000}
     assert p.BULK_READY in p.FROM_AGENT and p.BULK_GO in p.FROM_MASTER
 
 
@@ -531,6 +533,8 @@ def test_bulk_messages_round_trip_and_the_welcome_threshold_is_optional(impl: st
         {"t": "bulk_ready", "process": -1, "attempt": 1, "size": 5},
         {"t": "bulk_ready", "process": 4, "attempt": 1, "size": True},
         {"t": "bulk_go", "process": "4", "attempt": 1},
+        {"t": "bulk_go", "process": 4, "attempt": 1, "rate_bps": 0},
+        {"t": "bulk_go", "process": 4, "attempt": 1, "rate_bps": "8Mbps"},
         {"t": "bulk_go", "process": 4, "attempt": 1, "files": [{"path": "x", "size": 1}]},
     ],
 )
@@ -539,3 +543,17 @@ def test_malformed_bulk_messages_are_protocol_errors(impl: str, msg: dict[str, A
     decoder.feed(raw(msg))
     with pytest.raises(p.ProtocolError):
         decoder.next()
+
+
+def test_paced_chunks_never_let_a_byte_ahead_of_the_rate() -> None:
+    """Shared by the master's inputs and the agent's granted returns: each chunk's due second is
+    when the bytes up to its end may have left at the rate; the last is the whole transfer's time."""
+    frames = [b"x" * 100_000, b"y" * 70_000]
+    chunks = list(p.paced_chunks(frames, 8_000))
+    assert b"".join(bytes(c) for c, _ in chunks) == b"".join(frames)
+    assert all(len(c) <= p.PACE_CHUNK for c, _ in chunks)
+    sent = 0
+    for chunk, due in chunks:
+        sent += len(chunk)
+        assert due == 8 * sent / 8_000
+    assert chunks[-1][1] == 170.0  # 170,000 bytes at 1,000 bytes per second
