@@ -570,15 +570,8 @@ class MasterCore:
         out = Output()
         if isinstance(event, AgentSubmitted):
             self.save_now = True
-        parsed = parse_agent_name(event.agent)
-        chef = self.chefs[parsed[1]] if parsed is not None and parsed[1] < len(self.chefs) else None
-        if (
-            chef is None
-            or parsed is None
-            or parsed[0] != self.run
-            or parsed[2] != chef.rec.launches
-            or self.stopped
-        ):
+        chef, current = self._chef_of(event.agent)
+        if chef is None or not current:
             return self._stale(chef, event)
         match event:
             case AgentConnected(address=address) if address:
@@ -612,13 +605,19 @@ class MasterCore:
     def _to_chef(self, chef: Chef, event: ChefEvent, now: float) -> Output:
         return chef.handle(event, now, self.book, self._accepting)
 
+    def _chef_of(self, agent: str) -> tuple[Chef | None, bool]:
+        """The chef an agent's name points to (None: not one of ours), and whether the agent is
+        that chef's latest launch in this run (else its events are stale)."""
+        parsed = parse_agent_name(agent)
+        if parsed is None or parsed[1] >= len(self.chefs):
+            return None, False
+        chef = self.chefs[parsed[1]]
+        return chef, parsed[0] == self.run and parsed[2] == chef.rec.launches and not self.stopped
+
     def _current(self, agent: str) -> bool:
         """`agent` is the running launch of its chef in this run."""
-        parsed = parse_agent_name(agent)
-        if parsed is None or parsed[0] != self.run or parsed[1] >= len(self.chefs) or self.stopped:
-            return False
-        chef = self.chefs[parsed[1]]
-        return parsed[2] == chef.rec.launches and chef.state is ChefState.RUNNING
+        chef, current = self._chef_of(agent)
+        return chef is not None and current and chef.state is ChefState.RUNNING
 
     def _grants(self, out: Output, now: float) -> Output:
         """Bulk returns granted since the last look (and any that capacity freed just now for)

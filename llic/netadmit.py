@@ -327,30 +327,25 @@ class BulkReturns:
 
     def done(self, agent: str, process: int, now: float) -> None:
         """`agent`'s result for `process` arrived (or will never come): its turn ends."""
-        for subnet in list(self.waiting):
-            self._drop(subnet, lambda r: r.agent == agent and r.process == process)
-        for subnet, g in list(self.granted.items()):
-            if g.agent == agent and g.process == process:
-                del self.granted[subnet]
-                self._grant(subnet, now)
+        self._end(lambda r: r.agent == agent and r.process == process, now)
 
     def forget(self, agent: str, now: float) -> None:
         """The agent is gone: its requests are dropped and its grant, if any, passes on."""
-        for subnet in list(self.waiting):
-            self._drop(subnet, lambda r: r.agent == agent)
-        for subnet, g in list(self.granted.items()):
-            if g.agent == agent:
-                del self.granted[subnet]
-                self._grant(subnet, now)
+        self._end(lambda r: r.agent == agent, now)
         self.fresh = [g for g in self.fresh if g.agent != agent]
 
-    def _drop(self, subnet: str, which: Any) -> None:
-        queue = self.waiting[subnet]
-        kept = deque(r for r in queue if not which(r))
-        if kept:
-            self.waiting[subnet] = kept
-        else:
-            del self.waiting[subnet]
+    def _end(self, which: Callable[[BulkRequest], bool], now: float) -> None:
+        """Drop the requests `which` picks; a grant it picks ends and its subnet's next one goes."""
+        for subnet in list(self.waiting):
+            kept = deque(r for r in self.waiting[subnet] if not which(r))
+            if kept:
+                self.waiting[subnet] = kept
+            else:
+                del self.waiting[subnet]
+        for subnet, g in list(self.granted.items()):
+            if which(g):
+                del self.granted[subnet]
+                self._grant(subnet, now)
 
     def blocked(self, subnet: str) -> bool:
         """A large return waits on `subnet` for capacity, not for another one's turn to end."""
@@ -455,9 +450,10 @@ class NetAdmit:
         rate = self.rate_for(subnet)
         if rate is None:
             return 0.0  # unlimited: unpaced
-        if self.reserved(subnet) + rate > self._limit_for_check(subnet) + 1e-6:
+        total = self.reserved(subnet) + rate
+        if total > self._limit_for_check(subnet) + 1e-6:
             return None
-        self.max_reserved[subnet] = max(self.max_reserved.get(subnet, 0.0), self.reserved(subnet) + rate)
+        self.max_reserved[subnet] = max(self.max_reserved.get(subnet, 0.0), total)
         return rate
 
     # ------------------------------------------------------------------ agents

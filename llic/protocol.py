@@ -314,20 +314,12 @@ class TaskResult:
 _Check = Callable[[Any, str], Any]
 
 
-def _check_version(value: Any, where: str) -> int:
-    return _int(value, where, minimum=1)
-
-
 def _check_nonce(value: Any, where: str) -> bytes:
     return _bytes(value, where, NONCE_SIZE)
 
 
 def _check_mac(value: Any, where: str) -> bytes:
     return _bytes(value, where, MAC_SIZE)
-
-
-def _check_window(value: Any, where: str) -> int:
-    return _int(value, where, minimum=1)
 
 
 def _check_count(value: Any, where: str) -> int:
@@ -351,10 +343,10 @@ def _check_result(value: Any, where: str) -> dict[str, Any]:
 
 
 _FIELDS: dict[str, dict[str, _Check]] = {
-    HELLO: {"agent": _check_text, "master": _check_text, "version": _check_version, "nonce_a": _check_nonce},
+    HELLO: {"agent": _check_text, "master": _check_text, "version": _check_positive, "nonce_a": _check_nonce},
     CHALLENGE: {"nonce_m": _check_nonce, "mac_m": _check_mac},
     AUTH: {"mac_a": _check_mac},
-    WELCOME: {"window": _check_window},
+    WELCOME: {"window": _check_positive},
     REFUSED: {"reason": _str},
     TASK: {"task": _check_task},
     NO_MORE_TASKS: {},
