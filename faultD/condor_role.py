@@ -36,6 +36,7 @@ log = structlog.get_logger("faultd.condor")
 
 ACCOUNTANT = "Accountantnew.log"
 MANAGER_CONFIG_PREFIX = "98-faultd-manager-"
+MANAGER_MARK = "# role: manager"  # the role file's line that says the master runs the manager daemons
 
 
 class CondorRoleError(Exception):
@@ -54,6 +55,25 @@ def write_atomically(path: Path, data: bytes, *, like: Path | None = None) -> No
         os.chown(tmp, st.st_uid, st.st_gid)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+async def daemon_answers(address_file: Path, timeout: float = 0.5) -> bool:
+    """A daemon's address file exists and the address in it accepts a TCP connection."""
+    try:
+        sinful = address_file.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return False
+    match = re.match(r"<([^:>?]+):(\d+)", sinful.strip())
+    if match is None:
+        return False
+    with trio.move_on_after(timeout):
+        try:
+            stream = await trio.open_tcp_stream(match[1], int(match[2]))
+        except OSError:
+            return False
+        await stream.aclose()
+        return True
+    return False  # a local listener accepts at once, even when its daemon is busy
 
 
 class CondorRole:
@@ -76,21 +96,34 @@ class CondorRole:
             raise CondorRoleError(f"{path}: cannot read the condor_master's address ({e})") from None
         return DaemonRef(kind=DaemonKind.MASTER, address=address)
 
-    def render(self) -> str:
+    def address_file(self, daemon: str) -> Path:
+        return self.section.log_dir / f".{daemon.lower()}_address"
+
+    def render(self, manager_daemons: list[str] | None = None) -> str:
+        """The role file; a manager's DAEMON_LIST adds `manager_daemons` (default: all of them)."""
         daemons = list(self.section.listener_daemons)
         if self.managing:
-            daemons += [d for d in self.section.manager_daemons if d not in daemons]
+            wanted = self.section.manager_daemons if manager_daemons is None else manager_daemons
+            daemons += [d for d in wanted if d not in daemons]
         lines = [
             "# Written by faultd: this machine's role in the pool. Do not edit; faultd rewrites it.",
-            f"# role: {'manager' if self.managing else 'listener'}",
+            MANAGER_MARK if self.managing else "# role: listener",
             f"DAEMON_LIST = {', '.join(daemons)}",
         ]
         if self.collector:
             lines.append(f"COLLECTOR_HOST = {self.collector}")
         return "\n".join(lines) + "\n"
 
-    async def apply(self) -> None:
-        text = self.render()
+    async def apply(self, manager_daemons: list[str] | None = None) -> None:
+        """Write the role file and reconfig the master. When the file on disk said this machine
+        manages and the new role does not, wait until the manager daemons are gone.
+
+        The file, not `self.managing`, is what the master runs by: a faultd restarted after a
+        crash starts as a listener in memory while its master, started from the old file, runs
+        the manager daemons. Its first role (pointing at a replacement) stops them; the next
+        (taking the role back) must find them gone, not half way down.
+        """
+        text = self.render(manager_daemons)
         path = self.role_file
         try:
             current = path.read_text() if path.exists() else None
@@ -101,36 +134,60 @@ class CondorRole:
         await self.gateway.reconfig(self.master())
         self.reconfigs += 1
         log.info("role applied", managing=self.managing, collector=self.collector)
+        if not self.managing and current is not None and MANAGER_MARK in current.splitlines():
+            # A negotiator still shutting down when the next role change points this machine at
+            # the new manager would follow that reconfig and leave a stale second negotiator ad
+            # in the new collector (seen in the sandbox).
+            await self._wait_until(self.section.manager_daemons, answering=False)
+
+    async def _wait_until(self, daemons: list[str], *, answering: bool, timeout: float = 20.0) -> None:
+        """Until every daemon of `daemons` on this machine answers (or none does) on the address
+        its address file names. Daemons remove their address files when they exit; a file left
+        by a daemon that was killed names a port nobody listens on, and counts as not answering.
+        """
+        files = [self.address_file(d) for d in daemons]
+        with trio.move_on_after(timeout):
+            while [f for f in files if await daemon_answers(f) != answering]:
+                await trio.sleep(0.1)
+            return
+        state = "answering" if answering else "gone"
+        log.warning(f"manager daemons not {state} after {timeout:g} s", daemons=daemons)
 
     async def point_to(self, collector: str) -> None:
         self.collector = collector
         await self.apply()
 
     async def start_manager(self, state: PoolState | None, own_collector: str) -> None:
+        """Restore the replicated state, then start the manager daemons, the collector first.
+
+        A negotiator whose first ad reaches no collector is not listed again for
+        NEGOTIATOR_UPDATE_INTERVAL (5 min), and condor_userprio finds it through that ad.
+        condor_master waits for the collector's address file before it starts the others at
+        start-up, but not when a reconfig adds both at once; faultD waits until the collector
+        answers. (CI once found no negotiator ad for 90 s after the original took its role back;
+        it had then stopped and restarted its manager daemons 20 ms apart without waiting.
+        Neither race was reproduced on an idle machine.)
+        """
         if state is not None:
             self.restore(state)
         self.managing = True
         self.collector = own_collector
+        daemons = self.section.manager_daemons
+        if (
+            "COLLECTOR" in daemons
+            and len(daemons) > 1
+            and not await daemon_answers(self.address_file("COLLECTOR"))
+        ):
+            await self.apply(["COLLECTOR"])
+            await self._wait_until(["COLLECTOR"], answering=True)
         await self.apply()
 
-    async def stop_manager(self, *, timeout: float = 20.0) -> None:
-        """Stop the collector and negotiator, and wait until they are gone.
-
-        Waiting matters: a negotiator that is still shutting down when the next role change
-        points this machine at the new manager would follow the reconfig and advertise itself to
-        the new collector, leaving a stale second negotiator ad there (seen in the sandbox).
-        Daemons remove their address files when they exit.
-        """
+    async def stop_manager(self) -> None:
+        """Stop the manager daemons (apply waits until they are gone)."""
         self.managing = False
         for old in self.section.config_dir.glob(MANAGER_CONFIG_PREFIX + "*"):
             old.unlink(missing_ok=True)
         await self.apply()
-        files = [self.section.log_dir / f".{d.lower()}_address" for d in self.section.manager_daemons]
-        with trio.move_on_after(timeout):
-            while any(f.exists() for f in files):
-                await trio.sleep(0.1)
-            return
-        log.warning("manager daemons still running after stop", waited=timeout)
 
     # ------------------------------------------------------------------ replication
 

@@ -6,14 +6,16 @@ import os
 import time
 from pathlib import Path
 
+import structlog
+import structlog.testing
 import trio
 
-from common.condor import Gateway
+from common.condor import DaemonRef, Gateway
 from common.overlay.auth import Sealer
 from common.overlay.bulk import BulkChannel
 from common.overlay.messages import Peer
 from common.wire import HEADER, Message, MessageCodec
-from faultD.condor_role import ACCOUNTANT, CondorRole
+from faultD.condor_role import ACCOUNTANT, CondorRole, daemon_answers
 from faultD.config import CondorSection
 from faultD.messages import PoolState, ReplicaPush, StateFile
 from faultD.service import BULK_TYPES
@@ -78,6 +80,18 @@ async def test_send_to_nobody_fails_softly() -> None:
     assert channel.send_failures == 1
 
 
+class ReconfigRecorder(Gateway):
+    """A gateway whose reconfig only records its target: the role file's consequences are
+    checked here, HTCondor's in tests/faultD/test_failover_condor.py."""
+
+    def __init__(self) -> None:
+        super().__init__(collector="127.0.0.1:9618")
+        self.reconfigured: list[DaemonRef] = []
+
+    async def reconfig(self, daemon: DaemonRef, collector: str | None = None) -> None:  # type: ignore[override]
+        self.reconfigured.append(daemon)
+
+
 def condor_role(tmp_path: Path) -> CondorRole:
     for d in ("config.d", "log", "spool"):
         (tmp_path / d).mkdir(parents=True)
@@ -89,7 +103,7 @@ def condor_role(tmp_path: Path) -> CondorRole:
         spool_dir=tmp_path / "spool",
         manager_config_files=[policy],
     )
-    return CondorRole(section, Gateway(collector="127.0.0.1:9618"))
+    return CondorRole(section, ReconfigRecorder())
 
 
 def test_role_file_names_daemons_and_collector(tmp_path: Path) -> None:
@@ -120,3 +134,91 @@ def test_state_round_trip_restores_accountant_and_manager_config(tmp_path: Path)
     (tmp_path / "ex1" / "spool" / ACCOUNTANT).write_bytes(b"local")
     replacement.restore(corrupt)  # refused: nothing overwritten
     assert (tmp_path / "ex1" / "spool" / ACCOUNTANT).read_bytes() == b"local"
+
+
+async def listener() -> tuple[trio.SocketListener, int]:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    return listeners[0], listeners[0].socket.getsockname()[1]
+
+
+async def test_daemon_answers_only_when_its_address_listens(tmp_path: Path) -> None:
+    address_file = tmp_path / ".negotiator_address"
+    assert not await daemon_answers(address_file)  # no file: the daemon exited
+    address_file.write_text("garbage\n")
+    assert not await daemon_answers(address_file)
+    lst, port = await listener()
+    address_file.write_text(f"<127.0.0.1:{port}?addrs=127.0.0.1-{port}>\n$CondorVersion: 23.9.6 $\n")
+    assert await daemon_answers(address_file)
+    await lst.aclose()
+    assert not await daemon_answers(address_file)  # a file left by a killed daemon
+
+
+async def test_leaving_the_manager_role_waits_until_the_manager_daemons_are_gone(tmp_path: Path) -> None:
+    """A restarted faultd is a listener in memory, but the role file its master started from
+    says manager: pointing at another manager must still wait for the collector and
+    negotiator to stop, so that taking the role back later starts them afresh."""
+    role = condor_role(tmp_path)
+    (tmp_path / "log" / ".master_address").write_text("<127.0.0.1:1>\n")
+    role.managing, role.collector = True, "127.0.0.1:9618"
+    role.role_file.write_text(role.render())  # what the master ran by before the crash
+
+    restarted = condor_role(tmp_path / "after")
+    restarted.section = role.section  # the same machine, a new faultd
+    lst, port = await listener()
+    (tmp_path / "log" / ".negotiator_address").write_text(f"<127.0.0.1:{port}>\n")
+    done = trio.Event()
+
+    async def point() -> None:
+        await restarted.point_to("10.0.0.9:9618")
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(point)
+        await trio.sleep(0.5)
+        assert not done.is_set(), "returned while the negotiator still listened"
+        assert "# role: listener" in role.role_file.read_text()  # the master was told at once
+        await lst.aclose()  # the negotiator exits
+        with trio.fail_after(5):
+            await done.wait()
+    gateway = restarted.gateway
+    assert isinstance(gateway, ReconfigRecorder) and len(gateway.reconfigured) == 1
+
+    # A listener that stays a listener does not wait, whatever address files say: it returns
+    # while the collector named there still listens, with no warning of a wait that timed out.
+    lst, port = await listener()
+    (tmp_path / "log" / ".collector_address").write_text(f"<127.0.0.1:{port}>\n")
+    with structlog.testing.capture_logs() as logs:
+        await restarted.point_to("10.0.0.8:9618")
+    assert await daemon_answers(tmp_path / "log" / ".collector_address")
+    assert [e["event"] for e in logs] == ["role applied"]
+    await lst.aclose()
+
+
+async def test_taking_the_manager_role_starts_the_collector_before_the_negotiator(tmp_path: Path) -> None:
+    """The negotiator's first ad is lost if its collector is not listening yet: the role file
+    names the collector alone until the collector answers, then both."""
+    role = condor_role(tmp_path)
+    (tmp_path / "log" / ".master_address").write_text("<127.0.0.1:1>\n")
+    done = trio.Event()
+
+    async def take() -> None:
+        await role.start_manager(None, "127.0.0.1:9618")
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(take)
+        await trio.sleep(0.5)
+        assert not done.is_set()
+        assert "DAEMON_LIST = MASTER, SCHEDD, STARTD, COLLECTOR\n" in role.role_file.read_text()
+        lst, port = await listener()  # the master started the collector
+        role.address_file("COLLECTOR").write_text(f"<127.0.0.1:{port}>\n")
+        with trio.fail_after(5):
+            await done.wait()
+    assert "DAEMON_LIST = MASTER, SCHEDD, STARTD, COLLECTOR, NEGOTIATOR\n" in role.role_file.read_text()
+    gateway = role.gateway
+    assert isinstance(gateway, ReconfigRecorder) and len(gateway.reconfigured) == 2
+
+    # Already answering (a manager told again to manage): one reconfig, the negotiator never dropped.
+    await role.start_manager(None, "127.0.0.1:9618")
+    assert len(gateway.reconfigured) == 3
+    await lst.aclose()
