@@ -102,10 +102,24 @@ class SandboxPool:
     def gateway(self, **kwargs: Any) -> Gateway:
         return Gateway(condor_config=self.client_config, collector=self.collector, **kwargs)
 
+    def local_dir(self, host: int = 0) -> Path:
+        """A host's HTCondor LOCAL_DIR (log/, spool/, config.d/), as a path on this machine."""
+        return Path(self._root) / str(self.hosts[host]["local_dir"]).lstrip("/")
+
+    def log_tails(
+        self, host: int = 0, logs: tuple[str, ...] = ("MasterLog", "CollectorLog"), chars: int = 3000
+    ) -> str:
+        """The ends of a host's HTCondor logs, for a test's failure message."""
+        parts = []
+        for name in logs:
+            path = self.local_dir(host) / "log" / name
+            text = path.read_text(errors="replace")[-chars:] if path.exists() else "(missing)"
+            parts.append(f"--- {path}\n{text}")
+        return "\n".join(parts)
+
     def master(self, host: int = 0) -> DaemonRef:
         """The master of a host, addressed directly (from its address file, no collector)."""
-        root = Path(self._root) / self.hosts[host]["local_dir"].lstrip("/")
-        address = (root / "log" / ".master_address").read_text().splitlines()[0]
+        address = (self.local_dir(host) / "log" / ".master_address").read_text().splitlines()[0]
         return DaemonRef(kind=DaemonKind.MASTER, address=address, machine=self.hosts[host]["name"])
 
     _root: str = field(default="", repr=False)

@@ -57,7 +57,7 @@ class FaultPool:
         return f"{self.address(j)}:9618"
 
     def local_dir(self, j: int) -> Path:
-        return Path(self.pool._root) / str(self.host(j)["local_dir"]).lstrip("/")
+        return self.pool.local_dir(j)
 
     def socket(self, j: int) -> Path:
         return self.workdir / f"faultd-{j}.sock"
@@ -182,4 +182,5 @@ log_level = "info"
 
     def wait(self, what: str, predicate: Callable[[], T], timeout: float = 90.0, poll: float = 0.5) -> T:
         logs = [self.log_file(j) for j in range(self.nhosts)]
+        logs += [self.local_dir(j) / "log" / "MasterLog" for j in range(self.nhosts)]
         return poll_until(what, predicate, timeout=timeout, poll=poll, logs=logs)

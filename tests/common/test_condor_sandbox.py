@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import trio
@@ -169,7 +168,7 @@ async def test_daemon_list_edit_starts_and_stops_a_collector(pool_b: SandboxPool
 
 def test_up_is_idempotent_and_down_leaves_nothing(sandbox: Sandbox) -> None:
     first = sandbox.up("gwc", slots=1)
-    master_address = Path(first._root, first.hosts[0]["local_dir"].lstrip("/"), "log/.master_address")
+    master_address = first.local_dir(0) / "log" / ".master_address"
     before = master_address.read_text()
     again = sandbox.up("gwc", slots=1)  # no restart: same master, same address
     assert again.collector == first.collector and master_address.read_text() == before

@@ -28,8 +28,8 @@ def fault_pool(sandbox: Sandbox, tmp_path: Path) -> Iterator[FaultPool]:
         sandbox.down("fdp")
 
 
-def names(fp: FaultPool, host: int, *args: str) -> list[str]:
-    res = fp.pool.exec("condor_status", *args, "-af", "Name", host=host, check=False)
+def names(fp: FaultPool, host: int, *args: str, attr: str = "Name") -> list[str]:
+    res = fp.pool.exec("condor_status", *args, "-af", attr, host=host, check=False)
     return [line for line in res.stdout.splitlines() if line.strip()] if res.returncode == 0 else []
 
 
@@ -113,6 +113,9 @@ async def test_replacement_takes_over_and_the_original_takes_back(
         "the replacement stopped its collector and negotiator",
         lambda: not {"condor_collecto", "condor_negotiat"} & set(fp.condor_processes(replacement)),
     )
-    fp.wait("one negotiator, the original's", lambda: len(names(fp, SUBMIT_HOST, "-negotiator")) == 1)
+    fp.wait(
+        "one negotiator, the original's",
+        lambda: names(fp, SUBMIT_HOST, "-negotiator", attr="Machine") == [fp.host(0)["name"]],
+    )
     status = fp.status(replacement)
     assert status["role"] == "listener" and status["epoch"] >= 3

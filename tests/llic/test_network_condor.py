@@ -136,7 +136,7 @@ def test_limited_subnet_stays_under_its_limit_while_the_other_runs_free(
             [str(REPO / ".venv/bin/master_submitter"), "job.sub", "llic.conf", "--name", schedd_name(pool)],
             cwd=work, env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
-        assert res.returncode == 0, res.stderr
+        assert res.returncode == 0, f"{res.stderr}\n{pool.log_tails(0)}"
         state_path = Path(res.stdout.split("state file ")[1].split(";")[0])
         state = wait_done(pool, state_path, timeout=150)
 
