@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 
 import pytest
 import trio
@@ -176,3 +178,41 @@ def test_up_is_idempotent_and_down_leaves_nothing(sandbox: Sandbox) -> None:
     status = json.loads(sandbox_cli("status", "--json").stdout)
     assert not [n for n in status["leftovers"]["netns"] if n.startswith("sb-gwc-")]
     assert "gwc" not in [pool["name"] for pool in status["pools"]]
+
+
+def neighbour(address: str, netns: str | None = None) -> str:
+    """The ARP entry for `address` on this machine (or in a sandbox host's namespace)."""
+    where = ["-n", netns] if netns else []
+    return subprocess.run(
+        ["ip", *where, "neigh", "show", "to", address], capture_output=True, text=True
+    ).stdout
+
+
+def plant_neighbour(address: str, mac: str, netns: str | None = None) -> None:
+    where, dev = (["-n", netns], "eth0") if netns else ([], "sbbr0")
+    cmd = ["ip", *where, "neigh", "replace", address, "lladdr", mac, "dev", dev, "nud", "reachable"]
+    subprocess.run(cmd, check=True)
+
+
+def test_a_pool_that_reuses_a_stopped_pools_address_is_reachable_at_once(
+    sandbox: Sandbox, pool_a: SandboxPool
+) -> None:
+    """Pools reuse the addresses of stopped pools. An ARP entry that kept the old host's MAC (a
+    bridge flushes its entries only when its own MAC changes) made the new collector
+    unreachable from this machine for up to a minute; `up` now drops such entries here and on
+    every sandbox host."""
+    old = sandbox.up("gwd", slots=1)
+    address = old.hosts[0]["address"]
+    sandbox.down("gwd")
+    gone = "02:00:00:00:00:99"  # a MAC nobody has any more, planted as a cache would keep it
+    other = str(pool_a.hosts[0]["netns"])
+    plant_neighbour(address, gone)
+    plant_neighbour(address, gone, other)
+    new = sandbox.up("gwd", slots=1)
+    try:
+        assert new.hosts[0]["address"] == address
+        assert gone not in neighbour(address) and gone not in neighbour(address, other)
+        host, port = new.collector.split(":")
+        socket.create_connection((host, int(port)), timeout=10).close()  # from this machine
+    finally:
+        sandbox.down("gwd")
