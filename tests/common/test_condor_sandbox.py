@@ -197,8 +197,8 @@ def plant_neighbour(address: str, mac: str, netns: str | None = None) -> None:
 def test_a_pool_that_reuses_a_stopped_pools_address_is_reachable_at_once(
     sandbox: Sandbox, pool_a: SandboxPool
 ) -> None:
-    """Pools reuse the addresses of stopped pools. An ARP entry that kept the old host's MAC (a
-    bridge flushes its entries only when its own MAC changes) made the new collector
+    """Pools reuse the addresses of stopped pools. An ARP entry that kept the old host's MAC
+    (it came and went, probably with changes of the bridge's own MAC) made the new collector
     unreachable from this machine for up to a minute; `up` now drops such entries here and on
     every sandbox host."""
     old = sandbox.up("gwd", slots=1)
