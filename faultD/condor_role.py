@@ -121,7 +121,11 @@ class CondorRole:
         The file, not `self.managing`, is what the master runs by: a faultd restarted after a
         crash starts as a listener in memory while its master, started from the old file, runs
         the manager daemons. Its first role (pointing at a replacement) stops them; the next
-        (taking the role back) must find them gone, not half way down.
+        (taking the role back) must find them gone, not half way down: condor_master does not
+        wait for a daemon it removed from DAEMON_LIST to exit before it starts a new one of that
+        name when a reconfig adds it back (masterDaemon.cpp: RemoveDaemon keeps the old one only
+        to reap it; main_config starts the new one at once), so old and new run side by side,
+        and the old negotiator's exit probably withdrew the new one's ad (same name).
         """
         text = self.render(manager_daemons)
         path = self.role_file
