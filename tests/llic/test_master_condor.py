@@ -106,7 +106,8 @@ def agent_jobs_left(pool: SandboxPool, master_id: str) -> str:
 def wait_agents_gone(pool: SandboxPool, master_id: str, timeout: float = 60) -> None:
     """The master leaves no agent behind. A running agent it removed stays in the queue as
     removed (JobStatus 3) until its shadow has ended, which may be after the master itself has
-    left (seen once in CI); one still idle or running after `timeout` was left behind."""
+    left (seen once in CI); any agent still in the queue after `timeout`, whatever its status,
+    fails the test. A loop of its own, not poll_until: the failure lists the jobs left."""
     left = ""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
