@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from common.config import StrictModel
-from common.overlay.driver import RingConfig, parse_address
+from common.hostport import parse_address
+from common.overlay.ring import RingConfig
 from poolD.messages import POOL_NAME
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import structlog
 
 from common.condor.types import PoolLoad
-from common.overlay.driver import parse_address
+from common.hostport import parse_address
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode
 from common.wire import Message

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
+from common.hostport import parse_address
 from common.overlay.auth import Sealer
-from common.overlay.driver import parse_address
 from common.wire import HEADER, DropReason, FrameDecoder, FrameTooLarge, Message, MessageCodec
 
 log = structlog.get_logger("bulk")

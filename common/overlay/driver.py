@@ -18,71 +18,22 @@ import os
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import structlog
 import trio
-from pydantic import Field, field_validator
 
-from common.config import ConfigError, StrictModel
-from common.overlay.auth import KeyFileError, Sealer, load_ring_key
-from common.overlay.ids import id_hex, node_id_from_name, parse_id
+from common.hostport import parse_address
+from common.overlay.auth import Sealer, load_ring_key
+from common.overlay.ids import id_hex
 from common.overlay.messages import Peer, overlay_codec
-from common.overlay.node import Event, Output, OverlayNode, OverlayParams
+from common.overlay.node import Event, Output, OverlayNode
+from common.overlay.ring import RingConfig
 from common.timer import Wakeup
 from common.wire import MAX_DATAGRAM, Message
 
 log = structlog.get_logger("overlay")
 
 EventHandler = Callable[[Event], None]
-
-
-def parse_address(addr: str) -> tuple[str, int]:
-    """'host:port' (IPv4 or a name) as a socket address."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{addr!r} is not host:port")
-    return host, int(port)
-
-
-class RingConfig(StrictModel):
-    """How a daemon joins its ring: the `[ring]` section of poolD's and faultD's config."""
-
-    node_name: str = Field(
-        description="stable name of this node; its id is SHA-1(name) unless node_id is given"
-    )
-    node_id: str | None = Field(None, description="explicit 128-bit id in hex")
-    bind: str = "0.0.0.0"
-    port: int = Field(7640, ge=0, lt=65536)
-    advertise: str | None = Field(None, description="host:port others reach us at; default bind:port")
-    bootstrap: str | None = Field(None, description="host:port of any ring member; none founds a ring")
-    key_file: Path = Field(description="the ring's shared key (hex), readable only by the daemon's user")
-    replay_window: float = Field(30.0, gt=0, description="seconds a message's timestamp may be off")
-    overlay: OverlayParams = OverlayParams()
-
-    @field_validator("node_id")
-    @classmethod
-    def _hex_id(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_id(value)
-        return value
-
-    @field_validator("advertise", "bootstrap")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_address(value)
-        return value
-
-    def identity(self) -> int:
-        return parse_id(self.node_id) if self.node_id else node_id_from_name(self.node_name)
-
-    def check_key(self, config_path: Path) -> None:
-        """A daemon's config is only good with a usable key: report it as a config error."""
-        try:
-            load_ring_key(self.key_file)
-        except KeyFileError as e:
-            raise ConfigError(f"{config_path}: ring.key_file: {e}") from None
 
 
 class UdpOverlay:
