@@ -37,6 +37,7 @@ class DaemonRef(_Frozen):
 class ScheddLoad(_Frozen):
     name: str
     address: str | None
+    machine: str | None = None
     idle: int
     running: int
     held: int

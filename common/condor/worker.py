@@ -163,6 +163,7 @@ def op_pool_load(collector: str | None) -> dict[str, Any]:
         projection=[
             "Name",
             "MyAddress",
+            "Machine",
             "TotalIdleJobs",
             "TotalRunningJobs",
             "TotalHeldJobs",
@@ -176,6 +177,7 @@ def op_pool_load(collector: str | None) -> dict[str, Any]:
             {
                 "name": ad.get("Name"),
                 "address": ad.get("MyAddress"),
+                "machine": ad.get("Machine"),
                 "idle": int(ad.get("TotalIdleJobs", 0)),
                 "running": int(ad.get("TotalRunningJobs", 0)),
                 "held": int(ad.get("TotalHeldJobs", 0)),

@@ -125,6 +125,11 @@ class SimNetwork:
         node = self.nodes[src]
         self._apply(node, node.core.send_direct(addr, payload))
 
+    def measure(self, src: int, peer: Peer) -> None:
+        """Node `src` probes `peer` for its round-trip time, as the daemons' `measure` does."""
+        node = self.nodes[src]
+        self._apply(node, node.core.measure(peer, self.now))
+
     # ------------------------------------------------------------------ queries
 
     def alive(self) -> list[SimNode]:
