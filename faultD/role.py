@@ -2,7 +2,7 @@
 
 Pure: it is fed messages, timer firings, leaf-set changes and snapshots of the local
 central-manager state, each with `now`, and returns what to send and what to change in HTCondor
-(`RoleOutput`). The trio daemon (faultD.service) and the simulator (faultD.sim) drive the same
+(`RoleOutput`). The trio daemon (faultD.service) and the simulator (sim.faultd) drive the same
 object.
 
 Rules, beyond the seed's figure:

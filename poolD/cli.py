@@ -149,8 +149,8 @@ def render_status(s: dict[str, Any]) -> str:
 
 
 def _simulate_overlay(args: argparse.Namespace) -> int:
-    from common.overlay.experiment import ExperimentConfig, OverlayExperiment
-    from common.overlay.topology import TopologyError
+    from sim.overlay_experiment import ExperimentConfig, OverlayExperiment
+    from sim.topology import TopologyError
 
     if args.nodes < 1 or args.lookups < 1:
         print("poold: error: --nodes and --lookups must be at least 1", file=sys.stderr)
@@ -176,7 +176,7 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
 
 
 def _simulate_traces(args: argparse.Namespace) -> int:
-    from poolD.sim_traces import cli_main
+    from sim.job_exchange import cli_main
 
     return cli_main(args.trace, args.months, args.seed)
 
@@ -185,7 +185,7 @@ COMMANDS = {"run": _run, "status": _status, "check-config": _check}
 
 
 def _simulate_paper(args: argparse.Namespace) -> int:
-    from poolD.experiments.paper import PaperConfig, run_paper
+    from sim.flock_paper import PaperConfig, run_paper
 
     if args.pools < 2:
         print("poold: error: --pools must be at least 2", file=sys.stderr)
@@ -195,7 +195,7 @@ def _simulate_paper(args: argparse.Namespace) -> int:
 
 
 def _simulate_four_pools(args: argparse.Namespace) -> int:
-    from poolD.experiments.paper import render_four_pools, run_four_pools
+    from sim.flock_paper import render_four_pools, run_four_pools
 
     if not 1 <= args.jobs_per_sequence <= 100:
         got = args.jobs_per_sequence
@@ -206,8 +206,25 @@ def _simulate_four_pools(args: argparse.Namespace) -> int:
     return 0
 
 
+SIM_DEPENDENCIES = ("numpy", "scipy", "matplotlib")
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    """`poold simulate ...`: the simulators are evaluation code in the `sim` package, whose
+    dependencies come with the `[sim]` extra; without them, say how to get them."""
+    try:
+        return getattr(args, "simulate", _simulate_overlay)(args)
+    except ModuleNotFoundError as e:
+        if e.name not in SIM_DEPENDENCIES:
+            raise
+        raise ConfigError(
+            f"'poold simulate' needs the simulation extra ({e.name} is not installed): "
+            "pip install 'condor-selforg[sim]'"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "simulate":
-        return run_main("poold", lambda: getattr(args, "simulate", _simulate_overlay)(args))
+        return run_main("poold", lambda: _simulate(args))
     return run_main("poold", lambda: COMMANDS[args.command](args))

@@ -60,7 +60,8 @@ import trio
 from common.condor import DaemonKind, DaemonRef, Gateway
 from common.logging import configure_logging
 from common.sandbox import Sandbox, SandboxPool
-from poolD.experiments.paper import (
+from poolD.federation import Federation
+from sim.flock_paper import (
     JOBS_PER_SEQUENCE,
     SITE_MACHINES,
     SITE_SEQUENCES,
@@ -68,7 +69,6 @@ from poolD.experiments.paper import (
     make_sequences,
     render_four_pools,
 )
-from poolD.federation import Federation
 
 DEFAULT_SCALE = 3.0
 DEFAULT_JOBS = 15

@@ -249,7 +249,7 @@ def test_two_cores_flock_through_each_other_with_no_network() -> None:
     """The busy pool's core and the free pool's core, piped into each other by the simulation
     driver: offers, the authorization handshake and FLOCK_TO, as the daemons would do it."""
     from common.overlay.node import OverlayNode, OverlayParams
-    from poolD.experiments.driver import SimulatedPoolDs
+    from sim.poold import SimulatedPoolDs
 
     def node(i: int) -> OverlayNode:
         n = OverlayNode(Peer(id=(i + 1) << 124, addr=f"n{i}"), OverlayParams(), random.Random(i))

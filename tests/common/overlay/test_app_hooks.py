@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from common.overlay.messages import Peer, app_message
 from common.overlay.node import BroadcastReceived, Delivered, Event, Received
-from common.overlay.sim import SimNetwork
 from common.wire import Message
+from sim.network import SimNetwork
 
 
 @app_message

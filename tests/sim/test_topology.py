@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from common.overlay.topology import LatencyMatrix, Placement, TopologyError, load_matrix, transit_stub
+from sim.topology import LatencyMatrix, Placement, TopologyError, load_matrix, transit_stub
 
 STUB_DOMAIN = 10  # routers per stub domain (default)
 TRANSIT_DOMAIN = 10 * 2 * 10  # stub routers per transit domain (default)

@@ -24,9 +24,9 @@ from common.overlay.node import (
     OverlayParams,
     Received,
 )
-from common.overlay.sim import SimNetwork
 from faultD.messages import StateFile
 from faultD.role import PointTo, Role, RoleMachine, RoleOutput, RoleParams, StartManager, StopManager
+from sim.network import SimNetwork
 
 # A pool's machines share a LAN: the overlay can afford short timeouts there.
 POOL_OVERLAY = OverlayParams(

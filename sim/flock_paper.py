@@ -19,7 +19,7 @@ What runs for real, and what is modelled:
   unit cannot matter, and skipping the heap and the `Direct` envelope is what makes ~15,000
   offers per time unit affordable. Not modelled: the blacklist of pools whose offers do not
   deliver (in this model an offer always delivers while the slots are free).
-- Pool schedulers: `poolD.models.FifoPool` (m slots, one FIFO queue, local first, flocking only
+- Pool schedulers: `sim.schedulers.FifoPool` (m slots, one FIFO queue, local first, flocking only
   when every local slot is busy; a remote pool runs a flocked job iff it has a free slot, else
   the job stays queued). Times are integers (inter-arrival and length are 1..17 units), so the
   pools are stepped one unit at a time; per unit, in this order: finished jobs free their slots,
@@ -58,14 +58,14 @@ import numpy as np
 import poolD.discovery
 from common.condor.types import PoolLoad
 from common.overlay.messages import Peer
-from common.overlay.sim import SimNetwork
-from common.overlay.topology import LatencyMatrix, Placement, transit_stub
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import CoreSettings, PoolCore
-from poolD.experiments.driver import SimulatedPoolDs
 from poolD.messages import Announcement
-from poolD.models import FifoJobs, FifoPool
 from poolD.policy import Policy, PolicyFile
+from sim.network import SimNetwork
+from sim.poold import SimulatedPoolDs
+from sim.schedulers import FifoJobs, FifoPool
+from sim.topology import LatencyMatrix, Placement, transit_stub
 
 JOBS_PER_SEQUENCE = 100
 UNIFORM = (1, 17)  # inter-arrival and length, time units, inclusive

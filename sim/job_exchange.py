@@ -31,16 +31,16 @@ import numpy as np
 
 from common.overlay.messages import Peer
 from common.overlay.node import Event, OverlayParams, Received
-from common.overlay.sim import SimNetwork
-from common.overlay.topology import Placement, transit_stub
 from common.wire import Message
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import CoreSettings, PoolCore
-from poolD.experiments.driver import SimulatedPoolDs
 from poolD.messages import Announcement
-from poolD.models import EasySite, ParallelJobs
 from poolD.policy import Policy
-from poolD.swf import SwfTrace, read_swf
+from sim.network import SimNetwork
+from sim.poold import SimulatedPoolDs
+from sim.schedulers import EasySite, ParallelJobs
+from sim.swf import SwfTrace, read_swf
+from sim.topology import Placement, transit_stub
 
 POLICIES = ("none", "poold", "pull")
 
@@ -311,7 +311,7 @@ def cli_main(trace_args: list[str], months: float, seed: int) -> int:
     import structlog
 
     from common.config import ConfigError
-    from poolD.swf import SwfError
+    from sim.swf import SwfError
 
     config = TracesConfig(traces=[parse_trace_arg(t) for t in trace_args], months=months or None, seed=seed)
     # Discovery logs every decision at debug level: millions of lines here. Warnings only, on

@@ -23,9 +23,9 @@ from typing import Any
 
 from common.overlay.messages import app_message
 from common.overlay.node import Delivered, Event, OverlayParams
-from common.overlay.sim import SimNetwork, route_latency_tracker
-from common.overlay.topology import LatencyMatrix, Placement, load_matrix, transit_stub
 from common.wire import Message
+from sim.network import SimNetwork, route_latency_tracker
+from sim.topology import LatencyMatrix, Placement, load_matrix, transit_stub
 
 
 @app_message
