@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, field_validator
 
+from common.cli import DaemonSection
 from common.config import StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
@@ -45,9 +45,8 @@ class CondorSection(StrictModel):
     poold_state: Path | None = Field(None, description="poold's state file, replicated if poold runs here")
 
 
-class DaemonSection(StrictModel):
+class FaultdDaemonSection(DaemonSection):
     control_socket: Path = Path("/run/faultd/faultd.sock")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
     gateway_timeout: float = Field(10.0, gt=0)
 
 
@@ -55,4 +54,4 @@ class FaultdConfig(StrictModel):
     fault: FaultSection
     ring: RingConfig
     condor: CondorSection = CondorSection()
-    daemon: DaemonSection = DaemonSection()
+    daemon: FaultdDaemonSection = FaultdDaemonSection()

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common.cli import run_main
-from common.config import ConfigError, load_config
-
-DEFAULT_CONFIG = Path("/etc/poold/poold.toml")
+from common.cli import DaemonCli, run_main
+from common.config import ConfigError
+from poolD.config import PooldConfig
+from poolD.policy import Policy
 
 
 def _fraction(text: str) -> float:
@@ -22,17 +22,7 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poold", description="self-organizing flocking of HTCondor pools")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the daemon (systemd: Type=notify)")
-    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
-    status = sub.add_parser("status", help="what the running daemon knows and did")
-    status.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="to find the control socket")
-    status.add_argument("--socket", type=Path, help="control socket (overrides the config)")
-    status.add_argument("--json", action="store_true")
-    check = sub.add_parser("check-config", help="validate a config file and its policy file")
-    check.add_argument("file", type=Path)
-
+    parser, sub = CLI.parser()
     simulate = sub.add_parser("simulate", help="run poolD's logic on the simulator")
     what = simulate.add_subparsers(dest="experiment", required=True)
     overlay = what.add_parser("overlay", help="the overlay alone: joins, lookups, churn; prints JSON")
@@ -71,45 +61,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(path: Path) -> Any:
-    from poolD.config import PooldConfig
-    from poolD.policy import Policy
-
-    config = load_config(path, PooldConfig)
+def _check(config: PooldConfig, path: Path) -> None:
     if config.daemon.policy_file is not None:
         Policy.load(config.daemon.policy_file)
     config.ring.check_key(path)
-    return config
 
 
-def _run(args: argparse.Namespace) -> int:
+def _serve(config: PooldConfig) -> int:
     import trio
 
     from common.logging import configure_logging
     from poolD.service import PoolDaemon
 
-    config = _load(args.config)
     configure_logging("poold", config.pool.name, level=config.daemon.log_level)
     trio.run(PoolDaemon(config).serve)
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
-    config = _load(args.file)
+def _describe(config: PooldConfig) -> str:
     policy = str(config.daemon.policy_file) if config.daemon.policy_file else "none (every pool allowed)"
-    print(
-        f"{args.file}: ok (pool {config.pool.name}, ring {config.ring.node_name} on port {config.ring.port}, "
-        f"bootstrap {config.ring.bootstrap or 'none: founds a ring'}, policy {policy})"
+    ring = config.ring
+    return (
+        f"pool {config.pool.name}, ring {ring.node_name} on port {ring.port}, "
+        f"bootstrap {ring.bootstrap or 'none: founds a ring'}, policy {policy}"
     )
-    return 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    from common.service import print_status
-    from poolD.config import PooldConfig
-
-    path = args.socket or load_config(args.config, PooldConfig).daemon.control_socket
-    return print_status("poold", path, render_status, as_json=args.json)
 
 
 def render_status(s: dict[str, Any]) -> str:
@@ -181,9 +156,6 @@ def _simulate_traces(args: argparse.Namespace) -> int:
     return cli_main(args.trace, args.months, args.seed)
 
 
-COMMANDS = {"run": _run, "status": _status, "check-config": _check}
-
-
 def _simulate_paper(args: argparse.Namespace) -> int:
     from sim.flock_paper import PaperConfig, run_paper
 
@@ -206,6 +178,19 @@ def _simulate_four_pools(args: argparse.Namespace) -> int:
     return 0
 
 
+CLI = DaemonCli(
+    prog="poold",
+    description="self-organizing flocking of HTCondor pools",
+    default_config=Path("/etc/poold/poold.toml"),
+    model=PooldConfig,
+    check=_check,
+    serve=_serve,
+    describe=_describe,
+    render_status=render_status,
+    status_help="what the running daemon knows and did",
+    check_help="validate a config file and its policy file",
+)
+
 SIM_DEPENDENCIES = ("numpy", "scipy", "matplotlib")
 
 
@@ -227,4 +212,4 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "simulate":
         return run_main("poold", lambda: _simulate(args))
-    return run_main("poold", lambda: COMMANDS[args.command](args))
+    return run_main("poold", lambda: CLI.command(args))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, field_validator
 
+from common.cli import DaemonSection
 from common.config import StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
@@ -44,11 +44,9 @@ class FlockingSection(StrictModel):
     authorize_incoming: bool = Field(True, description="set FLOCK_FROM for pools the policy lets in")
 
 
-class DaemonSection(StrictModel):
+class PooldDaemonSection(DaemonSection):
     control_socket: Path = Path("/run/poold/poold.sock")
     policy_file: Path | None = Field(None, description="none: every pool may share with us")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    gateway_timeout: float = Field(30.0, gt=0)
 
 
 class PooldConfig(StrictModel):
@@ -56,4 +54,4 @@ class PooldConfig(StrictModel):
     ring: RingConfig
     discovery: DiscoverySection = DiscoverySection()
     flocking: FlockingSection = FlockingSection()
-    daemon: DaemonSection = DaemonSection()
+    daemon: PooldDaemonSection = PooldDaemonSection()
