@@ -37,6 +37,8 @@ class FrameTooLarge(Exception):
 
 
 class DropReason(StrEnum):
+    """Why a codec dropped a message: the keys of `MessageCodec.drops`."""
+
     OVERSIZED = "oversized"
     TRUNCATED = "truncated"
     GARBAGE = "garbage"
@@ -47,6 +49,7 @@ class DropReason(StrEnum):
 
 
 def pack(obj: Any) -> bytes:
+    """Msgpack bytes, with bytes kept binary and str as text."""
     return msgpack.packb(obj, use_bin_type=True)
 
 
@@ -67,6 +70,7 @@ def unpack_array(data: bytes, length: int, shape: str) -> list[Any] | str:
 
 
 def frame(payload: bytes) -> bytes:
+    """A payload with its 4-byte length header, for a stream."""
     return HEADER.pack(len(payload)) + payload
 
 
@@ -78,6 +82,7 @@ class FrameDecoder:
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> None:
+        """Append received bytes; take frames out with next_frame."""
         self._buffer += data
 
     @property
@@ -132,6 +137,7 @@ class MessageCodec:
         self.drops: Counter[str] = Counter()
 
     def encode(self, msg: Message) -> bytes:
+        """A message as `[version, type, body]` msgpack; TypeError for another protocol's message."""
         if self.types.get(msg.TYPE) is not type(msg):
             raise TypeError(f"{type(msg).__name__} is not a message of protocol {self.name}")
         payload = pack([self.version, msg.TYPE, msg.model_dump(mode="python")])
@@ -140,15 +146,18 @@ class MessageCodec:
         return payload
 
     def encode_frame(self, msg: Message) -> bytes:
+        """An encoded message with its length header, for a stream."""
         return frame(self.encode(msg))
 
     def encode_datagram(self, msg: Message) -> bytes:
+        """An encoded message, checked to fit one UDP datagram."""
         payload = self.encode(msg)
         if len(payload) > min(self.max_size, MAX_DATAGRAM):
             raise ValueError(f"{msg.TYPE} message of {len(payload)} bytes does not fit a datagram")
         return payload
 
     def drop(self, reason: DropReason, peer: object, detail: str) -> None:
+        """Log a dropped message with its peer and count it under its reason."""
         self.drops[reason] += 1
         log.warning("message dropped", protocol=self.name, peer=str(peer), reason=str(reason), detail=detail)
 
@@ -175,6 +184,7 @@ class MessageCodec:
             return None
 
     def decode_datagram(self, data: bytes, peer: object) -> Message | None:
+        """The message in a datagram, or None if it is oversized or does not decode."""
         if len(data) > self.max_size:
             self.drop(DropReason.OVERSIZED, peer, f"datagram of {len(data)} bytes exceeds {self.max_size}")
             return None
@@ -193,11 +203,13 @@ class MessageStream:
         self._send_lock = trio.Lock()
 
     async def send(self, msg: Message) -> None:
+        """Send one message as a frame; concurrent senders do not interleave."""
         data = self.codec.encode_frame(msg)
         async with self._send_lock:
             await self.stream.send_all(data)
 
     async def receive(self) -> Message | None:
+        """The next valid message, or None once the peer is gone or broke framing (bad ones are skipped)."""
         while True:
             try:
                 payload = self._decoder.next_frame()
@@ -226,4 +238,5 @@ class MessageStream:
             yield msg
 
     async def aclose(self) -> None:
+        """Close the underlying stream."""
         await self.stream.aclose()

@@ -42,6 +42,7 @@ def _ago(seconds: float | None) -> str:
 
 
 def render_status(s: dict[str, Any]) -> str:
+    """`faultd status` for a terminal, from the status the daemon's control socket returns."""
     if s.get("role") == "joining":
         return f"faultd on {s.get('overlay')}: joining the pool's ring"
     lines = [
@@ -89,5 +90,6 @@ CLI = DaemonCli(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """faultd's entry point: parse `argv` and run the command; user errors exit 2 with one line."""
     args = CLI.parser()[0].parse_args(argv)
     return run_main("faultd", lambda: CLI.command(args))

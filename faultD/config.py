@@ -13,6 +13,8 @@ from common.overlay.ring import RingConfig
 
 
 class FaultSection(StrictModel):
+    """The `[fault]` section of faultd's config: this machine's part in failover, and its timing."""
+
     original_manager: bool = Field(False, description="true only in the central manager's config")
     manager_name: str | None = Field(
         None, description="the original manager's ring node_name: lets machines elect one if it never starts"
@@ -32,6 +34,8 @@ class FaultSection(StrictModel):
 
 
 class CondorSection(StrictModel):
+    """The `[condor]` section of faultd's config: HTCondor's files, role daemons, what is replicated."""
+
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
     config_dir: Path = Field(Path("/etc/condor/config.d"), description="where faultd writes its role file")
     role_file: str = Field("99-faultd-role.conf", pattern=r"^[A-Za-z0-9._-]+\.conf$")
@@ -46,11 +50,15 @@ class CondorSection(StrictModel):
 
 
 class FaultdDaemonSection(DaemonSection):
+    """The `[daemon]` section of faultd's config: common.cli.DaemonSection with faultd's defaults."""
+
     control_socket: Path = Path("/run/faultd/faultd.sock")
     gateway_timeout: float = Field(10.0, gt=0)
 
 
 class FaultdConfig(StrictModel):
+    """A whole faultd config file (TOML); config/faultd.toml documents every key."""
+
     fault: FaultSection
     ring: RingConfig
     condor: CondorSection = CondorSection()

@@ -22,6 +22,7 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """poold's parser: run, status and check-config (common.cli), and the simulate experiments."""
     parser, sub = CLI.parser()
     simulate = sub.add_parser("simulate", help="run poolD's logic on the simulator")
     what = simulate.add_subparsers(dest="experiment", required=True)
@@ -88,6 +89,7 @@ def _describe(config: PooldConfig) -> str:
 
 
 def render_status(s: dict[str, Any]) -> str:
+    """`poold status` for a terminal, from the status the daemon's control socket returns."""
     lines = [
         f"pool {s['pool']} (collector {s['collector']}), overlay node {s['node']['addr']} "
         f"id {s['node']['id'][:8]}…, {'joined' if s['joined'] else 'joining'}"
@@ -209,6 +211,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """poold's entry point: parse `argv` and run the command; user errors exit 2 with one line."""
     args = build_parser().parse_args(argv)
     if args.command == "simulate":
         return run_main("poold", lambda: _simulate(args))

@@ -14,6 +14,8 @@ from poolD.messages import POOL_NAME
 
 
 class PoolSection(StrictModel):
+    """The `[pool]` section of poold's config: the pool this poold serves."""
+
     name: str = Field(pattern=POOL_NAME, description="this pool's name, unique in the federation")
     collector: str = Field(description="host:port of this pool's collector, as other pools reach it")
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
@@ -26,6 +28,8 @@ class PoolSection(StrictModel):
 
 
 class DiscoverySection(StrictModel):
+    """The `[discovery]` section of poold's config: sending our offers, taking in those of others."""
+
     interval: float = Field(60.0, gt=0, description="seconds between load readings and offers")
     ttl: int = Field(1, ge=1, le=32, description="rows an offer travels (system-wide)")
     valid_for: float = Field(120.0, gt=0, description="how long our offers stand")
@@ -34,6 +38,8 @@ class DiscoverySection(StrictModel):
 
 
 class FlockingSection(StrictModel):
+    """The `[flocking]` section of poold's config: the Flocking Manager's rounds and limits."""
+
     interval: float = Field(60.0, gt=0)
     max_pools: int = Field(5, ge=1, le=100, description="at most this many pools in FLOCK_TO")
     withdraw_after: float = Field(300.0, ge=0, description="quiet seconds before FLOCK_TO is withdrawn")
@@ -45,11 +51,15 @@ class FlockingSection(StrictModel):
 
 
 class PooldDaemonSection(DaemonSection):
+    """The `[daemon]` section of poold's config (common.cli.DaemonSection) and its policy file."""
+
     control_socket: Path = Path("/run/poold/poold.sock")
     policy_file: Path | None = Field(None, description="none: every pool may share with us")
 
 
 class PooldConfig(StrictModel):
+    """A whole poold config file (TOML); config/poold.toml documents every key."""
+
     pool: PoolSection
     ring: RingConfig
     discovery: DiscoverySection = DiscoverySection()

@@ -97,6 +97,8 @@ Action = ReadLoad | Send | Measure | SetFlockTo | SetFlockFrom
 
 @dataclass
 class CoreOutput:
+    """What every input returns: actions for the driver, decisions worth a log line, next wake-up."""
+
     actions: list[Action] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # decisions worth a log line
     wakeup: float | None = None
@@ -117,6 +119,8 @@ class FlockToApplied:
 
 @dataclass(frozen=True)
 class FlockFromApplied:
+    """What setting FLOCK_FROM did: `error` is None when it was set."""
+
     action: SetFlockFrom
     error: str | None  # None: set
 
@@ -134,6 +138,7 @@ class CoreSettings:
     flocking: FlockingSection
 
     def discovery_settings(self) -> DiscoverySettings:
+        """The discovery module's settings, from our pool and the `[discovery]` section."""
         d = self.discovery
         return DiscoverySettings(
             pool=self.pool,
@@ -194,6 +199,7 @@ class PoolCore:
 
     @property
     def policy(self) -> Policy:
+        """The policy in force (replace_policy swaps it, keeping the blacklist)."""
         return self.discovery.policy
 
     # ------------------------------------------------------------------ inputs

@@ -211,6 +211,7 @@ class PoolDaemon:
         return self.status()
 
     def rtt(self, node_id: int) -> float | None:
+        """Seconds of round-trip time to a node, or None if not measured (or the overlay not started)."""
         return self.overlay.core.rtt.get(node_id) if self.overlay.core else None
 
     def status(self) -> dict[str, Any]:

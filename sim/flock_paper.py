@@ -96,6 +96,7 @@ class Workload:
 
     @property
     def pools(self) -> int:
+        """How many pools the workload has traces for."""
         return len(self.offsets) - 1
 
     @classmethod
@@ -156,6 +157,7 @@ def without_cycle_collector() -> Iterator[None]:
 
 @contextlib.contextmanager
 def quiet_discovery() -> Iterator[None]:
+    """While active, Discovery's debug log calls are dropped (millions per run); other levels log."""
     saved = poolD.discovery.log
     poolD.discovery.log = _NoDebug(saved)
     try:
@@ -229,6 +231,7 @@ class PoolDLayer:
 
     @property
     def flock_changes(self) -> int:
+        """How many times any pool's FLOCK_TO was set so far."""
         return self.poolds.flock_changes
 
     def _offer(self, src: int, addr: str, msg: Announcement, now: float) -> None:
@@ -328,6 +331,8 @@ def run_pools(
 
 @dataclass(frozen=True)
 class PaperConfig:
+    """The parameters of `poold simulate paper`: pools, seed, pool sizes, FLOCK_TO length, settling."""
+
     pools: int = 1000
     seed: int = 1
     size_range: tuple[int, int] = (25, 225)  # machines per pool, and sequences per pool's trace

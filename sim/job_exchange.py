@@ -59,6 +59,8 @@ WARMUP = 600.0  # virtual seconds for the overlay to form before the traces star
 
 @dataclass(frozen=True)
 class TracesConfig:
+    """The parameters of `poold simulate traces`: the traces, months kept, seed, poolD's settings."""
+
     traces: list[tuple[Path, int | None]]  # (file, slots or None: from the header)
     months: float | None = 11
     seed: int = 1
@@ -271,6 +273,7 @@ def metrics(traces: list[SwfTrace], jobs: ParallelJobs) -> dict[str, Any]:
 
 
 def run(config: TracesConfig) -> dict[str, Any]:
+    """Run every exchange policy on the traces; the result `poold simulate traces` prints as JSON."""
     traces = [read_swf(path, slots=slots, months=config.months) for path, slots in config.traces]
     results = {policy: metrics(traces, simulate(traces, policy, config)) for policy in POLICIES}
     sites = []

@@ -59,6 +59,7 @@ class SimulatedPoolDs:
         self.flock_changes = 0
 
     def start(self, now: float) -> None:
+        """Start every core at `now` and carry out what they ask for."""
         for p, core in enumerate(self.cores):
             self.execute(p, core.start(now), now)
 
@@ -75,6 +76,7 @@ class SimulatedPoolDs:
         self.execute(p, self.cores[p].on_message(message, now), now)
 
     def execute(self, p: int, out: CoreOutput, now: float) -> None:
+        """Carry out pool p's actions at once and feed their outcomes back (a ReadLoad needs nothing)."""
         core = self.cores[p]
         for action in out.actions:
             if isinstance(action, Send):

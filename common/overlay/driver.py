@@ -59,6 +59,7 @@ class UdpOverlay:
 
     @property
     def address(self) -> str:
+        """The host:port other nodes reach this one at (known once `run` has bound the socket)."""
         assert self.core is not None, "not started"
         return self.core.me.addr
 
@@ -68,6 +69,7 @@ class UdpOverlay:
         return dict(self.sealer.drops) | dict(self.codec.drops)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind the socket, start or join the ring, then receive until cancelled."""
         cfg = self.config
         sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
         with sock:
@@ -133,19 +135,25 @@ class UdpOverlay:
         return self.core
 
     async def route(self, key: int, payload: Message) -> None:
+        """Send a payload to the live node closest to `key`; see OverlayNode.route."""
         await self._apply(self._core().route(key, payload, trio.current_time()))
 
     async def send_to_row(self, row: int, payload: Message) -> None:
+        """Send a payload to every node in one row of our routing table."""
         await self._apply(self._core().send_to_row(row, payload))
 
     async def send_to_leaf_set(self, payload: Message) -> None:
+        """Send a payload to every member of our leaf set."""
         await self._apply(self._core().send_to_leaf_set(payload))
 
     async def send_direct(self, addr: str, payload: Message) -> None:
+        """Send a payload to the node at `addr` (host:port)."""
         await self._apply(self._core().send_direct(addr, payload))
 
     async def measure(self, peer: Peer) -> None:
+        """Probe a node's round-trip time unless already measured; see OverlayNode.measure."""
         await self._apply(self._core().measure(peer, trio.current_time()))
 
     async def broadcast(self, payload: Message) -> None:
+        """Reach every node of the ring once; see OverlayNode.broadcast."""
         await self._apply(self._core().broadcast(payload))

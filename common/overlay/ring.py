@@ -45,6 +45,7 @@ class RingConfig(StrictModel):
         return value
 
     def identity(self) -> int:
+        """This node's 128-bit id: `node_id` if given, else derived from `node_name`."""
         return parse_id(self.node_id) if self.node_id else node_id_from_name(self.node_name)
 
     def check_key(self, config_path: Path) -> None:
