@@ -121,7 +121,7 @@ control_socket = "{self.socket(name)}"
         return poll_until(what, predicate, timeout=timeout, logs=logs)
 
     def flock_to(self, name: str) -> str:
-        """FLOCK_TO as the pool's schedd sees it, read with condor_config_val ('' if none)."""
-        res = self.pools[name].exec("condor_config_val", "-schedd", "FLOCK_TO", check=False)
-        value = res.stdout.strip()
-        return "" if res.returncode != 0 or value.startswith("Not defined") else value
+        """FLOCK_TO as the pool's schedd sees it, read with condor_config_val ('' if none). A
+        query that fails raises SandboxError: it must not read as 'no FLOCK_TO'."""
+        value = self.pools[name].exec("condor_config_val", "-schedd", "FLOCK_TO").stdout.strip()
+        return "" if value.startswith("Not defined") else value
