@@ -189,7 +189,8 @@ class SandboxPool:
 
 class Sandbox:
     def __init__(self) -> None:
-        self.started: list[str] = []
+        self.started: list[str] = []  # up now
+        self.used: list[str] = []  # ever started by this Sandbox, down or not: what it must not leave
         self.dirs: list[str] = []
 
     def up(self, name: str, *, slots: int = 2, hosts: int = 1, subnet_per_host: bool = False) -> SandboxPool:
@@ -199,6 +200,8 @@ class Sandbox:
         data = json.loads(res.stdout)
         if name not in self.started:
             self.started.append(name)
+        if name not in self.used:
+            self.used.append(name)
         return SandboxPool(
             name=name,
             collector=data["collector"],

@@ -180,9 +180,17 @@ def test_up_is_idempotent_and_down_leaves_nothing(sandbox: Sandbox) -> None:
     before = master_address.read_text()
     again = sandbox.up("gwc", slots=1)  # no restart: same master, same address
     assert again.collector == first.collector and master_address.read_text() == before
+    # What is the pool's is named for it (how the session's leftover check tells its pools' from
+    # other sessions'): its namespace, its interface, the processes on its host.
+    mine = json.loads(sandbox_cli("status", "--json").stdout)["leftovers"]["by_pool"]["gwc"]
+    assert mine["netns"] == ["sb-gwc-0"] and len(mine["interfaces"]) == 1
+    master = [
+        pid for pid in netns_pids("sb-gwc-0") if Path(f"/proc/{pid}/comm").read_text() == "condor_master\n"
+    ]
+    assert len(master) == 1 and master[0] in mine["processes"]
     sandbox.down("gwc")
     status = json.loads(sandbox_cli("status", "--json").stdout)
-    assert not [n for n in status["leftovers"]["netns"] if n.startswith("sb-gwc-")]
+    assert "gwc" not in status["leftovers"]["by_pool"], status["leftovers"]["by_pool"]["gwc"]
     assert "gwc" not in [pool["name"] for pool in status["pools"]]
 
 
