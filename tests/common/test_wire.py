@@ -90,14 +90,14 @@ def test_oversized_frame_rejected_from_header_alone() -> None:
 
 def test_encode_refuses_oversized_and_foreign_messages() -> None:
     c = codec(max_size=64)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"announce message of \d+ bytes exceeds 64"):
         c.encode(Announce(pool="p" * 100, free_slots=1, ttl=1))
 
     class Stranger(Message):
         TYPE = "alive"
         x: int
 
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="Stranger is not a message of protocol test"):
         c.encode(Stranger(x=1))
 
 
