@@ -98,11 +98,13 @@ def main() -> int:
             print(f"{key:<22}{without[key]:>16}{with_poold[key]:>14}")
         return 1 if without["failed"] != "0" or with_poold["failed"] != "0" else 0
     finally:
-        fed.stop_all()
-        for name in POOLS:
-            box.down(name)
-        shutil.rmtree(workdir, ignore_errors=True)
-        print("pools stopped")
+        try:
+            fed.stop_all()  # a poold whose stop hangs is reported, after the pools are down
+        finally:
+            for name in POOLS:
+                box.down(name)
+            shutil.rmtree(workdir, ignore_errors=True)
+            print("pools stopped")
 
 
 if __name__ == "__main__":

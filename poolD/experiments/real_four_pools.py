@@ -59,7 +59,7 @@ import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway
 from common.logging import configure_logging
-from common.sandbox import Sandbox, SandboxPool
+from common.sandbox import GracefulStopFailed, Sandbox, SandboxPool
 from poolD.federation import Federation
 from sim.flock_paper import (
     JOBS_PER_SEQUENCE,
@@ -489,7 +489,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         experiment(args, jobs, result)
     finally:
         if args.federation is not None:
-            args.federation.stop_all()
+            try:
+                args.federation.stop_all()
+            except GracefulStopFailed as exc:  # reported with the results, not instead of them
+                result["stop_failed"] = str(exc)
+                print(f"four-pools: {exc}", file=sys.stderr)
         for name in list(args.box.started):
             try:
                 args.box.down(name)
@@ -503,4 +507,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(render(result))
     print(f"\noverhead: {json.dumps(result['overhead'])}")
-    return 1 if result["overhead"]["failed_jobs"] else 0
+    return 1 if result["overhead"]["failed_jobs"] or "stop_failed" in result else 0
