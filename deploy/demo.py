@@ -12,12 +12,15 @@ import os
 import shutil
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness works from a checkout
 
 import trio
 
 from common.logging import configure_logging
-from common.sandbox import Sandbox
-from poolD.federation import Federation
+from deploy.harness.federation import Federation
+from deploy.harness.sandbox import Sandbox
 
 POOLS = ["A", "B", "C", "D"]
 JOBS = 24

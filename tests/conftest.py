@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from common.sandbox import Sandbox, sandbox_cli
+from deploy.harness.sandbox import Sandbox, sandbox_cli
 
 
 @pytest.fixture(scope="session")

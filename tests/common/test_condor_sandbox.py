@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.condor import CondorError, DaemonKind, DaemonNotFound, DaemonRef, Gateway
-from common.sandbox import Sandbox, SandboxPool, netns_pids, poll_until_async, sandbox_cli
+from deploy.harness.sandbox import Sandbox, SandboxPool, netns_pids, poll_until_async, sandbox_cli
 
 pytestmark = pytest.mark.htcondor
 

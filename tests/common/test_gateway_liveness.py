@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from common.condor import CondorError, Gateway, GatewayCrashed, GatewayTimeout
-from common.sandbox import poll_until_async
+from deploy.harness.sandbox import poll_until_async
 
 
 class SilentCollector:

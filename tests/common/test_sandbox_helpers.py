@@ -1,4 +1,4 @@
-"""common.sandbox's helpers for tests: polling with a deadline, and stopping a daemon gracefully."""
+"""deploy.harness.sandbox's helpers for tests: polling with a deadline, and stopping a daemon gracefully."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from common.sandbox import GracefulStopFailed, poll_until, poll_until_async, stop_process, stop_processes
+from deploy.harness.sandbox import (
+    GracefulStopFailed,
+    poll_until,
+    poll_until_async,
+    stop_process,
+    stop_processes,
+)
 
 
 def test_poll_until_returns_the_first_truthy_value_and_treats_oserror_as_not_yet() -> None:

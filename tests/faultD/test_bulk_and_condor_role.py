@@ -14,8 +14,8 @@ from common.condor import DaemonRef, Gateway
 from common.overlay.auth import Sealer
 from common.overlay.bulk import BulkChannel
 from common.overlay.messages import Peer
-from common.sandbox import poll_until_async
 from common.wire import HEADER, Message, MessageCodec
+from deploy.harness.sandbox import poll_until_async
 from faultD.condor_role import ACCOUNTANT, CondorRole, daemon_answers
 from faultD.config import CondorSection
 from faultD.messages import PoolState, ReplicaPush, StateFile

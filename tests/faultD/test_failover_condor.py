@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from common.condor import Gateway
-from common.sandbox import Sandbox, poll_until_async
-from faultD.testbed import FaultPool
+from deploy.harness.fault_pool import FaultPool
+from deploy.harness.sandbox import Sandbox, poll_until_async
 
 pytestmark = pytest.mark.htcondor
 

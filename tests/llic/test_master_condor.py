@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from common.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
+from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
 from llic import submitter
 from llic.chef import MasterStatus
 from llic.state import MasterState, load_state

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from common.sandbox import Sandbox, SandboxPool, sandbox_cli
+from deploy.harness.sandbox import Sandbox, SandboxPool, sandbox_cli
 from llic.chef import MasterStatus
 from llic.netadmit import IN, OUT
 from llic.taskbook import TaskState

@@ -20,8 +20,8 @@ from common.condor import PoolLoad
 from common.overlay.auth import Sealer, load_ring_key
 from common.overlay.driver import parse_address
 from common.overlay.messages import Direct, Peer, overlay_codec
-from common.sandbox import SANDBOX, Sandbox, SandboxPool
-from poolD.federation import Federation
+from deploy.harness.federation import Federation
+from deploy.harness.sandbox import SANDBOX, Sandbox, SandboxPool
 from poolD.messages import Announcement
 
 pytestmark = pytest.mark.htcondor

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from common.sandbox import Sandbox, SandboxPool
-from poolD.federation import Federation
+from deploy.harness.federation import Federation
+from deploy.harness.sandbox import Sandbox, SandboxPool
 
 pytestmark = pytest.mark.htcondor
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from poolD.experiments.real_four_pools import (
+from deploy.harness.four_pools import (
     JobResult,
     PlannedJob,
     fifo_starts,

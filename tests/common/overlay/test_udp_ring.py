@@ -13,8 +13,8 @@ from common.overlay.driver import RingConfig, UdpOverlay, parse_address
 from common.overlay.ids import closeness, node_id_from_name
 from common.overlay.messages import Ping, app_message, overlay_codec
 from common.overlay.node import Delivered, Event, OverlayParams
-from common.sandbox import poll_until_async
 from common.wire import Message, pack
+from deploy.harness.sandbox import poll_until_async
 
 # Fast joins and maintenance, but no deadline a loaded machine could miss: nothing here tests failure
 # detection, so a node stalled for seconds must not be declared dead (leaf_timeout) nor routed

@@ -21,7 +21,7 @@ from common.condor import DaemonKind, DaemonRef, Gateway
 
 T = TypeVar("T")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "deploy" / "sandbox"
 
 

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 from common.condor import DaemonKind, DaemonRef
 from common.overlay.auth import generate_key_file
-from common.sandbox import (
+from common.service import query_control
+from deploy.harness.sandbox import (
     Sandbox,
     SandboxPool,
     netns_pids,
@@ -26,7 +27,6 @@ from common.sandbox import (
     start_in_netns,
     stop_processes,
 )
-from common.service import query_control
 
 PORT = 7641
 T = TypeVar("T")

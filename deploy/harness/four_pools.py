@@ -5,7 +5,7 @@ Pools A-D of 3 slots each get the paper's traces of 2, 2, 3 and 5 sequences (the
 as the simulation: `make_sequences` for the seed, of which the first `--jobs-per-sequence` jobs of
 each sequence are used); a job is `/bin/sleep <length x scale>` submitted at `<arrival x scale>`
 seconds, so one simulated minute becomes `--scale` seconds. Configuration I: the pools alone;
-II: the same kind of pools with poold on every central manager (`poolD.federation.Federation`);
+II: the same kind of pools with poold on every central manager (`deploy.harness.federation.Federation`);
 III: one pool of 12 slots that gets all 12 sequences. Wait = JobCurrentStartDate - QDate from
 `condor_history` on the submitting schedd (flocked jobs included), divided by the scale.
 
@@ -59,8 +59,8 @@ import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway
 from common.logging import configure_logging
-from common.sandbox import GracefulStopFailed, Sandbox, SandboxPool
-from poolD.federation import Federation
+from deploy.harness.federation import Federation
+from deploy.harness.sandbox import GracefulStopFailed, Sandbox, SandboxPool
 from sim.flock_paper import (
     JOBS_PER_SEQUENCE,
     SITE_MACHINES,

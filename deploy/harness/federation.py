@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from common.overlay.auth import generate_key_file
-from common.sandbox import Sandbox, SandboxPool, poll_until, start_in_netns, stop_process, stop_processes
 from common.service import query_control
+from deploy.harness.sandbox import (
+    Sandbox,
+    SandboxPool,
+    poll_until,
+    start_in_netns,
+    stop_process,
+    stop_processes,
+)
 
 T = TypeVar("T")
 
