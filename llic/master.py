@@ -67,6 +67,7 @@ import structlog
 import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
+from common.condor.address import parse_sinful
 from common.config import ConfigError
 from llic import protocol
 from llic.agent.inputfile import AgentInput, InitialTask
@@ -415,15 +416,12 @@ class AgentRunner(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _ip_of_sinful(sinful: str) -> str | None:
-    """'10.0.0.5' from '<10.0.0.5:9618?addrs=...>'."""
-    text = sinful.strip().lstrip("<").split("?", 1)[0].rstrip(">")
-    host = text.rsplit(":", 1)[0].strip("[]")
-    try:
-        socket.inet_aton(host)
-    except OSError:
-        return None
-    return host
+def _agent_ip(address: str | None) -> str | None:
+    """The IPv4 address in a daemon's sinful string, if agents can reach this master there (the
+    master listens on IPv4; loopback and 0.0.0.0 are no address for another machine)."""
+    parsed = parse_sinful(address)
+    ip = parsed.ip if parsed is not None else None
+    return str(ip) if ip is not None and ip.version == 4 and _usable(str(ip)) else None
 
 
 def _usable(ip: str | None) -> bool:
@@ -491,17 +489,12 @@ class GatewayAgents:
 
     async def agent_host(self) -> str | None:
         ref = self.schedd()
-        if ref is not None and ref.address:
-            ip = _ip_of_sinful(ref.address)
-            if _usable(ip):
-                return ip
-        if self.schedd_name:
+        ip = _agent_ip(ref.address) if ref is not None else None
+        if ip is None and self.schedd_name:
             for schedd in await self.gw.list_schedds():
-                if schedd.name == self.schedd_name and schedd.address:
-                    ip = _ip_of_sinful(schedd.address)
-                    if _usable(ip):
-                        return ip
-        return None
+                if schedd.name == self.schedd_name and (ip := _agent_ip(schedd.address)):
+                    break
+        return ip
 
     async def aclose(self) -> None:
         await self.gw.aclose()

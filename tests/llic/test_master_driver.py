@@ -418,8 +418,9 @@ def test_input_blobs_follow_condor_transfer_rules(tmp_path: Path) -> None:
 
 
 def test_address_of_a_sinful_string() -> None:
-    assert m._ip_of_sinful("<10.213.2.10:38399?addrs=10.213.2.10-38399&alias=cm>") == "10.213.2.10"
-    assert m._ip_of_sinful("<cm.example:9618>") is None
+    assert m._agent_ip("<10.213.2.10:38399?addrs=10.213.2.10-38399&alias=cm>") == "10.213.2.10"
+    assert m._agent_ip("<cm.example:9618>") is None
+    assert m._agent_ip("<127.0.0.1:9618>") is None and m._agent_ip("<[fd00::5]:9618>") is None
     assert not m._usable("127.0.0.1") and m._usable("10.0.0.1")
 
 
