@@ -72,17 +72,17 @@ from common.config import ConfigError
 from llic import protocol
 from llic.agent.inputfile import AgentInput, InitialTask
 from llic.agent_build import build_agent
-from llic.chef import (
+from llic.chef import ChefState, parse_agent_name
+from llic.config import LlicConfig
+from llic.events import (
     Action,
     AgentConnected,
     AgentSubmitted,
     BulkReady,
-    ChefState,
     CloseConnection,
     ConnectionBroken,
     GrantBulk,
     MasterEvent,
-    MasterStatus,
     Output,
     QueueSnapshot,
     RefuseAgent,
@@ -93,11 +93,9 @@ from llic.chef import (
     SubmitAgent,
     SubmitFailed,
     TransferDone,
-    parse_agent_name,
-    unfinished,
 )
-from llic.config import LlicConfig
 from llic.files import OutputPlacementError, place_outputs
+from llic.master_core import MasterStatus, unfinished
 from llic.netadmit import IN, OUT, Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, StateFileError, load_state, restore, save_state, snapshot
 from llic.submitfile import SubmitFileError, TaskSpec, parse_submit_file

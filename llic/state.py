@@ -30,8 +30,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.config import ConfigError
-from llic.chef import ChefRecord, ChefState, MasterCore, MasterStatus
+from llic.chef import ChefRecord, ChefState
 from llic.config import LlicConfig
+from llic.master_core import MasterCore, MasterStatus
 from llic.taskbook import TaskBook, TaskCounts, TaskOutcome, TaskRecord, TaskState
 
 MAGIC = "llic-master-state"

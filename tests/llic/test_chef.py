@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llic.chef import (
+from llic.chef import ChefState, parse_agent_name
+from llic.config import LlicConfig
+from llic.events import (
     Action,
     AgentConnected,
     AgentSubmitted,
-    ChefState,
     CloseConnection,
     ConnectionBroken,
-    MasterCore,
-    MasterStatus,
     Output,
     QueueSnapshot,
     RefuseAgent,
@@ -30,9 +29,8 @@ from llic.chef import (
     SendTasks,
     SubmitAgent,
     SubmitFailed,
-    parse_agent_name,
 )
-from llic.config import LlicConfig
+from llic.master_core import MasterCore, MasterStatus
 from llic.state import MasterInfo, restore, snapshot
 from llic.taskbook import Assignment, TaskOutcome, TaskState
 

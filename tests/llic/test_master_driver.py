@@ -16,8 +16,8 @@ import trio
 
 from llic import master as m
 from llic import protocol as p
-from llic.chef import MasterStatus
 from llic.config import LlicConfig
+from llic.master_core import MasterStatus
 from llic.state import MasterInfo, initial_state, load_state, save_state
 from llic.submitfile import parse_submit_file
 from llic.taskbook import TaskState

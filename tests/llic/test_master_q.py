@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from llic import cli
-from llic.chef import ChefRecord, ChefState, MasterStatus
+from llic.chef import ChefRecord, ChefState
 from llic.config import CONFIG_ENV, LlicConfig
+from llic.master_core import MasterStatus
 from llic.master_q import main, render_table, summarize
 from llic.state import (
     MasterInfo,

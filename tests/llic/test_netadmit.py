@@ -16,21 +16,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llic.chef import (
+from llic.chef import ChefState
+from llic.config import LlicConfig
+from llic.events import (
     AgentConnected,
     AgentSubmitted,
     BulkReady,
-    ChefState,
     ConnectionBroken,
     GrantBulk,
-    MasterCore,
     Output,
     ResultReceived,
     SendTasks,
     SubmitAgent,
     TransferDone,
 )
-from llic.config import LlicConfig
+from llic.master_core import MasterCore
 from llic.netadmit import (
     IN,
     OUT,

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llic.chef import AgentConnected, AgentSubmitted, ChefState, MasterCore, MasterStatus, ResultReceived
+from llic.chef import ChefState
 from llic.config import LlicConfig
+from llic.events import AgentConnected, AgentSubmitted, ResultReceived
+from llic.master_core import MasterCore, MasterStatus
 from llic.state import (
     MasterInfo,
     MasterState,
