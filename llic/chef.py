@@ -32,9 +32,10 @@ from llic.events import (
     SendTasks,
     SubmitAgent,
     SubmitFailed,
+    WelcomeAgent,
 )
 from llic.netadmit import Gate, NetAdmit
-from llic.taskbook import TaskBook, TaskState
+from llic.taskbook import Assignment, TaskBook, TaskState
 
 
 class ChefState(StrEnum):
@@ -171,6 +172,8 @@ class Chef:
             case AgentConnected():
                 if s is ChefState.LAUNCHED:
                     self.rec.state = ChefState.RUNNING
+                    threshold = self.net.bulk_threshold if self.net is not None else 0
+                    out.actions.append(WelcomeAgent(self.agent, self.config.window_size, threshold))
                     out.notes.append(f"chef {self.index}: agent {self.agent} connected")
                     self.fill(book, others, out)
                 else:
@@ -225,7 +228,7 @@ class Chef:
                 gate = None if self.net is None else Gate(self.net, self.agent, self.now)
                 tasks = book.take(rec.index, space, others, gate)
                 if tasks:
-                    out.actions.append(SendTasks(self.agent, tuple(tasks)))
+                    out.actions.append(SendTasks(self.agent, tuple(tasks), self._rates(tasks)))
                 if gate is not None and gate.waiting:
                     pass  # tasks held for network capacity: more comes when a transfer ends
                 elif len(tasks) < space:
@@ -235,6 +238,13 @@ class Chef:
             rec.state = ChefState.TERMINATED
             out.actions.append(CloseConnection(self.agent, "no more tasks for this agent"))
             out.notes.append(f"chef {rec.index}: agent {self.agent} finished its tasks")
+
+    def _rates(self, tasks: list[Assignment]) -> tuple[tuple[int, float], ...]:
+        """The paced ones among `tasks`: admission reserved a rate for their inputs."""
+        if self.net is None:
+            return ()
+        paced = ((a.process, self.net.pace(a.process)) for a in tasks)
+        return tuple((process, bps) for process, bps in paced if bps is not None)
 
     def _launch(self, book: TaskBook, others: Collection[int], out: Output) -> None:
         rec = self.rec

@@ -3,10 +3,11 @@
 Events are what the driver (llic/master.py) saw happen: an agent submitted or refused by the
 schedd, an agent connected, a result or a large result's announcement arrived, a connection broke,
 the schedd queue read, a transfer ended. Actions are what the core decided the driver must do:
-submit or remove agent jobs, send tasks, close or refuse a connection, let a large result come.
-Each entry point of the core returns an `Output`: its actions, in the order they must be carried
-out, and notes for the log. Plain frozen records, no behaviour (h11 keeps its events apart the
-same way), so that drivers, simulations and tests can build and match them freely.
+submit or remove agent jobs, welcome, refuse or close a connection, send tasks, let a large
+result come, save the state file, ask for a negotiation cycle, read the schedd queue. Each entry
+point of the core returns an `Output`: its actions, in the order they must be carried out, notes
+for the log, and when the core next wants its timer. Plain frozen records, no behaviour (h11 keeps
+its events apart the same way), so that drivers, simulations and tests build and match them freely.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ class AgentSubmitted:
 
 @dataclass(frozen=True)
 class SubmitFailed:
+    """The schedd refused the agent's job (or it could not be prepared)."""
+
     agent: str
     reason: str
 
 
 @dataclass(frozen=True)
 class AgentConnected:
-    """The agent connected and passed the handshake; the driver sends `welcome` unless the
-    output refuses it."""
+    """The agent connected and passed the handshake; the output welcomes it (WelcomeAgent) or
+    refuses it (RefuseAgent)."""
 
     agent: str
     address: str = ""  # the agent's IP address as the master sees it (its subnet, llic.netadmit)
@@ -43,6 +46,9 @@ class AgentConnected:
 
 @dataclass(frozen=True)
 class ResultReceived:
+    """The agent's result for one run of one task (its returned files placed, in TRANSFER
+    modes, when `MasterCore.wants_result` said it counts)."""
+
     agent: str
     process: int
     attempt: int
@@ -59,11 +65,18 @@ class ConnectionBroken:
 
 @dataclass(frozen=True)
 class QueueSnapshot:
-    """The ids of this master's agent jobs that are alive (idle or running) in the schedd queue.
-    Held, removed and completed jobs are not alive: an agent held for good would otherwise keep
-    its chef waiting forever."""
+    """The answer to PollQueue: the ids of this master's agent jobs that are alive (idle or
+    running) in the schedd queue. Held, removed and completed jobs are not alive: an agent held
+    for good would otherwise keep its chef waiting forever."""
 
     alive_job_ids: frozenset[str]
+
+
+@dataclass(frozen=True)
+class QueuePollFailed:
+    """The answer to PollQueue when the schedd could not be asked: the next poll comes later."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,7 @@ MasterEvent = (
     | ResultReceived
     | ConnectionBroken
     | QueueSnapshot
+    | QueuePollFailed
     | TransferDone
     | BulkReady
 )
@@ -126,18 +140,42 @@ class RemoveAgents:
 
 
 @dataclass(frozen=True)
+class WelcomeAgent:
+    """Answer the handshake with `welcome {window[, bulk_threshold]}` (before anything else this
+    output sends the agent); `bulk_threshold` 0: every result comes at once."""
+
+    agent: str
+    window: int
+    bulk_threshold: int = 0
+
+
+@dataclass(frozen=True)
 class SendTasks:
+    """Send these runs of tasks to the agent, in order. `rates` holds the processes whose private
+    inputs were admitted on a limited subnet, with the rate (bits per second) admission reserved
+    for them: the driver writes those inputs no faster (llic.netadmit)."""
+
     agent: str
     tasks: tuple[Assignment, ...]
+    rates: tuple[tuple[int, float], ...] = ()
+
+    def rate_of(self, process: int) -> float | None:
+        """The reserved rate of `process`'s inputs; None: as fast as the link goes."""
+        return dict(self.rates).get(process)
 
 
 @dataclass(frozen=True)
 class SendNoMoreTasks:
+    """Tell the agent that no more tasks come (`no_more_tasks`): it exits once its results are
+    back."""
+
     agent: str
 
 
 @dataclass(frozen=True)
 class CloseConnection:
+    """Deliver what is queued for the agent, then close its connection."""
+
     agent: str
     reason: str
 
@@ -161,13 +199,47 @@ class GrantBulk:
     rate_bps: float = 0.0
 
 
-Action = SubmitAgent | RemoveAgents | SendTasks | SendNoMoreTasks | CloseConnection | RefuseAgent | GrantBulk
+@dataclass(frozen=True)
+class SaveState:
+    """Write the state file now, before the actions after it. First in an output when the save
+    must precede acting (a new run number, a newly learned agent job); alone from `on_timer`
+    when changes have waited STATE_SAVE_INTERVAL; last from `finish`."""
+
+
+@dataclass(frozen=True)
+class Reschedule:
+    """Ask the schedd for a negotiation cycle (condor_reschedule): agents wait for slots."""
+
+
+@dataclass(frozen=True)
+class PollQueue:
+    """Read which of this master's agent jobs are alive; answer with QueueSnapshot or
+    QueuePollFailed."""
+
+
+Action = (
+    SubmitAgent
+    | RemoveAgents
+    | WelcomeAgent
+    | SendTasks
+    | SendNoMoreTasks
+    | CloseConnection
+    | RefuseAgent
+    | GrantBulk
+    | SaveState
+    | Reschedule
+    | PollQueue
+)
 
 
 @dataclass
 class Output:
+    """What one entry point of the core decided: actions to carry out in order, notes for the
+    log, and when the core wants `on_timer` called next (None: no timer)."""
+
     actions: list[Action] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # for the log: what was decided and why
+    wakeup: float | None = None
 
     def extend(self, other: Output) -> None:
         self.actions += other.actions

@@ -22,13 +22,13 @@ re-runs it when it is killed or exits non-zero, and it resumes from STATE_FILE. 
    result never blocks a task on its way (and the reverse). In TRANSFER modes a task's private
    input files travel with it as blobs, and returned files are placed with `files.place_outputs`;
    a result counts only through `ResultReceived` (the core records each task once).
-4. Every RESCHEDULE_INTERVAL, while agents wait for slots, asks the schedd for a negotiation
-   cycle; every QUEUE_POLL_INTERVAL, reads which agent jobs are still idle or running, so that
-   an agent that died before connecting (or was held, or removed) is noticed (`QueueSnapshot`).
-5. Saves the state when the core says `save_now` (before acting) and otherwise when `dirty`, at
-   most STATE_SAVE_INTERVAL apart; at the end removes every agent job it ever submitted (and, by
-   attribute, any other of this master's), saves, and exits 0 (all done) or 3 (gave up: every
-   chef unrecoverable; master_submitter's `on_exit_hold` holds it with that reason).
+4. Asks the schedd for a negotiation cycle (`Reschedule`), reads which agent jobs are still idle
+   or running (`PollQueue`, answered with `QueueSnapshot`: an agent that died before connecting,
+   or was held, or removed, is noticed) and saves the state file (`SaveState`) when the core
+   says so; the core's timer (`on_timer`, at each output's `wakeup`) is where those come from.
+5. At the end removes every agent job it ever submitted (and, by attribute, any other of this
+   master's), saves, and exits 0 (all done) or 3 (gave up: every chef unrecoverable;
+   master_submitter's `on_exit_hold` holds it with that reason).
 
 Malformed input from the network (garbage, unknown or oversized frames, a wrong secret, a
 handshake that stalls) is dropped with its connection and counted in `counters` (in the state
@@ -69,10 +69,11 @@ import trio
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
 from common.condor.address import parse_sinful
 from common.config import ConfigError
+from common.timer import Wakeup
 from llic import protocol
 from llic.agent.inputfile import AgentInput, InitialTask
 from llic.agent_build import build_agent
-from llic.chef import ChefState, parse_agent_name
+from llic.chef import parse_agent_name
 from llic.config import LlicConfig
 from llic.events import (
     Action,
@@ -84,18 +85,23 @@ from llic.events import (
     GrantBulk,
     MasterEvent,
     Output,
+    PollQueue,
+    QueuePollFailed,
     QueueSnapshot,
     RefuseAgent,
     RemoveAgents,
+    Reschedule,
     ResultReceived,
+    SaveState,
     SendNoMoreTasks,
     SendTasks,
     SubmitAgent,
     SubmitFailed,
     TransferDone,
+    WelcomeAgent,
 )
 from llic.files import OutputPlacementError, place_outputs
-from llic.master_core import MasterStatus, unfinished
+from llic.master_core import MasterStatus
 from llic.netadmit import IN, OUT, Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, StateFileError, load_state, restore, save_state, snapshot
 from llic.submitfile import SubmitFileError, TaskSpec, parse_submit_file
@@ -111,9 +117,7 @@ HANDSHAKE_TIMEOUT = 30.0  # an authenticated agent answers in milliseconds
 CLOSE_TIMEOUT = 10.0  # a closing connection gets this long to deliver what is queued for it
 RECV_SIZE = 1 << 18
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
-RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
-SAVE_CHECK = 0.25  # how often the saver looks at `dirty`
 MIN_RATE_ATTR = "llicminmbps"  # +LlicMinMbps = 8 in the submit file (issue 8 item 4)
 AGENT_PYTHON = "/usr/bin/python3"
 MASTER_ATTR = "LlicMaster"  # job attribute naming the master on every agent job
@@ -630,7 +634,6 @@ class Master:
     ) -> None:
         self.plan = plan
         self.config = plan.config
-        self.core = restore(state, plan.config)
         net = NetAdmit(
             Capacity.parse(plan.config.network_capacity),
             per_subnet=plan.config.network_transfers_per_subnet,
@@ -638,7 +641,7 @@ class Master:
             bulk_threshold=plan.config.bulk_output_threshold if plan.transfer else 0,
         )
         net.stats.restore(state.extra.get("net"))
-        self.core.use_net(net)
+        self.core = restore(state, plan.config, net)
         self.runner = runner
         self.extra: dict[str, Any] = dict(state.extra)
         self.counters: Counter[str] = Counter()
@@ -649,11 +652,12 @@ class Master:
         self.handshake_timeout = HANDSHAKE_TIMEOUT
         self.conns: dict[str, AgentConnection] = {}
         self.pyz: Path | None = None
-        self.last_save = -math.inf
         self.stop_reason: str | None = None
         self.exit_signal: int | None = None
         self._over = trio.Event()
-        self._wake_reschedule = trio.Event()
+        self._wakeup = Wakeup()  # the core's timer, on trio's clock
+        self._reschedule_wanted = trio.Event()
+        self._poll_wanted = trio.Event()
         self._submit_send, self._submit_recv = trio.open_memory_channel[SubmitAgent](math.inf)
         self._remove_send, self._remove_recv = trio.open_memory_channel[RemoveAgents](math.inf)
         self.log = log.bind(master=plan.info.master_id)
@@ -664,44 +668,52 @@ class Master:
         self.apply(self.core.handle(event, time.time()))
 
     def apply(self, out: Output) -> None:
-        """Carry out the core's output: save first when it asks, then queue every action where
+        """Carry out the core's output in order: saves at once, every other action queued where
         it belongs (nothing here waits, so events are handled in the order they happened)."""
         for note in out.notes:
             self.log.info(note)
-        if self.core.save_now:
-            self.save()
         for action in out.actions:
-            match action:
-                case SubmitAgent():
-                    self._submit_send.send_nowait(action)
-                case RemoveAgents():
-                    self._remove_send.send_nowait(action)
-                case SendTasks() | SendNoMoreTasks() | GrantBulk():
-                    conn = self.conns.get(action.agent)
-                    if conn is not None and conn.closing is None:
-                        conn.send.send_nowait(action)
-                case CloseConnection(agent=agent, reason=reason):
-                    conn = self.conns.get(agent)
-                    if conn is not None:
-                        conn.close(reason)
-                case RefuseAgent(agent=agent, reason=reason):
-                    conn = self.conns.get(agent)
-                    if conn is not None and conn.refusal is None:
-                        conn.refusal = reason
+            self.execute(action)
+        delay = math.inf if out.wakeup is None else max(0.0, out.wakeup - time.time())
+        self._wakeup.set(trio.current_time() + delay)
         if self.core.over:
             self._over.set()
+
+    def execute(self, action: Action) -> None:
+        """One action, without waiting: what takes time goes to the task that does it."""
+        match action:
+            case SaveState():
+                self.save()
+            case SubmitAgent():
+                self._submit_send.send_nowait(action)
+            case RemoveAgents():
+                self._remove_send.send_nowait(action)
+            case Reschedule():
+                self._reschedule_wanted.set()
+            case PollQueue():
+                self._poll_wanted.set()
+            case WelcomeAgent() | SendTasks() | SendNoMoreTasks() | GrantBulk():
+                conn = self.conns.get(action.agent)
+                if conn is not None and conn.closing is None:
+                    conn.send.send_nowait(action)
+            case CloseConnection(agent=agent, reason=reason):
+                conn = self.conns.get(agent)
+                if conn is not None:
+                    conn.close(reason)
+            case RefuseAgent(agent=agent, reason=reason):
+                conn = self.conns.get(agent)
+                if conn is not None and conn.refusal is None:
+                    conn.refusal = reason
 
     def save(self) -> None:
         """Write the state file now (atomic; StateFileError propagates: the master exits and
         HTCondor re-runs it from the last good save)."""
+        now = time.time()
         self.extra["counters"] = dict(self.counters)
         self.extra["agent_host"] = self.host
         self.extra["port"] = self.port
-        self.extra["net"] = self.core.net.snapshot(time.time())
-        save_state(self.plan.state_path, snapshot(self.core, self.plan.info, time.time(), self.extra))
-        self.core.dirty = False
-        self.core.save_now = False
-        self.last_save = trio.current_time()
+        self.extra["net"] = self.core.net_figures(now)
+        save_state(self.plan.state_path, snapshot(self.core, self.plan.info, now, self.extra))
 
     # ------------------------------------------------------------------ the run
 
@@ -712,11 +724,11 @@ class Master:
         if self.host is None:
             self.host = await self._find_host()
         self.pyz = await trio.to_thread.run_sync(build_agent, self.plan.outdir)
-        self.core.net.sizes = await trio.to_thread.run_sync(self.plan.input_sizes)
+        sizes = await trio.to_thread.run_sync(self.plan.input_sizes)
         self.log.info(
             "master starting",
             run=self.core.run + 1,
-            tasks=str(self.core.book.counts()),
+            tasks=str(self.core.counts()),
             mode=self.plan.mode,
             agents_connect_to=f"{self.host}:{self.port}",
         )
@@ -733,22 +745,22 @@ class Master:
             nursery.start_soon(self._serve_listeners, listeners, nursery)
             nursery.start_soon(self._submitter)
             nursery.start_soon(self._remover)
-            nursery.start_soon(self._saver)
+            nursery.start_soon(self._wakeup.run, self._on_timer)
             nursery.start_soon(self._rescheduler)
             nursery.start_soon(self._poller)
             nursery.start_soon(self._signals)
-            self.apply(self.core.start(slots, time.time()))
+            self.apply(self.core.start(slots, time.time(), input_sizes=sizes))
             task_status.started(self.port)
             await self._over.wait()
             await self._finish()
             nursery.cancel_scope.cancel()
         status = self.core.status
-        counts = self.core.book.counts()
+        counts = self.core.counts()
         self.log.info("master finished", status=str(status), tasks=str(counts), counters=dict(self.counters))
         if status is MasterStatus.DONE:
             return EXIT_DONE
         if status is MasterStatus.GAVE_UP:
-            left = unfinished(self.core.book)
+            left = self.core.unfinished()
             print(
                 f"llic-master: gave up: every agent failed {self.config.num_agent_recoveries} recoveries;"
                 f" {len(left)} tasks unfinished (processes {left[:20]}{'...' if len(left) > 20 else ''})",
@@ -759,15 +771,15 @@ class Master:
 
     async def _finish(self) -> None:
         reason = self.stop_reason or ("all tasks done" if self.core.finished else "gave up")
-        done = [c.rec.job_id for c in self.core.chefs if c.state is ChefState.TERMINATED]
-        leaving = {job for job in done if job is not None}
+        leaving = set(self.core.exiting_agent_jobs())
         out = self.core.finish(time.time(), reason)
-        self.apply(out)
+        *acting, save = out.actions  # finish() saves last: after the removals, the master's last act
+        self.apply(Output(acting, out.notes))  # connections closed, removals queued
         with trio.move_on_after(60) as scope:
             scope.shield = True
             if self.core.finished and self.stop_reason is None:
                 await self._let_agents_leave(leaving)
-            for action in out.actions:
+            for action in acting:  # each to its end before the master exits
                 if isinstance(action, RemoveAgents):
                     await self._remove_quietly(action.job_ids, action.reason)
             try:
@@ -776,7 +788,7 @@ class Master:
                 self.log.warning("final removal by attribute failed", error=str(e))
             for conn in list(self.conns.values()):
                 conn.close(reason)
-            self.save()
+            self.execute(save)
 
     async def _let_agents_leave(self, leaving: set[str]) -> None:
         """Agents that finished their tasks exit by themselves within moments; removing them
@@ -843,8 +855,6 @@ class Master:
             failures = 0
             self.log.debug("agent submitted", agent=action.agent, job=job_id)
             self.feed(AgentSubmitted(action.agent, job_id))
-            if self._submit_recv.statistics().current_buffer_used == 0:
-                self._wake_reschedule.set()
 
     def _prepare_agent(self, action: SubmitAgent) -> dict[str, str]:
         """The agent's directory and input file (0600: it holds the secret), then its job."""
@@ -905,46 +915,32 @@ class Master:
         except GatewayError as e:
             self.log.warning("agent removal failed", jobs=list(job_ids), error=str(e))
 
+    async def _on_timer(self, _: float) -> None:
+        self.apply(self.core.on_timer(time.time()))
+
     async def _rescheduler(self) -> None:
-        """§3.7 step 7: while agents wait for slots, ask for negotiation cycles. Right after
-        agents were submitted, once at once and once more RESCHEDULE_FOLLOW_UP later: the first
-        cycle often starts before the schedd's submitter ad shows the new idle jobs."""
-        wait = self.config.reschedule_interval
+        """Carry out Reschedule actions (§3.7 step 7), one call at a time: those that come while
+        one is under way make one more."""
         while True:
-            with trio.move_on_after(wait):
-                await self._wake_reschedule.wait()
-            woken = self._wake_reschedule.is_set()
-            self._wake_reschedule = trio.Event()
-            wait = (
-                min(RESCHEDULE_FOLLOW_UP, self.config.reschedule_interval)
-                if woken
-                else self.config.reschedule_interval
-            )
-            if any(c.state is ChefState.LAUNCHED for c in self.core.chefs):
-                try:
-                    await self.runner.reschedule()
-                except GatewayError as e:
-                    self.log.warning("reschedule failed", error=str(e))
+            await self._reschedule_wanted.wait()
+            self._reschedule_wanted = trio.Event()
+            try:
+                await self.runner.reschedule()
+            except GatewayError as e:
+                self.log.warning("reschedule failed", error=str(e))
 
     async def _poller(self) -> None:
-        """§3.7: agents gone from the schedd queue. Jobs learned while the query ran count as
-        alive (the answer may predate them)."""
+        """Carry out PollQueue actions: which agent jobs are still idle or running (§3.7)."""
         while True:
-            await trio.sleep(self.config.queue_poll_interval)
-            known = set(self.core.agent_job_ids())
+            await self._poll_wanted.wait()
+            self._poll_wanted = trio.Event()
             try:
                 alive = await self.runner.alive(self.plan.info.master_id)
             except GatewayError as e:
                 self.log.warning("queue poll failed", error=str(e))
+                self.feed(QueuePollFailed(str(e)))
                 continue
-            alive |= set(self.core.agent_job_ids()) - known
             self.feed(QueueSnapshot(frozenset(alive)))
-
-    async def _saver(self) -> None:
-        while True:
-            await trio.sleep(SAVE_CHECK)
-            if self.core.dirty and trio.current_time() - self.last_save >= self.config.state_save_interval:
-                self.save()
 
     # ------------------------------------------------------------------ agents' connections
 
@@ -1056,10 +1052,6 @@ class Master:
         return conn
 
     async def _serve_connection(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
-        welcome: dict[str, Any] = {"t": protocol.WELCOME, "window": self.config.window_size}
-        if self.core.net.bulk_threshold > 0:
-            welcome["bulk_threshold"] = self.core.net.bulk_threshold  # agents ask before large returns
-        await self._send(conn.stream, welcome)
         failure: list[BaseException] = []
 
         async def guarded(part: Any, *args: Any) -> None:
@@ -1084,9 +1076,14 @@ class Master:
                 case None:
                     await conn.stream.send_eof()
                     return
+                case WelcomeAgent(window=window, bulk_threshold=threshold):
+                    welcome: dict[str, Any] = {"t": protocol.WELCOME, "window": window}
+                    if threshold > 0:
+                        welcome["bulk_threshold"] = threshold  # agents ask before large returns
+                    await self._send(conn.stream, welcome)
                 case SendTasks(tasks=tasks):
                     for assignment in tasks:
-                        await self._send_task(conn, assignment)
+                        await self._send_task(conn, assignment, action.rate_of(assignment.process))
                 case SendNoMoreTasks():
                     await self._send(conn.stream, {"t": protocol.NO_MORE_TASKS})
                 case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
@@ -1095,7 +1092,7 @@ class Master:
                         go["rate_bps"] = max(1, math.floor(rate_bps))  # the agent paces at this
                     await self._send(conn.stream, go)
 
-    async def _send_task(self, conn: AgentConnection, assignment: Assignment) -> None:
+    async def _send_task(self, conn: AgentConnection, assignment: Assignment, pace: float | None) -> None:
         spec = self.plan.specs[assignment.process]
         task = task_of(spec, assignment.attempt)
         entries: list[dict[str, Any]] = []
@@ -1119,7 +1116,6 @@ class Master:
             outcome = TaskOutcome(protocol.STATUS_PREPARE_FAILED, error=f"master cannot send the task: {e}")
             self.feed(ResultReceived(conn.agent, assignment.process, assignment.attempt, outcome))
             return
-        pace = self.core.net.pace(assignment.process)
         start = time.time()
         written = [False]
         try:
@@ -1181,13 +1177,7 @@ class Master:
             nbytes = sum(e["size"] for e in msg.files)
             self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, time.time()))
         self.counters["results"] += 1
-        chef = self.core.chefs[conn.chef] if conn.chef < len(self.core.chefs) else None
-        current = (
-            chef is not None
-            and chef.agent == conn.agent
-            and chef.state is ChefState.RUNNING
-            and self.core.book.check(conn.chef, result.process, result.attempt) is None
-        )
+        current = self.core.wants_result(conn.agent, result.process, result.attempt)
         error = result.error
         if current and msg.files:
             spec = self.plan.specs[result.process]
@@ -1248,7 +1238,7 @@ async def _amain(args: argparse.Namespace, state: MasterState, plan: Plan) -> in
         master = Master(plan, state, runner, host=args.host, port=args.port, agent_python=args.agent_python)
         code = await master.run()
         summary = {"master": plan.info.master_id, "status": str(master.core.status)}
-        print(json.dumps(summary | {"tasks": vars(master.core.book.counts())}), flush=True)  # master.out
+        print(json.dumps(summary | {"tasks": vars(master.core.counts())}), flush=True)  # master.out
         return code
     finally:
         with trio.CancelScope(shield=True):

@@ -33,6 +33,7 @@ from common.config import ConfigError
 from llic.chef import ChefRecord, ChefState
 from llic.config import LlicConfig
 from llic.master_core import MasterCore, MasterStatus
+from llic.netadmit import NetAdmit
 from llic.taskbook import TaskBook, TaskCounts, TaskOutcome, TaskRecord, TaskState
 
 MAGIC = "llic-master-state"
@@ -119,10 +120,11 @@ def snapshot(
     )
 
 
-def restore(state: MasterState, config: LlicConfig | None = None) -> MasterCore:
+def restore(state: MasterState, config: LlicConfig | None = None, net: NetAdmit | None = None) -> MasterCore:
     """The core a restarted master goes on with (then call `start`): results recorded before are
     kept exactly once; tasks that were running are queued again (their agents are removed by
-    `start`). `config` defaults to the snapshot the master ran with."""
+    `start`). `config` defaults to the snapshot the master ran with; `net`, the network
+    admission it runs with (default: accounting only, no limits)."""
     if config is None:
         try:
             config = LlicConfig.from_snapshot(state.config, source=f"state of master {state.info.master_id}")
@@ -130,7 +132,7 @@ def restore(state: MasterState, config: LlicConfig | None = None) -> MasterCore:
             raise StateFileError(str(e)) from None
     book = TaskBook.from_records(state.tasks, config.max_task_attempts, state.counters)
     chefs = [replace(c, job_ids=list(c.job_ids)) for c in state.chefs]
-    return MasterCore(book, config, chefs, state.started, state.run)
+    return MasterCore(book, config, chefs, state.started, state.run, net)
 
 
 # ----------------------------------------------------------------------------- files

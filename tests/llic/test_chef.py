@@ -21,14 +21,19 @@ from llic.events import (
     CloseConnection,
     ConnectionBroken,
     Output,
+    PollQueue,
+    QueuePollFailed,
     QueueSnapshot,
     RefuseAgent,
     RemoveAgents,
+    Reschedule,
     ResultReceived,
+    SaveState,
     SendNoMoreTasks,
     SendTasks,
     SubmitAgent,
     SubmitFailed,
+    WelcomeAgent,
 )
 from llic.master_core import MasterCore, MasterStatus
 from llic.state import MasterInfo, restore, snapshot
@@ -225,7 +230,7 @@ def test_restart_removes_old_agents_and_relaunches_without_counting_a_recovery()
     again = restore(state)
     assert again.book.counts().running == 0 and again.book[sent[0].process].state is TaskState.DONE
     out = again.start(2, 4.0)
-    assert again.save_now and again.run == 2
+    assert out.actions[0] == SaveState() and again.run == 2  # saved before anything is done
     assert of(out, RemoveAgents)[0].job_ids == ("90.0", "91.0")
     assert [(s.chef, s.launch, s.agent) for s in of(out, SubmitAgent)] == [(0, 2, "2.0.2"), (1, 2, "2.1.2")]
     assert [c.rec.recoveries for c in again.chefs] == [0, 0]
@@ -264,8 +269,6 @@ class Sim:
     now: float = 0.0
 
     def apply(self, out: Output) -> None:
-        if self.core.save_now:
-            self.save()
         for action in out.actions:
             self.act(action)
 
@@ -285,6 +288,8 @@ class Sim:
                 )
             case SendNoMoreTasks():
                 pass
+            case SaveState():
+                self.save()
             case CloseConnection(agent=name) | RefuseAgent(agent=name):
                 if name in self.agents:
                     self.agents[name].connected = False
@@ -292,7 +297,6 @@ class Sim:
     def save(self) -> None:
         self.saved = snapshot(self.core, self.info, self.now)
         self.saved_ledger = dict(self.ledger)
-        self.core.dirty = self.core.save_now = False
 
     def feed(self, event: object, check: bool = True) -> None:
         self.now += 1.0
@@ -480,3 +484,74 @@ def check_end(sim: Sim) -> None:
 @given(data=st.data())
 def test_any_interleaving_finishes_with_nothing_lost_nothing_twice_no_zombies(data: st.DataObject) -> None:
     check_end(simulate(data))
+
+
+# ----------------------------------------------------------------------------- timers and answers
+
+
+def test_saves_come_first_when_they_must_and_otherwise_within_the_save_interval() -> None:
+    core = MasterCore.new(range(4), LlicConfig(state_save_interval=1.0))
+    out = core.start(1, now=10.0)
+    assert out.actions[0] == SaveState()  # a new run number is saved before any agent is submitted
+    [sub] = of(out, SubmitAgent)
+    out = core.handle(AgentSubmitted(sub.agent, "7.0"), 10.5)
+    assert out.actions[0] == SaveState()  # so is a job id, as soon as it is known
+    out = core.handle(AgentConnected(sub.agent), 11.0)
+    assert SaveState() not in out.actions and out.wakeup == 11.5  # 1 s after the last save
+    assert SaveState() not in core.on_timer(11.4).actions
+    assert core.on_timer(11.5).actions[0] == SaveState()
+    assert SaveState() not in core.on_timer(15.0).actions  # nothing changed since
+    core.handle(ResultReceived(sub.agent, 0, 1, OK), 16.0)
+    assert core.on_timer(17.0).actions[0] == SaveState()
+    core.handle(ResultReceived(sub.agent, 1, 1, OK), 19.0)
+    assert core.on_timer(16.0).actions[0] == SaveState()  # the clock went back: no waiting for it
+    out = core.finish(20.0, "stop")
+    assert out.actions[-1] == SaveState()  # after the removals
+
+
+def test_negotiation_cycles_while_agents_wait_and_right_after_submissions() -> None:
+    core = MasterCore.new(range(4), LlicConfig(reschedule_interval=10.0, queue_poll_interval=100.0))
+    a, b = of(core.start(2, now=0.0), SubmitAgent)
+    out = core.handle(AgentSubmitted(a.agent, "1.0"), 1.0)
+    assert of(out, Reschedule) == []  # b's submission is still under way
+    out = core.handle(AgentSubmitted(b.agent, "2.0"), 2.0)
+    assert of(out, Reschedule) == [Reschedule()] and out.wakeup == 4.0  # and again 2 s later
+    assert of(core.on_timer(4.0), Reschedule) == [Reschedule()]
+    assert of(core.on_timer(13.0), Reschedule) == []  # not yet: every 10 s now
+    assert of(core.on_timer(14.0), Reschedule) == [Reschedule()]
+    core.handle(AgentConnected(a.agent), 15.0)
+    core.handle(AgentConnected(b.agent), 15.0)
+    assert of(core.on_timer(24.0), Reschedule) == []  # nobody waits for a slot
+
+
+def test_queue_polls_one_at_a_time_and_jobs_learned_meanwhile_count_as_alive() -> None:
+    core = MasterCore.new(range(6), LlicConfig(queue_poll_interval=15.0, window_size=1))
+    a, b = of(core.start(2, now=0.0), SubmitAgent)
+    core.handle(AgentSubmitted(a.agent, "1.0"), 1.0)
+    out = core.on_timer(15.0)
+    assert of(out, PollQueue) == [PollQueue()]
+    assert of(core.on_timer(40.0), PollQueue) == []  # the first is not answered yet
+    core.handle(AgentSubmitted(b.agent, "2.0"), 16.0)  # while the schedd was being asked
+    out = core.handle(QueueSnapshot(frozenset({"1.0"})), 17.0)
+    assert of(out, RemoveAgents) == [] and core.chefs[1].state is ChefState.LAUNCHED
+    assert out.wakeup is not None and out.wakeup <= 32.0
+    assert of(core.on_timer(32.0), PollQueue) == [PollQueue()]
+    out = core.handle(QueueSnapshot(frozenset({"1.0"})), 33.0)
+    assert of(out, RemoveAgents) == [
+        RemoveAgents(("2.0",), f"agent {b.agent} failed: agent job left the schedd queue")
+    ]
+    assert of(core.on_timer(48.0), PollQueue) == [PollQueue()]
+    core.handle(QueuePollFailed("schedd restarting"), 49.0)
+    assert of(core.on_timer(64.0), PollQueue) == [PollQueue()]  # tried again a poll interval later
+
+
+def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered() -> None:
+    core, [sub] = started(3, 1, window_size=2)
+    out = core.handle(AgentConnected(sub.agent), 1.0)
+    welcome, tasks = out.actions[:2]
+    assert welcome == WelcomeAgent(sub.agent, 2, 0) and isinstance(tasks, SendTasks)
+    assert tasks.rates == () and tasks.rate_of(0) is None  # no limits configured
+    assert core.wants_result(sub.agent, 0, 1) and not core.wants_result(sub.agent, 0, 2)
+    core.handle(ResultReceived(sub.agent, 0, 1, OK), 2.0)
+    assert not core.wants_result(sub.agent, 0, 1)  # a duplicate: its files must not be placed again
+    assert not core.wants_result("9.0.1", 1, 1)  # not one of ours

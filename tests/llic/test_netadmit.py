@@ -176,8 +176,7 @@ class Sim:
     ) -> None:
         config = LlicConfig(window_size=window, max_chefs_number=len(addresses))
         self.net = NetAdmit(Capacity.parse(capacity), per_subnet=per_subnet, sizes=dict(sizes))
-        self.core = MasterCore.new(range(n_tasks), config)
-        self.core.use_net(self.net)
+        self.core = MasterCore.new(range(n_tasks), config, self.net)
         self.sizes = sizes
         self.run_times = run_times
         self.now = 0.0
@@ -198,6 +197,9 @@ class Sim:
         heapq.heappush(self.events, (when, self.seq, kind, agent, process, attempt))
 
     def act(self, out: Output) -> None:
+        for action in out.actions:  # the rate the driver paces at is the one admission reserved
+            if isinstance(action, SendTasks):
+                assert all(action.rate_of(t.process) == self.net.pace(t.process) for t in action.tasks)
         for agent, process, attempt in _sent(out):
             size = self.sizes.get(process, 0)
             if size:
@@ -312,8 +314,7 @@ def test_limited_subnet_is_paced_while_the_other_runs_free() -> None:
 def test_preference_for_most_spare_capacity() -> None:
     # two agents with room; the one on the subnet with more spare capacity chooses first
     net = NetAdmit(Capacity.parse("10.1.0.0/16:10Mbps, 10.2.0.0/16:100Mbps"), sizes={})
-    core = MasterCore.new(range(4), LlicConfig(window_size=1, max_chefs_number=2))
-    core.use_net(net)
+    core = MasterCore.new(range(4), LlicConfig(window_size=1, max_chefs_number=2), net)
     subs = [a for a in core.start(2, 0.0).actions if isinstance(a, SubmitAgent)]
     for s in subs:
         core.handle(AgentSubmitted(s.agent, f"{s.chef}.0"), 0.0)
@@ -443,8 +444,7 @@ class BulkSim:
         )
         self.flows: list[tuple[str, str, float, float, float]] = []  # agent, subnet, bps, start, end
         self.in_starts: dict[int, float] = {}
-        self.core = MasterCore.new(range(len(out_sizes)), config)
-        self.core.use_net(self.net)
+        self.core = MasterCore.new(range(len(out_sizes)), config, self.net)
         self.out_sizes, self.run_times, self.threshold, self.link = out_sizes, run_times, threshold, link_bps
         self.now = 0.0
         self.events: list[tuple[float, int, str, str, int, int]] = []

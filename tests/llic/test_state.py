@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from llic.chef import ChefState
 from llic.config import LlicConfig
-from llic.events import AgentConnected, AgentSubmitted, ResultReceived
+from llic.events import AgentConnected, AgentSubmitted, ResultReceived, SaveState
 from llic.master_core import MasterCore, MasterStatus
 from llic.state import (
     MasterInfo,
@@ -38,7 +38,8 @@ OK = TaskOutcome("ok", exit_code=0, run_time=0.25, host="node7", finished=100.5)
 def busy_core() -> MasterCore:
     """A core in mid-run: results done and failed, chefs in several states."""
     core = MasterCore.new(range(8), LlicConfig(window_size=2, max_task_attempts=1))
-    a, _ = core.start(2, 10.0).actions
+    save, a, _ = core.start(2, 10.0).actions
+    assert save == SaveState()
     core.handle(AgentSubmitted(a.agent, "55.0"), 11.0)  # type: ignore[union-attr]
     sent = tasks_sent(core.handle(AgentConnected(a.agent), 12.0), a.agent)  # type: ignore[union-attr]
     core.handle(ResultReceived(a.agent, sent[0].process, sent[0].attempt, OK), 13.0)  # type: ignore[union-attr]
@@ -82,7 +83,7 @@ def test_restore_requeues_running_and_keeps_results(tmp_path: Path) -> None:
     assert core.config == LlicConfig(window_size=2, max_task_attempts=1) and core.run == 1
     out = core.start(2, 20.0)
     assert core.run == 2 and core.agent_job_ids() == ["55.0"]
-    assert out.actions[0].job_ids == ("55.0",)  # type: ignore[union-attr]
+    assert out.actions[0] == SaveState() and out.actions[1].job_ids == ("55.0",)  # type: ignore[union-attr]
 
 
 def test_initial_state_then_start(tmp_path: Path) -> None:
@@ -92,7 +93,7 @@ def test_initial_state_then_start(tmp_path: Path) -> None:
     assert state.started is None and state.chefs == [] and state.counts().queued == 4
     core = restore(state)
     out = core.start(10, 2.0)
-    assert len(out.actions) == 4 and core.started == 2.0
+    assert out.actions[0] == SaveState() and len(out.actions) == 5 and core.started == 2.0
 
 
 def test_missing_file_is_a_clear_error_and_creates_nothing(tmp_path: Path) -> None:
