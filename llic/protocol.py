@@ -55,6 +55,15 @@ import msgpack
 
 from .files import KIND_FILE, KINDS, UnsafePath, check_relpath
 
+# the agent input file's modes and a result's statuses, from llic/task.py (re-exported: the wire's)
+from .task import MODES as MODES
+from .task import STATUS_LAUNCH_FAILED as STATUS_LAUNCH_FAILED
+from .task import STATUS_OK as STATUS_OK
+from .task import STATUS_PREPARE_FAILED as STATUS_PREPARE_FAILED
+from .task import STATUSES as STATUSES
+from .task import TRANSFER_MODES as TRANSFER_MODES
+from .task import Mode as Mode
+
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 1 << 20  # 1 MiB: a task or result with its file list is a few KiB
@@ -78,18 +87,6 @@ BULK_GO = "bulk_go"
 FROM_AGENT = frozenset({HELLO, AUTH, RESULT, BULK_READY})
 FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, NO_MORE_TASKS, BULK_GO})
 MESSAGE_TYPES = FROM_AGENT | FROM_MASTER
-
-MODE_NFS = "NFS"
-MODE_NFS_INITIALDIR = "NFS_INITIALDIR"
-MODE_TRANSFER = "TRANSFER"
-MODE_TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-MODES = (MODE_NFS, MODE_NFS_INITIALDIR, MODE_TRANSFER, MODE_TRANSFER_INITIALDIR)
-TRANSFER_MODES = (MODE_TRANSFER, MODE_TRANSFER_INITIALDIR)
-
-STATUS_OK = "ok"
-STATUS_PREPARE_FAILED = "prepare_failed"
-STATUS_LAUNCH_FAILED = "launch_failed"
-STATUSES = (STATUS_OK, STATUS_PREPARE_FAILED, STATUS_LAUNCH_FAILED)
 
 
 class ProtocolError(ValueError):

@@ -34,6 +34,7 @@ from llic.chef import ChefRecord, ChefState
 from llic.config import LlicConfig
 from llic.master_core import MasterCore, MasterStatus
 from llic.netadmit import NetAdmit
+from llic.task import STATUS_OK
 from llic.taskbook import TaskBook, TaskCounts, TaskOutcome, TaskRecord, TaskState
 
 MAGIC = "llic-master-state"
@@ -388,7 +389,7 @@ def _decode(m: _Body) -> MasterState:
             raise ValueError(f"process {t.process}: a task has a chef exactly when it is running")
         if t.chef is not None and t.chef >= len(chefs):
             raise ValueError(f"process {t.process}: running on chef {t.chef}, which does not exist")
-        if state is TaskState.DONE and (t.outcome is None or t.outcome.status != "ok"):
+        if state is TaskState.DONE and (t.outcome is None or t.outcome.status != STATUS_OK):
             raise ValueError(f"process {t.process}: done without a successful result")
         o = t.outcome
         outcome = (

@@ -78,6 +78,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llic.task import Mode
+
 __all__ = [
     "Mode",
     "QueueBlock",
@@ -108,17 +110,6 @@ class SubmitFileError(ValueError):
 
 class _ExpandError(Exception):
     """A macro could not be expanded; turned into a SubmitFileError by the caller, who knows the line."""
-
-
-class Mode(enum.StrEnum):
-    """How an agent gets at a task's files (seed §3.3): in place on a shared file system, or sent
-    by the master; `_INITIALDIR` when the submit file sets an initial directory (then no input
-    file is common to all tasks)."""
-
-    NFS = "NFS"
-    NFS_INITIALDIR = "NFS_INITIALDIR"
-    TRANSFER = "TRANSFER"
-    TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from llic.task import STATUS_OK
+
 
 class TaskState(StrEnum):
     QUEUED = "queued"
@@ -31,7 +33,6 @@ class TaskState(StrEnum):
     FAILED = "failed"
 
 
-OK = "ok"  # the only TaskResult status that means the job ran (prepare_failed, launch_failed: not)
 ERROR_KEEP = 500  # characters of an agent's error text kept in the record (the state file stays small)
 
 
@@ -49,7 +50,7 @@ class TaskOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.status == OK
+        return self.status == STATUS_OK
 
     @classmethod
     def from_message(cls, result: Mapping[str, Any]) -> TaskOutcome:
