@@ -20,7 +20,7 @@ from pathlib import Path
 
 from llic.agent.inputfile import AgentInput, InitialTask
 from llic.events import SubmitAgent
-from llic.plan import Plan, common_names, input_blobs, source_path, task_of
+from llic.plan import Plan, common_names, input_blobs, source_path
 
 AGENT_PYTHON = "/usr/bin/python3"
 MASTER_ATTR = "LlicMaster"  # job attribute naming the master on every agent job
@@ -110,7 +110,7 @@ def prepare_agent(plan: Plan, action: SubmitAgent, setup: AgentSetup) -> tuple[d
             notes += [f"process {spec.process}: initial task input not readable: {note}" for note in unread]
             if entries:
                 extra_inputs.append(str(agent_dir / folder))
-        initial.append(InitialTask(task_of(spec, assignment.attempt), pairs))
+        initial.append(InitialTask(spec.with_attempt(assignment.attempt), pairs))
     agent_input = AgentInput(
         master=plan.info.master_id,
         secret=setup.secret,

@@ -179,16 +179,17 @@ class Chef:
                 else:
                     reason = "already connected" if s is ChefState.RUNNING else f"chef is {s}"
                     out.actions.append(RefuseAgent(event.agent, reason))
-            case ResultReceived(process=process, attempt=attempt, outcome=outcome):
+            case ResultReceived(result=outcome):
+                process, attempt = outcome.key
                 if s is not ChefState.RUNNING:
                     out.notes.append(f"chef {self.index}: result for {process} while {s}: ignored")
                     return out
                 why = book.check(self.index, process, attempt)
                 if why is not None:
-                    book.complete(self.index, process, attempt, outcome, now)  # counts it as ignored
+                    book.complete(self.index, outcome, now)  # counts it as ignored
                     out.notes.append(f"chef {self.index}: {why}: ignored")
                     return out
-                book.complete(self.index, process, attempt, outcome, now)
+                book.complete(self.index, outcome, now)
                 if not outcome.ok:
                     self.rec.failures += 1
                     state = book[process].state

@@ -18,6 +18,7 @@ the master.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -45,9 +46,10 @@ from llic.events import (
 )
 from llic.files import OutputPlacementError, place_outputs
 from llic.netadmit import IN, OUT
-from llic.plan import Plan, input_blobs, task_of
+from llic.plan import Plan, input_blobs
 from llic.state import StateFileError
-from llic.taskbook import Assignment, TaskOutcome
+from llic.task import STATUS_PREPARE_FAILED, TaskResult
+from llic.taskbook import Assignment
 
 HANDSHAKE_TIMEOUT = 30.0  # an authenticated agent answers in milliseconds
 CLOSE_TIMEOUT = 10.0  # a closing connection gets this long to deliver what is queued for it
@@ -289,7 +291,7 @@ class Connections:
 
     async def _send_task(self, conn: AgentConnection, assignment: Assignment, pace: float | None) -> None:
         spec = self.plan.specs[assignment.process]
-        task = task_of(spec, assignment.attempt)
+        task = spec.with_attempt(assignment.attempt)
         entries: list[dict[str, Any]] = []
         blobs: list[bytes] = []
         if self.plan.transfer:
@@ -308,8 +310,9 @@ class Connections:
             # prepared, so it is retried and, past MAX_TASK_ATTEMPTS, failed for good.
             self.counters["unsendable_tasks"] += 1
             self.log.warning("task cannot be sent", process=spec.process, error=str(e))
-            outcome = TaskOutcome(protocol.STATUS_PREPARE_FAILED, error=f"master cannot send the task: {e}")
-            self.feed(ResultReceived(conn.agent, assignment.process, assignment.attempt, outcome))
+            why = f"master cannot send the task: {e}"
+            failed = TaskResult(assignment.process, assignment.attempt, STATUS_PREPARE_FAILED, error=why)
+            self.feed(ResultReceived(conn.agent, failed))
             return
         start = time.time()
         written = [False]
@@ -383,6 +386,4 @@ class Connections:
                 self.counters["placement_errors"] += 1
                 self.log.warning("output files not placed", process=result.process, error=str(e))
                 error = f"{error + '; ' if error else ''}output files not placed: {e}"
-        data = result.to_dict()
-        data["error"] = error
-        self.feed(ResultReceived(conn.agent, result.process, result.attempt, TaskOutcome.from_message(data)))
+        self.feed(ResultReceived(conn.agent, dataclasses.replace(result, error=error)))

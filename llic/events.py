@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llic.taskbook import Assignment, TaskOutcome
+from llic.task import TaskResult
+from llic.taskbook import Assignment
 
 # ----------------------------------------------------------------------------- events
 
@@ -50,9 +51,15 @@ class ResultReceived:
     modes, when `MasterCore.wants_result` said it counts)."""
 
     agent: str
-    process: int
-    attempt: int
-    outcome: TaskOutcome
+    result: TaskResult
+
+    @property
+    def process(self) -> int:
+        return self.result.process
+
+    @property
+    def attempt(self) -> int:
+        return self.result.attempt
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 `load_plan` reads the state file (llic/state.py) and the submit description master_submitter left
 next to it, resolves the tasks with `$(Cluster)` = `MasterInfo.cluster`, and checks that both name
 the same tasks; whatever is wrong is one line (StateFileError or PlanError) naming the file, and
-nothing is written. The plan then says, for the driver: each task's TaskSpec, the block's mode,
+nothing is written. The plan then says, for the driver: each task's Task, the block's mode,
 which input files are common to every task (they travel with each agent job) and which are a
 task's own (the master sends them with the task), and how the submit file limits the network
 (`+LlicMinMbps`). Reading files is blocking: the driver calls these from a thread.
@@ -23,7 +23,8 @@ from llic import protocol
 from llic.config import LlicConfig
 from llic.netadmit import Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, load_state
-from llic.submitfile import SubmitFileError, TaskSpec, parse_submit_file
+from llic.submitfile import SubmitFileError, parse_submit_file
+from llic.task import Task
 
 MIN_RATE_ATTR = "llicminmbps"  # +LlicMinMbps = 8 in the submit file (issue 8 item 4)
 
@@ -40,7 +41,7 @@ class Plan:
     info: MasterInfo
     config: LlicConfig
     mode: str
-    specs: dict[int, TaskSpec]
+    specs: dict[int, Task]
     common_inputs: list[str]  # as named in the submit file, relative to the initialdir
     executable: str | None  # TRANSFER modes: the executable HTCondor transfers with each agent
     agent_attributes: dict[str, str]
@@ -93,7 +94,7 @@ class Plan:
             sizes[process] = total
         return sizes
 
-    def private_inputs(self, spec: TaskSpec) -> list[str]:
+    def private_inputs(self, spec: Task) -> list[str]:
         """The input files that are this task's own (its `input` too): they travel with it."""
         common = set(self.common_inputs)
         names = list(spec.transfer_input_files)
@@ -161,25 +162,6 @@ def load_plan(state_path: Path) -> tuple[MasterState, Plan]:
                 executable = name
     plan = Plan(state_path, info, config, mode, specs, common, executable, attributes)
     return state, plan
-
-
-def task_of(spec: TaskSpec, attempt: int) -> protocol.Task:
-    """Run number `attempt` of a task, as the agent gets it."""
-    return protocol.Task(
-        process=spec.process,
-        executable=spec.executable,
-        initialdir=spec.initialdir,
-        attempt=attempt,
-        arguments=list(spec.arguments),
-        environment=dict(spec.environment),
-        input=spec.input,
-        output=spec.output,
-        error=spec.error,
-        transfer_input_files=list(spec.transfer_input_files),
-        transfer_output_files=None
-        if spec.transfer_output_files is None
-        else list(spec.transfer_output_files),
-    )
 
 
 def _size(path: str) -> int:

@@ -21,9 +21,8 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
-from llic.task import STATUS_OK
+from llic.task import TaskResult
 
 
 class TaskState(StrEnum):
@@ -33,48 +32,9 @@ class TaskState(StrEnum):
     FAILED = "failed"
 
 
-ERROR_KEEP = 500  # characters of an agent's error text kept in the record (the state file stays small)
-
-
-@dataclass(frozen=True)
-class TaskOutcome:
-    """What the master keeps of an agent's TaskResult (the tails of stdout/stderr are not kept)."""
-
-    status: str
-    exit_code: int | None = None
-    signal: int | None = None
-    run_time: float = 0.0
-    host: str = ""
-    finished: float | None = None  # the agent's clock
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == STATUS_OK
-
-    @classmethod
-    def from_message(cls, result: Mapping[str, Any]) -> TaskOutcome:
-        """From a protocol TaskResult map; missing or odd fields become neutral values, since a
-        result is accepted or refused by its process/attempt, not by its details."""
-
-        def num(key: str, kind: type) -> Any:
-            value = result.get(key)
-            return kind(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-        return cls(
-            status=str(result.get("status", "")),
-            exit_code=num("exit_code", int),
-            signal=num("signal", int),
-            run_time=num("run_time", float) or 0.0,
-            host=str(result.get("host") or ""),
-            finished=num("finished", float),
-            error=str(result.get("error") or "")[:ERROR_KEEP],
-        )
-
-
 @dataclass(frozen=True, order=True)
 class Assignment:
-    """One run of one task: what a chef sends (the driver adds the TaskSpec)."""
+    """One run of one task: what a chef sends (the driver takes the task record from the plan)."""
 
     process: int
     attempt: int
@@ -90,7 +50,7 @@ class TaskRecord:
     failures: int = 0
     chef: int | None = None  # running: whose agent holds it
     failed_on: set[int] = field(default_factory=set)  # chefs whose agents failed it
-    outcome: TaskOutcome | None = None  # done: its result; failed: the last failure
+    outcome: TaskResult | None = None  # done: its result; failed: the last failure (TaskResult.kept())
     completed: float | None = None  # master's clock when done or failed for good
 
     def copy(self) -> TaskRecord:
@@ -262,15 +222,17 @@ class TaskBook:
             return f"stale result for process {process} run {attempt} (current run {rec.attempt})"
         return None
 
-    def complete(self, chef: int, process: int, attempt: int, outcome: TaskOutcome, now: float) -> bool:
-        """Record a result; False (and counted in `ignored`) when check() refuses it. A failed
-        run goes back to the front of the queue, or fails the task for good after max_attempts."""
-        if self.check(chef, process, attempt) is not None:
+    def complete(self, chef: int, result: TaskResult, now: float) -> bool:
+        """Record a result (what TaskResult.kept() keeps of it); False (and counted in `ignored`)
+        when check() refuses it. A failed run goes back to the front of the queue, or fails the
+        task for good after max_attempts."""
+        process = result.process
+        if self.check(chef, process, result.attempt) is not None:
             self.ignored += 1
             return False
         rec = self._tasks[process]
-        rec.outcome = outcome
-        if outcome.ok:
+        rec.outcome = result.kept()
+        if result.ok:
             rec.completed = now
             self._move(rec, TaskState.DONE)
             return True

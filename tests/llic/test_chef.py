@@ -37,10 +37,16 @@ from llic.events import (
 )
 from llic.master_core import MasterCore, MasterStatus
 from llic.state import MasterInfo, restore, snapshot
-from llic.taskbook import Assignment, TaskOutcome, TaskState
+from llic.task import TaskResult
+from llic.taskbook import Assignment, TaskState
 
-OK = TaskOutcome("ok", exit_code=0, host="n1")
-BAD = TaskOutcome("prepare_failed", error="input missing", host="n1")
+
+def ok_result(process: int, attempt: int) -> TaskResult:
+    return TaskResult(process, attempt, "ok", exit_code=0, host="n1")
+
+
+def bad_result(process: int, attempt: int) -> TaskResult:
+    return TaskResult(process, attempt, "prepare_failed", error="input missing", host="n1")
 
 
 def of(out: Output, kind: type) -> list:
@@ -80,15 +86,15 @@ def test_chef_life_with_window_and_initial_tasks() -> None:
     out = core.handle(AgentConnected(sub.agent), 2.0)
     assert core.chefs[0].state is ChefState.RUNNING
     assert tasks_sent(out, sub.agent) == [Assignment(2, 1)]  # window 3, 2 already there
-    out = core.handle(ResultReceived(sub.agent, 0, 1, OK), 3.0)
+    out = core.handle(ResultReceived(sub.agent, ok_result(0, 1)), 3.0)
     assert tasks_sent(out, sub.agent) == [Assignment(3, 1)]
     no_more = []
     for p in range(1, 9):
-        out = core.handle(ResultReceived(sub.agent, p, 1, OK), 4.0)
+        out = core.handle(ResultReceived(sub.agent, ok_result(p, 1)), 4.0)
         no_more += [p for _ in of(out, SendNoMoreTasks)]
     # once the queue cannot fill the window (at result 7; task 9 was the last): no_more_tasks, once
     assert no_more == [7]
-    out = core.handle(ResultReceived(sub.agent, 9, 1, OK), 5.0)
+    out = core.handle(ResultReceived(sub.agent, ok_result(9, 1)), 5.0)
     assert of(out, SendNoMoreTasks) == [] and of(out, CloseConnection) == [
         CloseConnection(sub.agent, "no more tasks for this agent")
     ]
@@ -156,11 +162,11 @@ def test_too_many_failed_tasks_fail_the_agent_and_tasks_go_elsewhere() -> None:
     core, (a, b) = started(6, 2, window_size=3, max_task_failures=2)
     out_a = core.handle(AgentConnected(a.agent), 1.0)
     held = tasks_sent(out_a, a.agent)
-    out = core.handle(ResultReceived(a.agent, held[0].process, held[0].attempt, BAD), 2.0)
+    out = core.handle(ResultReceived(a.agent, bad_result(held[0].process, held[0].attempt)), 2.0)
     assert core.chefs[0].state is ChefState.RUNNING and core.chefs[0].rec.failures == 1
     # chef 0 failed process 0, and chef 1 (launched) can take tasks: chef 0 gets another one
     assert [t.process for t in tasks_sent(out, a.agent)] == [3]
-    out = core.handle(ResultReceived(a.agent, held[1].process, held[1].attempt, BAD), 3.0)
+    out = core.handle(ResultReceived(a.agent, bad_result(held[1].process, held[1].attempt)), 3.0)
     assert core.chefs[0].rec.recoveries == 1 and core.chefs[0].state is ChefState.LAUNCHED
     assert CloseConnection(a.agent, "connection broken: x") not in out.actions
     assert any(isinstance(x, CloseConnection) and x.agent == a.agent for x in out.actions)
@@ -181,7 +187,7 @@ def test_stale_agents_are_refused_and_their_events_ignored() -> None:
     assert of(core.handle(AgentConnected("9.0.1"), 3.0), RefuseAgent)
     assert of(core.handle(AgentConnected("garbage"), 3.0), RefuseAgent)
     before = core.book.counts()
-    out = core.handle(ResultReceived(sub.agent, sent[0].process, sent[0].attempt, OK), 3.0)
+    out = core.handle(ResultReceived(sub.agent, ok_result(sent[0].process, sent[0].attempt)), 3.0)
     assert core.book.counts() == before and core.book.ignored == 1 and out.actions == []
     assert core.handle(ConnectionBroken(sub.agent, "late"), 3.0).actions == []
     # the old launch's job id arriving late is removed at once and remembered
@@ -197,12 +203,12 @@ def test_terminated_chefs_relaunched_when_tasks_come_back() -> None:
     out = core.handle(AgentConnected(b.agent), 1.0)
     sb = tasks_sent(out, b.agent)
     for t in sb:
-        out = core.handle(ResultReceived(b.agent, t.process, t.attempt, OK), 2.0)
+        out = core.handle(ResultReceived(b.agent, ok_result(t.process, t.attempt)), 2.0)
     assert core.chefs[1].state is ChefState.TERMINATED  # queue was empty: no_more_tasks, done
-    out = core.handle(ResultReceived(a.agent, sa[0].process, sa[0].attempt, OK), 3.0)
+    out = core.handle(ResultReceived(a.agent, ok_result(sa[0].process, sa[0].attempt)), 3.0)
     assert core.chefs[0].rec.no_more_sent
     # a's last task fails: it goes back to the queue, nobody is accepting -> chef 1 launched again
-    out = core.handle(ResultReceived(a.agent, sa[1].process, sa[1].attempt, BAD), 4.0)
+    out = core.handle(ResultReceived(a.agent, bad_result(sa[1].process, sa[1].attempt)), 4.0)
     assert core.chefs[0].state is ChefState.TERMINATED
     [again] = of(out, SubmitAgent)
     assert again.chef == 1 and again.launch == 2
@@ -225,7 +231,7 @@ def test_restart_removes_old_agents_and_relaunches_without_counting_a_recovery()
     core.handle(AgentSubmitted(subs[0].agent, "90.0"), 1.0)
     core.handle(AgentSubmitted(subs[1].agent, "91.0"), 1.0)
     sent = tasks_sent(core.handle(AgentConnected(subs[0].agent), 1.0), subs[0].agent)
-    core.handle(ResultReceived(subs[0].agent, sent[0].process, sent[0].attempt, OK), 2.0)
+    core.handle(ResultReceived(subs[0].agent, ok_result(sent[0].process, sent[0].attempt)), 2.0)
     state = snapshot(core, MasterInfo("m1", "alice", 5, "job.sub", 0), 3.0)
     again = restore(state)
     assert again.book.counts().running == 0 and again.book[sent[0].process].state is TaskState.DONE
@@ -247,7 +253,7 @@ class SimAgent:
     connected: bool = False
     ever_connected: bool = False
     held: list[Assignment] = field(default_factory=list)
-    sent_results: list[tuple[Assignment, TaskOutcome]] = field(default_factory=list)
+    sent_results: list[tuple[Assignment, TaskResult]] = field(default_factory=list)
 
 
 @dataclass
@@ -264,8 +270,8 @@ class Sim:
     submitted: set[str] = field(default_factory=set)  # every job id the schedd ever accepted
     removed: set[str] = field(default_factory=set)
     saved: object = None
-    ledger: dict[int, TaskOutcome] = field(default_factory=dict)  # accepted successful results
-    saved_ledger: dict[int, TaskOutcome] = field(default_factory=dict)
+    ledger: dict[int, TaskResult] = field(default_factory=dict)  # accepted successful results
+    saved_ledger: dict[int, TaskResult] = field(default_factory=dict)
     now: float = 0.0
 
     def apply(self, out: Output) -> None:
@@ -344,20 +350,24 @@ class Sim:
 
     def result(self, agent: SimAgent, index: int, ok: bool) -> None:
         task = agent.held.pop(index % len(agent.held))
-        outcome = TaskOutcome("ok", exit_code=task.process % 5, host=agent.name) if ok else BAD
+        outcome = (
+            TaskResult(task.process, task.attempt, "ok", exit_code=task.process % 5, host=agent.name)
+            if ok
+            else bad_result(task.process, task.attempt)
+        )
         before = self.core.book[task.process]
         current = before.state is TaskState.RUNNING and before.attempt == task.attempt
         agent.sent_results.append((task, outcome))
-        self.feed(ResultReceived(agent.name, task.process, task.attempt, outcome), check=False)
+        self.feed(ResultReceived(agent.name, outcome), check=False)
         if ok and current and self.core.book[task.process].state is TaskState.DONE:
             assert task.process not in self.ledger, "a result recorded twice"
             self.ledger[task.process] = outcome
         self.check()
 
     def duplicate(self, agent: SimAgent, index: int) -> None:
-        task, outcome = agent.sent_results[index % len(agent.sent_results)]
+        _, outcome = agent.sent_results[index % len(agent.sent_results)]
         before = self.core.book.counts()
-        self.feed(ResultReceived(agent.name, task.process, task.attempt, outcome))
+        self.feed(ResultReceived(agent.name, outcome))
         assert self.core.book.counts() == before
 
     def kill(self, agent: SimAgent) -> None:
@@ -501,9 +511,9 @@ def test_saves_come_first_when_they_must_and_otherwise_within_the_save_interval(
     assert SaveState() not in core.on_timer(11.4).actions
     assert core.on_timer(11.5).actions[0] == SaveState()
     assert SaveState() not in core.on_timer(15.0).actions  # nothing changed since
-    core.handle(ResultReceived(sub.agent, 0, 1, OK), 16.0)
+    core.handle(ResultReceived(sub.agent, ok_result(0, 1)), 16.0)
     assert core.on_timer(17.0).actions[0] == SaveState()
-    core.handle(ResultReceived(sub.agent, 1, 1, OK), 19.0)
+    core.handle(ResultReceived(sub.agent, ok_result(1, 1)), 19.0)
     assert core.on_timer(16.0).actions[0] == SaveState()  # the clock went back: no waiting for it
     out = core.finish(20.0, "stop")
     assert out.actions[-1] == SaveState()  # after the removals
@@ -552,6 +562,6 @@ def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered(
     assert welcome == WelcomeAgent(sub.agent, 2, 0) and isinstance(tasks, SendTasks)
     assert tasks.rates == () and tasks.rate_of(0) is None  # no limits configured
     assert core.wants_result(sub.agent, 0, 1) and not core.wants_result(sub.agent, 0, 2)
-    core.handle(ResultReceived(sub.agent, 0, 1, OK), 2.0)
+    core.handle(ResultReceived(sub.agent, ok_result(0, 1)), 2.0)
     assert not core.wants_result(sub.agent, 0, 1)  # a duplicate: its files must not be placed again
     assert not core.wants_result("9.0.1", 1, 1)  # not one of ours

@@ -45,9 +45,13 @@ from llic.netadmit import (
     parse_capacity,
     parse_rate,
 )
-from llic.taskbook import TaskOutcome
+from llic.task import TaskResult
 
-OK = TaskOutcome("ok", exit_code=0, host="n1")
+
+def ok_result(process: int, attempt: int) -> TaskResult:
+    return TaskResult(process, attempt, "ok", exit_code=0, host="n1")
+
+
 MBPS = 1e6
 
 
@@ -244,7 +248,7 @@ class Sim:
             self.act(out)
             self.push(when + self.run_times[process % len(self.run_times)], "ran", agent, process, attempt)
         else:
-            self.act(self.core.handle(ResultReceived(agent, process, attempt, OK), when))
+            self.act(self.core.handle(ResultReceived(agent, ok_result(process, attempt)), when))
         return True
 
 
@@ -547,7 +551,7 @@ class BulkSim:
     def finish(self, agent: str, process: int, attempt: int, size: int, start: float) -> None:
         if size:
             self.act(self.core.handle(TransferDone(agent, process, OUT, size, start, self.now), self.now))
-        self.act(self.core.handle(ResultReceived(agent, process, attempt, OK), self.now))
+        self.act(self.core.handle(ResultReceived(agent, ok_result(process, attempt)), self.now))
 
 
 @settings(max_examples=60, deadline=None)
