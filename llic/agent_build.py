@@ -67,6 +67,7 @@ def agent_members() -> dict[str, bytes]:
 
 
 def content_hash(members: dict[str, bytes]) -> str:
+    """A digest of the archive's names and contents (and its build format): its file name."""
     digest = hashlib.sha256(BUILD_FORMAT.encode())
     for name in sorted(members):
         data = members[name]

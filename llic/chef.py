@@ -39,6 +39,8 @@ from llic.taskbook import Assignment, TaskBook, TaskState
 
 
 class ChefState(StrEnum):
+    """Where a chef is in its agent's life (seed §3.8)."""
+
     CREATED = "created"
     LAUNCHED = "launched"
     RUNNING = "running"
@@ -47,6 +49,7 @@ class ChefState(StrEnum):
 
 
 def agent_name(run: int, chef: int, launch: int) -> str:
+    """The name of launch `launch` of chef `chef` in run `run` of the master: `run.chef.launch`."""
     return f"{run}.{chef}.{launch}"
 
 
@@ -128,14 +131,17 @@ class Chef:
 
     @property
     def index(self) -> int:
+        """The chef's number, 0 up."""
         return self.rec.index
 
     @property
     def state(self) -> ChefState:
+        """Where the chef is now."""
         return self.rec.state
 
     @property
     def agent(self) -> str:
+        """The name of its current (or last) agent."""
         return agent_name(self.run, self.rec.index, self.rec.launches)
 
     @property
@@ -146,6 +152,7 @@ class Chef:
 
     @property
     def active(self) -> bool:
+        """Its agent is submitted or connected."""
         return self.rec.state in (ChefState.LAUNCHED, ChefState.RUNNING)
 
     def handle(self, event: ChefEvent, now: float, book: TaskBook, others: Collection[int]) -> Output:

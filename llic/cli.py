@@ -126,6 +126,7 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
 
 
 def master_q(argv: list[str] | None = None) -> int:
+    """master_q: how far llic masters have got (llic/master_q.py)."""
     from llic.master_q import main
 
     return main(argv)

@@ -55,10 +55,12 @@ class ResultReceived:
 
     @property
     def process(self) -> int:
+        """Which task."""
         return self.result.process
 
     @property
     def attempt(self) -> int:
+        """Which run of it."""
         return self.result.attempt
 
 
@@ -249,5 +251,6 @@ class Output:
     wakeup: float | None = None
 
     def extend(self, other: Output) -> None:
+        """Append another output's actions and notes (its wakeup is the caller's to set)."""
         self.actions += other.actions
         self.notes += other.notes

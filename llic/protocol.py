@@ -223,6 +223,7 @@ class Message:
 
     @property
     def files(self) -> list[dict[str, Any]]:
+        """The message's file entries, one per blob (none: [])."""
         return self.body.get("files", [])
 
     def file_pairs(self) -> list[tuple[dict[str, Any], bytes]]:
@@ -230,9 +231,11 @@ class Message:
         return list(zip(self.files, self.blobs))  # noqa: B905 (strict= is 3.10+; lengths checked)
 
     def task(self) -> Task:
+        """The `task` message's task, checked."""
         return Task.from_dict(self.body["task"])
 
     def result(self) -> TaskResult:
+        """The `result` message's result, checked."""
         return TaskResult.from_dict(self.body["result"])
 
 
@@ -312,6 +315,7 @@ class Decoder:
         return not self._buf and self._pending is None
 
     def feed(self, data: bytes) -> None:
+        """Bytes as they arrived (any amount); take whole messages with `next`."""
         if self._error is not None:
             raise self._error
         self._buf += data
@@ -399,6 +403,7 @@ def make_secret() -> bytes:
 
 
 def make_nonce() -> bytes:
+    """A fresh handshake nonce (32 random bytes)."""
     return os.urandom(NONCE_SIZE)
 
 
@@ -433,10 +438,12 @@ def macs_equal(a: bytes, b: bytes) -> bool:
 
 
 def check_master_mac(secret: bytes, nonce_a: bytes, agent: str, mac: bytes) -> bool:
+    """The agent's check of the master's proof (constant time)."""
     return macs_equal(master_mac(secret, nonce_a, agent), mac)
 
 
 def check_agent_mac(secret: bytes, nonce_m: bytes, agent: str, mac: bytes) -> bool:
+    """The master's check of the agent's proof (constant time)."""
     return macs_equal(agent_mac(secret, nonce_m, agent), mac)
 
 

@@ -49,7 +49,9 @@ class AgentRunner(Protocol):
         """Submit one agent job; its job id. GatewayError when refused."""
         ...
 
-    async def remove(self, job_ids: Sequence[str], reason: str) -> None: ...
+    async def remove(self, job_ids: Sequence[str], reason: str) -> None:
+        """Remove these agent jobs (ones already gone are no error)."""
+        ...
 
     async def remove_all(self, master_id: str, reason: str) -> None:
         """Every agent job tagged with this master (also ones no state file knows)."""
@@ -59,13 +61,17 @@ class AgentRunner(Protocol):
         """Ids of this master's agent jobs that are idle or running."""
         ...
 
-    async def reschedule(self) -> None: ...
+    async def reschedule(self) -> None:
+        """Ask for a negotiation cycle, so that waiting agents get slots sooner."""
+        ...
 
     async def agent_host(self) -> str | None:
         """The address agents reach this master at, if the runner knows it."""
         ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Let go of what the runner holds (the gateway's worker, local processes)."""
+        ...
 
 
 def agent_ip(address: str | None) -> str | None:
@@ -105,6 +111,7 @@ class GatewayAgents:
         return None
 
     async def slots(self, plan: Plan) -> int:
+        """Slots matching the block's requirements (every slot of the pool when it has none)."""
         attributes = plan.agent_attributes
         requirements = next((v for k, v in attributes.items() if k.lower() == "requirements"), None)
         if not requirements:
@@ -112,13 +119,16 @@ class GatewayAgents:
         return await self.gw.count_slots(requirements, request_attributes(attributes))
 
     async def submit(self, description: dict[str, str]) -> str:
+        """Submit to the local schedd; the job id ("cluster.proc")."""
         result = await self.gw.submit(description, schedd=self.schedd())
         return f"{result.cluster}.{result.first_proc}"
 
     async def remove(self, job_ids: Sequence[str], reason: str) -> None:
+        """condor_rm these jobs at the local schedd."""
         await self._remove(list(job_ids), reason)
 
     async def remove_all(self, master_id: str, reason: str) -> None:
+        """condor_rm every job whose LlicMaster names this master."""
         await self._remove(f"{MASTER_ATTR} == {json.dumps(master_id)}", reason)
 
     async def _remove(self, jobs: str | list[str], reason: str) -> None:
@@ -130,6 +140,7 @@ class GatewayAgents:
                 raise
 
     async def alive(self, master_id: str) -> set[str]:
+        """This master's agent jobs that are idle or running (held, removed, completed: not alive)."""
         jobs = await self.gw.query_jobs(
             f"{MASTER_ATTR} == {json.dumps(master_id)}",
             ["ClusterId", "ProcId", "JobStatus"],
@@ -138,9 +149,11 @@ class GatewayAgents:
         return {f"{j['ClusterId']}.{j['ProcId']}" for j in jobs if j.get("JobStatus") in (1, 2)}
 
     async def reschedule(self) -> None:
+        """condor_reschedule at the local schedd."""
         await self.gw.reschedule(schedd=self.schedd())
 
     async def agent_host(self) -> str | None:
+        """The schedd's IPv4 address (where execute machines reach this host), if usable."""
         ref = self.schedd()
         ip = agent_ip(ref.address) if ref is not None else None
         if ip is None and self.schedd_name:
@@ -150,6 +163,7 @@ class GatewayAgents:
         return ip
 
     async def aclose(self) -> None:
+        """Stop the gateway's worker process."""
         await self.gw.aclose()
 
 
@@ -167,9 +181,11 @@ class LocalAgents:
         self._n = 0
 
     async def slots(self, plan: Plan) -> int:
+        """What the caller said."""
         return self._slots
 
     async def submit(self, description: dict[str, str]) -> str:
+        """Fill a scratch directory as HTCondor would and start the agent in it; a made-up job id."""
         self._n += 1
         job_id = f"{self._n}.0"
         home = self.scratch / f"job{self._n}"
@@ -200,24 +216,30 @@ class LocalAgents:
                 shutil.copy2(src, home / src.name)
 
     async def remove(self, job_ids: Sequence[str], reason: str) -> None:
+        """Kill these agents' processes."""
         for job in job_ids:
             proc = self.procs.get(job)
             if proc is not None and proc.returncode is None:
                 proc.kill()
 
     async def remove_all(self, master_id: str, reason: str) -> None:
+        """Kill every agent process started here."""
         await self.remove(list(self.procs), reason)
 
     async def alive(self, master_id: str) -> set[str]:
+        """The agents whose processes still run."""
         return {job for job, proc in self.procs.items() if proc.poll() is None}
 
     async def reschedule(self) -> None:
+        """Nothing to do: no negotiator."""
         return None
 
     async def agent_host(self) -> str | None:
+        """Loopback: the agents run here."""
         return "127.0.0.1"
 
     async def aclose(self) -> None:
+        """Kill the agents and wait for them."""
         await self.remove_all("", "closing")
         for proc in self.procs.values():
             with trio.move_on_after(5):

@@ -66,6 +66,8 @@ class MasterInfo:
 
 @dataclass
 class MasterState:
+    """Everything a master's state file holds (what `load_state` returns and `save_state` writes)."""
+
     info: MasterInfo
     config: dict[str, Any]  # LlicConfig.snapshot() the master runs with
     status: MasterStatus
@@ -78,6 +80,7 @@ class MasterState:
     extra: dict[str, Any] = field(default_factory=dict)  # the driver's own (JSON) facts
 
     def counts(self) -> TaskCounts:
+        """How many tasks are in each state."""
         by = dict.fromkeys(TaskState, 0)
         for rec in self.tasks:
             by[rec.state] += 1
@@ -90,6 +93,7 @@ class MasterState:
         )
 
     def agents_by_state(self) -> dict[str, int]:
+        """How many chefs are in each ChefState."""
         counts = dict.fromkeys((s.value for s in ChefState), 0)
         for chef in self.chefs:
             counts[chef.state.value] += 1
@@ -142,6 +146,7 @@ def restore(state: MasterState, config: LlicConfig | None = None, net: NetAdmit 
 
 
 def state_file_name(master_id: str) -> str:
+    """`master.<id>.state`: the state file's name in the master's output directory."""
     return f"master.{master_id}.state"
 
 

@@ -26,6 +26,8 @@ from llic.task import TaskResult
 
 
 class TaskState(StrEnum):
+    """Where one task is (see the module's doc)."""
+
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
@@ -54,6 +56,7 @@ class TaskRecord:
     completed: float | None = None  # master's clock when done or failed for good
 
     def copy(self) -> TaskRecord:
+        """A copy that shares nothing mutable with this one (for a snapshot)."""
         return TaskRecord(
             self.process,
             self.state,
@@ -68,6 +71,8 @@ class TaskRecord:
 
 @dataclass(frozen=True)
 class TaskCounts:
+    """How many tasks are in each state."""
+
     total: int
     queued: int
     running: int
@@ -76,6 +81,7 @@ class TaskCounts:
 
     @property
     def unfinished(self) -> int:
+        """Neither done nor failed for good."""
         return self.queued + self.running
 
     def __str__(self) -> str:
@@ -146,6 +152,7 @@ class TaskBook:
         return queued + [r for r in self._tasks.values() if r.state is not TaskState.QUEUED]
 
     def counts(self) -> TaskCounts:
+        """How many tasks are in each state, now."""
         c = self._counts
         return TaskCounts(
             len(self._tasks),
@@ -156,10 +163,12 @@ class TaskBook:
         )
 
     def counters(self) -> dict[str, int]:
+        """Runs retried, lost with their agent, and results ignored (the state file keeps them)."""
         return {"retries": self.retries, "lost": self.lost, "ignored": self.ignored}
 
     @property
     def queued(self) -> int:
+        """How many tasks wait in the queue."""
         return len(self._queue)
 
     @property
@@ -172,6 +181,7 @@ class TaskBook:
         return tuple(self._queue)
 
     def running_on(self, chef: int) -> frozenset[int]:
+        """The processes `chef`'s agent holds."""
         return frozenset(self._by_chef.get(chef, ()))
 
     def held(self, chef: int) -> int:
