@@ -78,6 +78,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llic.task import Mode, Task
+
 __all__ = [
     "Mode",
     "QueueBlock",
@@ -110,76 +112,7 @@ class _ExpandError(Exception):
     """A macro could not be expanded; turned into a SubmitFileError by the caller, who knows the line."""
 
 
-class Mode(enum.StrEnum):
-    """How an agent gets at a task's files (seed §3.3): in place on a shared file system, or sent
-    by the master; `_INITIALDIR` when the submit file sets an initial directory (then no input
-    file is common to all tasks)."""
-
-    NFS = "NFS"
-    NFS_INITIALDIR = "NFS_INITIALDIR"
-    TRANSFER = "TRANSFER"
-    TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One job of the submit file as condor_submit resolves it: what a master hands an agent.
-
-    `input`/`output`/`error` are None for no redirection (condor's /dev/null) and relative to
-    `initialdir` unless absolute; `initialdir` is absolute; `arguments` are split as the job
-    gets them.
-    """
-
-    process: int
-    cluster: int
-    executable: str
-    arguments: tuple[str, ...]
-    environment: Mapping[str, str]
-    input: str | None
-    output: str | None
-    error: str | None
-    initialdir: str
-    transfer_input_files: tuple[str, ...]
-    transfer_output_files: tuple[str, ...] | None
-
-    def to_json(self) -> dict[str, Any]:
-        """What `master_submitter --dry-run` prints for this task (JSON-able)."""
-        return {
-            "executable": self.executable,
-            "arguments": list(self.arguments),
-            "environment": dict(self.environment),
-            "input": self.input,
-            "output": self.output,
-            "error": self.error,
-            "initialdir": self.initialdir,
-            "transfer_input_files": list(self.transfer_input_files),
-            "process": self.process,
-            "cluster": self.cluster,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field, JSON-able (to_json plus transfer_output_files)."""
-        data = self.to_json()
-        out = self.transfer_output_files
-        data["transfer_output_files"] = None if out is None else list(out)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TaskSpec:
-        out = data.get("transfer_output_files")
-        return cls(
-            process=int(data["process"]),
-            cluster=int(data["cluster"]),
-            executable=str(data["executable"]),
-            arguments=tuple(str(a) for a in data["arguments"]),
-            environment={str(k): str(v) for k, v in dict(data["environment"]).items()},
-            input=data.get("input"),
-            output=data.get("output"),
-            error=data.get("error"),
-            initialdir=str(data["initialdir"]),
-            transfer_input_files=tuple(str(f) for f in data["transfer_input_files"]),
-            transfer_output_files=None if out is None else tuple(str(f) for f in out),
-        )
+TaskSpec = Task  # the one task record (llic/task.py), as the parser resolves each job: attempt 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -633,7 +633,7 @@ def test_zipapp_is_self_contained_and_uses_the_pure_python_msgpack(pyz: Path) ->
     assert pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
 
 
-_SHIPPED = {"llic/__init__.py", "llic/protocol.py", "llic/files.py"}
+_SHIPPED = {"llic/__init__.py", "llic/protocol.py", "llic/task.py", "llic/files.py"}
 
 
 def test_build_is_reproducible_and_cached(tmp_path: Path, pyz: Path) -> None:
@@ -679,7 +679,7 @@ def test_large_results_wait_for_their_turn_and_small_ones_pass_them(pyz: Path, t
         sh(2, script.format(n=10), submit, transfer_output_files=["out.bin"]),
     ]
     master = FakeMaster(tasks, window=3, transfer=True, bulk_threshold=100_000)
-    proc = run_agent(pyz, home, master.port, agent_input(p.MODE_TRANSFER, "condor", window=3))
+    proc = run_agent(pyz, home, master.port, agent_input(p.Mode.TRANSFER, "condor", window=3))
     master.join()
     assert proc.returncode == 0, proc.stderr
     assert master.outcome == "done", master.outcome
@@ -702,7 +702,7 @@ def test_a_granted_large_result_is_paced_at_the_grants_rate(pyz: Path, tmp_path:
     big, rate = 250_000, 2_000_000  # 1 s at 2 Mbps
     tasks = [sh(0, f"head -c {big} /dev/zero > out.bin", submit, transfer_output_files=["out.bin"])]
     master = FakeMaster(tasks, window=1, transfer=True, bulk_threshold=100_000, bulk_rate=rate)
-    proc = run_agent(pyz, home, master.port, agent_input(p.MODE_TRANSFER, "condor", window=1))
+    proc = run_agent(pyz, home, master.port, agent_input(p.Mode.TRANSFER, "condor", window=1))
     master.join()
     assert proc.returncode == 0, proc.stderr
     assert master.outcome == "done", master.outcome

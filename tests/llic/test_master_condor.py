@@ -18,7 +18,7 @@ import trio
 
 from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
 from llic import submitter
-from llic.chef import MasterStatus
+from llic.master_core import MasterStatus
 from llic.state import MasterState, load_state
 from llic.taskbook import TaskState
 

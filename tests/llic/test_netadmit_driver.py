@@ -14,7 +14,7 @@ import trio
 
 from llic import master as m
 from llic import master_q
-from llic.chef import MasterStatus
+from llic.master_core import MasterStatus
 from llic.state import load_state
 
 from .test_master_driver import make_state

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from deploy.harness.sandbox import Sandbox, SandboxPool, sandbox_cli
-from llic.chef import MasterStatus
+from llic.master_core import MasterStatus
 from llic.netadmit import IN, OUT
 from llic.taskbook import TaskState
 
