@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, ClassVar
 
 import msgpack
 import structlog
-import trio
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 PROTOCOL_VERSION = 1
@@ -75,7 +74,8 @@ def frame(payload: bytes) -> bytes:
 
 
 class FrameDecoder:
-    """Splits a byte stream into frames, without I/O (fed by trio streams and blocking pipes)."""
+    """Splits a byte stream into frames, without I/O (fed by the bulk channel's TCP streams and
+    the gateway's pipe)."""
 
     def __init__(self, max_size: int = DEFAULT_MAX_FRAME) -> None:
         self.max_size = max_size
@@ -189,54 +189,3 @@ class MessageCodec:
             self.drop(DropReason.OVERSIZED, peer, f"datagram of {len(data)} bytes exceeds {self.max_size}")
             return None
         return self.decode(data, peer)
-
-
-class MessageStream:
-    """Typed messages over a trio stream. `receive()` returns None when the peer is gone or
-    broke framing; bad messages inside a well-framed stream are skipped."""
-
-    def __init__(self, stream: trio.abc.Stream, codec: MessageCodec, peer: object = "?") -> None:
-        self.stream = stream
-        self.codec = codec
-        self.peer = peer
-        self._decoder = FrameDecoder(codec.max_size)
-        self._send_lock = trio.Lock()
-
-    async def send(self, msg: Message) -> None:
-        """Send one message as a frame; concurrent senders do not interleave."""
-        data = self.codec.encode_frame(msg)
-        async with self._send_lock:
-            await self.stream.send_all(data)
-
-    async def receive(self) -> Message | None:
-        """The next valid message, or None once the peer is gone or broke framing (bad ones are skipped)."""
-        while True:
-            try:
-                payload = self._decoder.next_frame()
-            except FrameTooLarge as e:
-                self.codec.drop(DropReason.OVERSIZED, self.peer, str(e))
-                await self.stream.aclose()
-                return None
-            if payload is not None:
-                msg = self.codec.decode(payload, self.peer)
-                if msg is not None:
-                    return msg
-                continue
-            try:
-                data = await self.stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
-                self.codec.drop(DropReason.BROKEN, self.peer, repr(e))
-                return None
-            if not data:
-                if self._decoder.pending:
-                    self.codec.drop(DropReason.TRUNCATED, self.peer, f"{self._decoder.pending} bytes at EOF")
-                return None
-            self._decoder.feed(data)
-
-    async def __aiter__(self) -> AsyncIterator[Message]:
-        while (msg := await self.receive()) is not None:
-            yield msg
-
-    async def aclose(self) -> None:
-        """Close the underlying stream."""
-        await self.stream.aclose()

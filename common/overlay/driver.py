@@ -6,7 +6,7 @@ thousands of peers and should hold no connection state for them, round-trip time
 probes then describe the very path the messages take, and losses are already handled by the
 protocol (keepalive silence, probe retries, periodic repair). Bulk data (faultD's state
 replication) is not an overlay message: applications send it over their own TCP streams
-(`common.wire.MessageStream`).
+(`common.overlay.bulk`).
 
 Every datagram is sealed with the ring's shared key (`common.overlay.auth`): a MAC, a timestamp
 and a nonce. What fails the seal or the codec is dropped and counted; the node keeps running.

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import struct
-
 import pytest
-import trio
-import trio.testing
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -17,7 +13,6 @@ from common.wire import (
     FrameTooLarge,
     Message,
     MessageCodec,
-    MessageStream,
     frame,
     pack,
 )
@@ -133,48 +128,3 @@ def test_frames_survive_any_chunking(payloads: list[bytes], cuts: list[int]) -> 
         while (p := dec.next_frame()) is not None:
             got.append(p)
     assert got == payloads and dec.pending == 0
-
-
-async def test_stream_skips_bad_frames_and_keeps_going() -> None:
-    c = codec()
-    left, right = trio.testing.memory_stream_pair()
-    receiver = MessageStream(right, c, peer="poolB")
-    good1, good2 = Alive(node="a", seq=1), Alive(node="a", seq=2)
-    await left.send_all(
-        c.encode_frame(good1)
-        + frame(b"\xc1garbage")
-        + frame(pack([9, "alive", {"node": "a", "seq": 9}]))
-        + c.encode_frame(good2)
-    )
-    await left.aclose()
-    got = [m async for m in receiver]
-    assert got == [good1, good2]
-    assert c.drops == {DropReason.GARBAGE: 1, DropReason.BAD_VERSION: 1}
-
-
-async def test_stream_truncated_frame_is_counted() -> None:
-    c = codec()
-    left, right = trio.testing.memory_stream_pair()
-    data = c.encode_frame(Alive(node="a", seq=1))
-    await left.send_all(data[:-3])
-    await left.aclose()
-    assert await MessageStream(right, c, peer="x").receive() is None
-    assert c.drops == {DropReason.TRUNCATED: 1}
-
-
-async def test_stream_oversized_frame_closes_connection() -> None:
-    c = codec(max_size=128)
-    left, right = trio.testing.memory_stream_pair()
-    await left.send_all(struct.pack(">I", 10_000_000) + b"x" * 10)
-    assert await MessageStream(right, c, peer="x").receive() is None
-    assert c.drops == {DropReason.OVERSIZED: 1}
-
-
-async def test_stream_send_and_receive() -> None:
-    c = codec()
-    left, right = trio.testing.memory_stream_pair()
-    sender, receiver = MessageStream(left, c), MessageStream(right, c)
-    msg = Announce(pool="poolC", free_slots=7, ttl=1)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sender.send, msg)
-        assert await receiver.receive() == msg
