@@ -91,6 +91,9 @@ class TaskRecord:
     failed_on: set[int] = field(default_factory=set)  # chefs whose agents failed it
     outcome: TaskOutcome | None = None  # done: its result; failed: the last failure
     completed: float | None = None  # master's clock when done or failed for good
+    # results recorded for this task (its failures, plus its one success when done): `outcome`
+    # keeps only the last, so this count is what shows that no result was recorded twice
+    recorded: int = 0
 
     def copy(self) -> TaskRecord:
         return TaskRecord(
@@ -102,6 +105,7 @@ class TaskRecord:
             set(self.failed_on),
             self.outcome,
             self.completed,
+            self.recorded,
         )
 
 
@@ -269,6 +273,7 @@ class TaskBook:
             return False
         rec = self._tasks[process]
         rec.outcome = outcome
+        rec.recorded += 1
         if outcome.ok:
             rec.completed = now
             self._move(rec, TaskState.DONE)
