@@ -303,6 +303,8 @@ def _task_json(rec: TaskRecord) -> dict[str, Any]:
         out["outcome"] = {k: v for k, v in fields if k in _OUTCOME_FIELDS and v not in (None, "")}
     if rec.completed is not None:
         out["completed"] = rec.completed
+    if rec.recorded:
+        out["recorded"] = rec.recorded
     return out
 
 
@@ -344,6 +346,7 @@ class _Task(_M):
     failed_on: tuple[int, ...] = ()
     outcome: _Outcome | None = None
     completed: float | None = None
+    recorded: int = Field(0, ge=0)
 
 
 class _Chef(_M):
@@ -410,7 +413,15 @@ def _decode(m: _Body) -> MasterState:
         outcome = None if t.outcome is None else TaskResult(t.process, t.attempt, **t.outcome.model_dump())
         tasks.append(
             TaskRecord(
-                t.process, state, t.attempt, t.failures, t.chef, set(t.failed_on), outcome, t.completed
+                t.process,
+                state,
+                t.attempt,
+                t.failures,
+                t.chef,
+                set(t.failed_on),
+                outcome,
+                t.completed,
+                t.recorded,
             )
         )
     return MasterState(

@@ -54,6 +54,9 @@ class TaskRecord:
     failed_on: set[int] = field(default_factory=set)  # chefs whose agents failed it
     outcome: TaskResult | None = None  # done: its result; failed: the last failure (TaskResult.kept())
     completed: float | None = None  # master's clock when done or failed for good
+    # results recorded for this task (its failures, plus its one success when done): `outcome`
+    # keeps only the last, so this count is what shows that no result was recorded twice
+    recorded: int = 0
 
     def copy(self) -> TaskRecord:
         """A copy that shares nothing mutable with this one (for a snapshot)."""
@@ -66,6 +69,7 @@ class TaskRecord:
             set(self.failed_on),
             self.outcome,
             self.completed,
+            self.recorded,
         )
 
 
@@ -242,6 +246,7 @@ class TaskBook:
             return False
         rec = self._tasks[process]
         rec.outcome = result.kept()
+        rec.recorded += 1
         if result.ok:
             rec.completed = now
             self._move(rec, TaskState.DONE)

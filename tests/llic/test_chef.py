@@ -488,6 +488,7 @@ def check_end(sim: Sim) -> None:
     # every result recorded exactly once, and only those
     done = {r.process: r.outcome for r in core.book.records() if r.state is TaskState.DONE}
     assert done == sim.ledger
+    assert all(r.recorded == r.failures + (r.state is TaskState.DONE) for r in core.book.records())
 
 
 @settings(max_examples=500, deadline=None)

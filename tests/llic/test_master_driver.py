@@ -97,7 +97,7 @@ class FakeRunner:
         return [json.loads(d[f"MY.{AGENT_ATTR}"]) for d in self.submitted]
 
 
-async def until(what: str, predicate: Callable[[], Any], timeout: float = 10) -> Any:
+async def until(what: str, predicate: Callable[[], Any], timeout: float = 30) -> Any:
     with trio.fail_after(timeout):
         while not (value := predicate()):
             await trio.sleep(0.01)
@@ -148,7 +148,7 @@ class FakeAgent:
 
     async def recv(self) -> p.Message | None:
         """The next message; None when the master closed the connection."""
-        with trio.fail_after(10):
+        with trio.fail_after(30):
             while (msg := self.decoder.next()) is None:
                 try:
                     data = await self.stream.receive_some(1 << 16)

@@ -68,6 +68,8 @@ def test_round_trip(tmp_path: Path) -> None:
     assert loaded == state
     assert loaded.counts().done == 1 and loaded.counts().failed == 1 and loaded.counts().running == 2
     assert loaded.extra == {"port": 2853} and loaded.run == 1 and loaded.status is MasterStatus.RUNNING
+    recorded = {r.state: r.recorded for r in loaded.tasks if r.state in (TaskState.DONE, TaskState.FAILED)}
+    assert recorded == {TaskState.DONE: 1, TaskState.FAILED: 1}
     assert [c.state for c in loaded.chefs] == [ChefState.RUNNING, ChefState.LAUNCHED]
 
 
@@ -77,6 +79,7 @@ def test_file_layout_header_checksum_and_one_task_per_line(tmp_path: Path) -> No
     assert header == f"llic-master-state 1 sha256:{hashlib.sha256(body).hexdigest()}".encode()
     assert body.count(b'\n{"process":') == len(state.tasks)
     assert b'{"process":7,"state":"queued"}' in body
+    assert body.count(b'"recorded":1}') == 2  # the done task and the failed one, each recorded once
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
 
 

@@ -40,7 +40,9 @@ def test_result_recorded_once() -> None:
     assert not book.complete(0, ok_result(1, 2), now=12.0)  # not the current run
     assert not book.complete(0, ok_result(99, 1), now=12.0)  # unknown
     assert book.ignored == 4
+    assert book[0].recorded == 1 and book[1].recorded == 0  # the refused ones were not recorded
     assert book.complete(0, ok_result(1, 1), now=13.0) and book.finished
+    assert [r.recorded for r in book.records()] == [1, 1]
 
 
 def test_nonzero_exit_is_done_like_condor() -> None:
@@ -62,6 +64,7 @@ def test_failed_run_is_retried_elsewhere_then_failed_for_good() -> None:
     assert (
         book[0].state is TaskState.FAILED and book[0].completed == 2.0 and book[0].outcome == bad_result(0, 2)
     )
+    assert book[0].recorded == 2  # both failures, though `outcome` keeps the last only
     assert book.counts().failed == 1
 
 
@@ -139,6 +142,8 @@ def check_invariants(book: TaskBook, n: int) -> None:
         assert (r.chef is not None) == (r.state is TaskState.RUNNING)
         assert (r.state is TaskState.DONE) == (r.outcome is not None and r.outcome.ok)
         assert r.failures <= book.max_attempts
+        # every failure recorded, and one success when done: never a result twice
+        assert r.recorded == r.failures + (r.state is TaskState.DONE)
 
 
 @settings(max_examples=300, deadline=None)
