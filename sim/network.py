@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.overlay.auth import Sealer
 from common.overlay.ids import closeness
-from common.overlay.messages import Peer, Route
+from common.overlay.messages import Peer, Route, overlay_codec
 from common.overlay.node import Event, Output, OverlayNode, OverlayParams
 from common.wire import Message
 
@@ -51,6 +52,39 @@ class NetworkStats:
     to_dead: int = 0
 
 
+class ByteMeter:
+    """Bytes the sent messages would take on the wire: the codec's datagram, sealed as the UDP
+    driver seals it (`common.overlay.auth`). Encoding every message would cost more than
+    simulating it, so each type's size is sampled (every `stride`-th message of the type, the
+    first one included: deterministic) and the total is its count times its mean sampled size."""
+
+    def __init__(self, stride: int = 8) -> None:
+        self.stride = stride
+        self.codec = overlay_codec()
+        self.sealer = Sealer(bytes(32), name="meter")
+        self.count: Counter[str] = Counter()
+        self._sampled: Counter[str] = Counter()
+        self._sampled_bytes: Counter[str] = Counter()
+
+    def add(self, msg: Message) -> None:
+        """Count one sent message."""
+        kind = msg.TYPE
+        n = self.count[kind]
+        self.count[kind] = n + 1
+        if n % self.stride == 0:
+            sealed = self.sealer.seal(self.codec.encode_datagram(msg), 0.0, bytes(16))
+            self._sampled[kind] += 1
+            self._sampled_bytes[kind] += len(sealed)
+
+    def total(self) -> float:
+        """Estimated bytes of every message counted so far."""
+        return sum(n * self._sampled_bytes[k] / self._sampled[k] for k, n in self.count.items())
+
+    def by_type(self) -> dict[str, float]:
+        """Mean sealed size of each type counted, in bytes."""
+        return {k: self._sampled_bytes[k] / self._sampled[k] for k in sorted(self.count)}
+
+
 class SimNetwork:
     """The in-memory network and event heap simulated nodes run on; see the module docstring."""
 
@@ -80,6 +114,7 @@ class SimNetwork:
         self._seq = 0
         self._group: dict[int, int] = {}
         self.hop_latency: Callable[[int, int, Message, float], None] | None = None
+        self.meter: ByteMeter | None = None  # set to measure the bytes of what is sent
 
     # ------------------------------------------------------------------ scenario control
 
@@ -201,6 +236,8 @@ class SimNetwork:
             self._digest = (self._digest * 1000003 ^ hash((int(now * 1e9), src, dst, code))) & _MASK64
             if self.trace is not None:
                 self.trace.append((now, src, dst, msg.TYPE))
+            if self.meter is not None:
+                self.meter.add(msg)
             if self._group and self._group.get(src, -1) != self._group.get(dst, -2):
                 self.stats.partitioned += 1
                 continue
