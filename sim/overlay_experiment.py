@@ -278,6 +278,9 @@ class OverlayExperiment:
         result["join_msgs_per_node"] = max(0.0, join_msgs - rate / 60 * join_node_seconds) / cfg.nodes
         result["maintenance_msgs_per_node_per_min"] = rate
         result["bytes_per_node_per_min"] = meter.total() / per_node_min
+        result["maintenance_by_type"] = {
+            k: round(n / per_node_min, 2) for k, n in sorted(meter.count.items())
+        }
         result["bytes_by_type"] = {k: round(v, 1) for k, v in meter.by_type().items()}
         result["messages_by_type"] = dict(sorted(net.stats.sent.items()))
         result["trace_digest"] = net.trace_digest
