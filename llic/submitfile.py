@@ -78,6 +78,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llic.submit.errors import SubmitFileError
+from llic.submit.task import TaskSpec
+
 __all__ = [
     "Mode",
     "QueueBlock",
@@ -96,16 +99,6 @@ NOTHING = "$(_llic_nothing_)"  # an undefined macro: expands to nothing
 _MAX_EXPANSIONS = 100_000
 
 
-class SubmitFileError(ValueError):
-    """A submit file llic cannot run; the message is `file:line: what`."""
-
-    def __init__(self, where: str, line: int | None, message: str) -> None:
-        self.where = where
-        self.line = line
-        self.reason = message
-        super().__init__(f"{where}:{line}: {message}" if line else f"{where}: {message}")
-
-
 class _ExpandError(Exception):
     """A macro could not be expanded; turned into a SubmitFileError by the caller, who knows the line."""
 
@@ -119,67 +112,6 @@ class Mode(enum.StrEnum):
     NFS_INITIALDIR = "NFS_INITIALDIR"
     TRANSFER = "TRANSFER"
     TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One job of the submit file as condor_submit resolves it: what a master hands an agent.
-
-    `input`/`output`/`error` are None for no redirection (condor's /dev/null) and relative to
-    `initialdir` unless absolute; `initialdir` is absolute; `arguments` are split as the job
-    gets them.
-    """
-
-    process: int
-    cluster: int
-    executable: str
-    arguments: tuple[str, ...]
-    environment: Mapping[str, str]
-    input: str | None
-    output: str | None
-    error: str | None
-    initialdir: str
-    transfer_input_files: tuple[str, ...]
-    transfer_output_files: tuple[str, ...] | None
-
-    def to_json(self) -> dict[str, Any]:
-        """What `master_submitter --dry-run` prints for this task (JSON-able)."""
-        return {
-            "executable": self.executable,
-            "arguments": list(self.arguments),
-            "environment": dict(self.environment),
-            "input": self.input,
-            "output": self.output,
-            "error": self.error,
-            "initialdir": self.initialdir,
-            "transfer_input_files": list(self.transfer_input_files),
-            "process": self.process,
-            "cluster": self.cluster,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field, JSON-able (to_json plus transfer_output_files)."""
-        data = self.to_json()
-        out = self.transfer_output_files
-        data["transfer_output_files"] = None if out is None else list(out)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TaskSpec:
-        out = data.get("transfer_output_files")
-        return cls(
-            process=int(data["process"]),
-            cluster=int(data["cluster"]),
-            executable=str(data["executable"]),
-            arguments=tuple(str(a) for a in data["arguments"]),
-            environment={str(k): str(v) for k, v in dict(data["environment"]).items()},
-            input=data.get("input"),
-            output=data.get("output"),
-            error=data.get("error"),
-            initialdir=str(data["initialdir"]),
-            transfer_input_files=tuple(str(f) for f in data["transfer_input_files"]),
-            transfer_output_files=None if out is None else tuple(str(f) for f in out),
-        )
 
 
 # ---------------------------------------------------------------------------------------------
