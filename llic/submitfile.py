@@ -64,7 +64,6 @@ compute with ClassAd expressions (queue counts, `$INT()`) is limited to integer 
 
 from __future__ import annotations
 
-import ast
 import enum
 import functools
 import glob as globmod
@@ -79,7 +78,9 @@ from pathlib import Path
 from typing import Any
 
 from llic.submit.errors import SubmitFileError
+from llic.submit.lines import LogicalLines
 from llic.submit.task import TaskSpec
+from llic.submit.values import WHITESPACE, parse_bool, parse_integer, split_list
 
 __all__ = [
     "Mode",
@@ -94,7 +95,6 @@ __all__ = [
 NULL_FILE = "/dev/null"
 QUEUE_ITEM_UNUSED = "<Queue_item>"  # what condor_submit leaves in the variables of a finished queue
 DIRECTIVE = "#llic: "  # first line of QueueBlock.submit_text(): what the text alone cannot say
-_WS = " \t\n\v\f\r"  # C isspace()
 NOTHING = "$(_llic_nothing_)"  # an undefined macro: expands to nothing
 _MAX_EXPANSIONS = 100_000
 
@@ -112,42 +112,6 @@ class Mode(enum.StrEnum):
     NFS_INITIALDIR = "NFS_INITIALDIR"
     TRANSFER = "TRANSFER"
     TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-
-
-# ---------------------------------------------------------------------------------------------
-# lines (condor's getline_implementation with the submit-file options)
-
-
-class _Lines:
-    """Logical lines of a submit file: continuations joined, both ends trimmed."""
-
-    def __init__(self, text: str) -> None:
-        self._phys = text.split("\n")
-        if self._phys and self._phys[-1] == "":
-            self._phys.pop()  # the newline that ends the last line
-        self._next = 0
-
-    def next(self) -> tuple[int, str] | None:
-        """(number of the first physical line, logical line), None at the end."""
-        buf = ""
-        start = self._next + 1
-        first = True
-        while True:
-            if self._next >= len(self._phys):
-                return (start, buf) if buf else None
-            seg = self._phys[self._next].rstrip(_WS).lstrip(_WS)
-            self._next += 1
-            in_comment = seg.startswith("#")
-            if in_comment and not first:
-                seg = seg[-1:]  # a commented line inside a continuation: only its last character stays
-                in_comment = False
-            buf += seg
-            if buf.endswith("\\"):
-                buf = buf[:-1]
-                if not in_comment:
-                    first = False
-                    continue
-            return start, buf
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +292,7 @@ class _Expander:
         if kind == "INT":
             name, comma, fmt = body.partition(",")
             mval = self._lookup_expand(name)
-            value = _int_expr(mval)
+            value = parse_integer(mval)
             if value is None:
                 raise _ExpandError(f"$INT() macro: {mval} does not evaluate to an integer")
             return _c_int_format(fmt, value) if comma else str(value)
@@ -345,12 +309,12 @@ class _Expander:
         if not comma:
             raise _ExpandError("$SUBSTR() macro: no length specified")
         start_arg, comma2, len_arg = rest.partition(",")
-        start = _int_expr(self._lookup_expand(start_arg))
+        start = parse_integer(self._lookup_expand(start_arg))
         if start is None:
             raise _ExpandError(f"$SUBSTR() macro: {start_arg} is invalid start index")
         length = 2**30
         if comma2:
-            got = _int_expr(self._lookup_expand(len_arg))
+            got = parse_integer(self._lookup_expand(len_arg))
             if got is None:
                 raise _ExpandError(f"$SUBSTR() macro: {len_arg} is invalid length")
             length = got
@@ -370,10 +334,10 @@ class _Expander:
         return mval[start : start + length]
 
     def _choice(self, body: str) -> str:
-        entries = [e.strip(_WS) for e in body.split(",")]
+        entries = [e.strip(WHITESPACE) for e in body.split(",")]
         if len(entries) < 2:
             raise _ExpandError("$CHOICE() macro: no index")
-        index = _int_expr(self._lookup_expand(entries[0]))
+        index = parse_integer(self._lookup_expand(entries[0]))
         if index is None or index < 0:
             raise _ExpandError(f"$CHOICE() macro: {entries[0]} is invalid index")
         items = entries[1:]
@@ -383,20 +347,10 @@ class _Expander:
                 raise _ExpandError(f'$CHOICE() macro: no list named "{entries[1]}"')
             if "$" in lval:
                 lval = self.expand(lval)
-            items = _split_trim(lval, ",")
+            items = split_list(lval, ",")
         if index >= len(items):
             raise _ExpandError(f"$CHOICE() macro: index {index} is out of range")
         return items[index]
-
-
-def _split_trim(text: str, delims: str = ", \t\r\n") -> list[str]:
-    """condor's split()/StringTokenIterator: tokens between delimiters, trimmed, empty ones dropped."""
-    out = []
-    for piece in re.split("[" + re.escape(delims) + "]", text):
-        piece = piece.strip(_WS)
-        if piece:
-            out.append(piece)
-    return out
 
 
 def _filename_parts(kind: str, func: str, mval: str) -> str:
@@ -476,43 +430,6 @@ def _filename_parts(kind: str, func: str, mval: str) -> str:
     return f"{quote}{result}{quote}" if quoted else result
 
 
-_INT_OPS: dict[type[ast.AST], Callable[[int, int], int]] = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: int(a / b),
-    ast.Mod: lambda a, b: a - b * int(a / b),
-}
-
-
-def _int_expr(text: str) -> int | None:
-    """An integer from condor's string_is_long_param, limited to integer arithmetic."""
-    text = text.strip(_WS)
-    if not text or len(text) > 200:
-        return None
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        return None
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-            value = ev(node.operand)
-            return -value if isinstance(node.op, ast.USub) else value
-        if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
-            return _INT_OPS[type(node.op)](ev(node.left), ev(node.right))
-        raise ValueError(text)
-
-    try:
-        return ev(tree)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
 def _c_int_format(fmt: str, value: int) -> str:
     """printf an integer with a C format (length modifiers dropped)."""
     py = re.sub(r"%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|j|z|t)?([diouxXc])", r"%\1\2", fmt)
@@ -529,10 +446,10 @@ def _c_int_format(fmt: str, value: int) -> str:
 
 def _v2_quoted_to_raw(text: str) -> str:
     """The inside of a double-quoted (new syntax) value; `""` is a literal `"`."""
-    s = text.lstrip(_WS)
+    s = text.lstrip(WHITESPACE)
     assert s.startswith('"')
     close = s.find('"', 1)
-    if close > 0 and not s[close + 1 :].strip(_WS):  # the common case: no "" inside
+    if close > 0 and not s[close + 1 :].strip(WHITESPACE):  # the common case: no "" inside
         return s[1:close]
     i, out = 1, []
     while i < len(s):
@@ -543,7 +460,7 @@ def _v2_quoted_to_raw(text: str) -> str:
                 i += 2
                 continue
             rest = s[i + 1 :]
-            if rest.strip(_WS):
+            if rest.strip(WHITESPACE):
                 raise ValueError(
                     "Unexpected characters following double-quote.  Did you forget to escape the "
                     f"double-quote by repeating it?  Here is the quote and trailing characters: {s[i:]}"
@@ -603,7 +520,7 @@ def _split_v1_args(raw: str) -> list[str]:
 
 def parse_arguments(value: str, *, v2_only: bool = False) -> list[str]:
     """An `arguments` value as condor splits it (new syntax if it starts with a double quote)."""
-    if value.lstrip(_WS).startswith('"'):
+    if value.lstrip(WHITESPACE).startswith('"'):
         return split_args(_v2_quoted_to_raw(value))
     if v2_only:
         raise ValueError("Expecting double-quoted input string (V2 format).")
@@ -656,7 +573,7 @@ def parse_environment(
 ) -> dict[str, str]:
     """An `environment` value as condor reads it (new syntax if it starts with a double quote)."""
     env = {} if env is None else env
-    if value.lstrip(_WS).startswith('"'):
+    if value.lstrip(WHITESPACE).startswith('"'):
         return parse_v2_environment(_v2_quoted_to_raw(value), env)
     if v2_only:
         raise ValueError("Expecting a double-quoted environment string (V2 format).")
@@ -727,7 +644,7 @@ def _token_scan(s: str, i: int, tokens: Mapping[str, Any], until_match: bool) ->
     p, tok_start, cch = i, None, 0
     while p < len(s):
         ch = s[p]
-        if ch in _WS or ch == "(":
+        if ch in WHITESPACE or ch == "(":
             if 1 <= cch <= 9 and tok_start is not None:
                 tid = tokens.get(s[tok_start : tok_start + cch].lower())
                 if tid is not None:
@@ -760,7 +677,7 @@ def _is_alpha(c: str) -> bool:
 def _parse_queue_args(s: str) -> _QueueArgs:
     """The arguments of a queue statement, already macro-expanded. Raises ValueError."""
     qa = _QueueArgs()
-    s = s.lstrip(_WS)
+    s = s.lstrip(WHITESPACE)
     if not s:
         return qa
     p, ptok, mode = _token_scan(
@@ -769,7 +686,7 @@ def _parse_queue_args(s: str) -> _QueueArgs:
     pnum_end = p
     if mode is not None:
         qa.mode = mode
-        while p < len(s) and s[p] in _WS:
+        while p < len(s) and s[p] in WHITESPACE:
             p += 1
         if p < len(s) and s[p] != "(":
             quals = {
@@ -793,29 +710,29 @@ def _parse_queue_args(s: str) -> _QueueArgs:
                 if p2 == p:
                     break
                 p = p2
-                while p < len(s) and s[p] in _WS:
+                while p < len(s) and s[p] in WHITESPACE:
                     p += 1
         rest = s[p:]
         one_line = False
         if rest.startswith("(") and rest.endswith(")") and len(rest) > 1:
             rest, one_line = rest[1:-1], True
         if rest.startswith("("):
-            first = rest[1:].lstrip(_WS)
+            first = rest[1:].lstrip(WHITESPACE)
             if first:
-                qa.items = [first] if qa.mode is _Foreach.FROM else _split_trim(first)
+                qa.items = [first] if qa.mode is _Foreach.FROM else split_list(first)
             qa.items_source = "<"
         elif qa.mode is _Foreach.FROM:
-            rest = rest.lstrip(_WS)
+            rest = rest.lstrip(WHITESPACE)
             if one_line:
                 qa.items = [rest]
             else:
-                qa.items_source = rest.strip(_WS)
+                qa.items_source = rest.strip(WHITESPACE)
         else:
-            qa.items = _split_trim(rest)
+            qa.items = split_list(rest)
         # the variables: walk back from the keyword over names, commas and blanks
         assert ptok is not None
         pvars = ptok
-        while pvars > 0 and s[pvars - 1] in _WS:
+        while pvars > 0 and s[pvars - 1] in WHITESPACE:
             pvars -= 1
         end_vars = pvars
         if pvars > 0:
@@ -832,16 +749,16 @@ def _parse_queue_args(s: str) -> _QueueArgs:
                             ch = "!"
                             break
                         pt -= 1
-                if ch in _WS or _is_alpha(ch) or ch in ",_.":
+                if ch in WHITESPACE or _is_alpha(ch) or ch in ",_.":
                     pvars = pt - 1
                 else:
                     break
                 pt -= 1
-            qa.vars = _split_trim(s[pvars:end_vars])
+            qa.vars = split_list(s[pvars:end_vars])
         pnum_end = pvars
-    count_text = s[:pnum_end].rstrip(_WS)
+    count_text = s[:pnum_end].rstrip(WHITESPACE)
     if count_text:
-        count = _int_expr(count_text)
+        count = parse_integer(count_text)
         if count is None:
             raise ValueError(f"invalid queue count '{count_text}'")
         if count < 0 or count >= 2**31 - 1:
@@ -879,7 +796,7 @@ def _expand_globs(patterns: list[str], mode: _Foreach, cwd: Path) -> list[str]:
 def _read_item_file(path: Path) -> list[str]:
     """Items of `queue ... from FILE`: every logical line (blank ones too), continuations joined."""
     text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    lines = _Lines(text)
+    lines = LogicalLines(text)
     items = []
     while (got := lines.next()) is not None:
         items.append(got[1])
@@ -912,16 +829,6 @@ _AGENT_KEYS = {
     "job_machine_attrs",
     "universe",
 }
-
-
-def _c_bool(value: str) -> bool | None:
-    """condor's string_is_boolean_param (true/false/yes/no/t/f/1/0, any case)."""
-    v = value.strip(_WS).lower()
-    if v in ("true", "t", "yes", "y", "1"):
-        return True
-    if v in ("false", "f", "no", "n", "0"):
-        return False
-    return None
 
 
 @dataclass
@@ -1166,7 +1073,7 @@ class QueueBlock:
         if first is None:
             return
         universe, _ = self._param(first[1], "universe", "JobUniverse")
-        if universe is not None and universe.strip(_WS).lower() not in ("vanilla", "5"):
+        if universe is not None and universe.strip(WHITESPACE).lower() not in ("vanilla", "5"):
             raise self._fail(
                 f"universe {universe}: llic runs vanilla universe jobs only", "universe", "JobUniverse"
             )
@@ -1248,7 +1155,7 @@ class QueueBlock:
         args2, _ = self._param(ex, "arguments2")
         if args1 is not None and args2 is not None:
             allow, _ = self._param(ex, "allow_arguments_v1")
-            if not (allow and _c_bool(allow)):
+            if not (allow and parse_bool(allow)):
                 raise self._fail(
                     "If you wish to specify both 'arguments' and 'arguments2' for maximal compatibility "
                     "with different versions of Condor, then you must also specify allow_arguments_v1=true.",
@@ -1322,14 +1229,14 @@ class QueueBlock:
             return None
         if value == '""':
             return [] if name == "transfer_output_files" else None
-        return _split_trim(value, ",")
+        return split_list(value, ",")
 
     def _environment(self, ex: _Expander, base: TaskSpec | None) -> dict[str, str]:
         env1, name1 = self._param(ex, "environment", "env")
         env2, _ = self._param(ex, "environment2")
         if env1 is not None and env2 is not None:
             allow, _ = self._param(ex, "allow_environment_v1")
-            if not (allow and _c_bool(allow)):
+            if not (allow and parse_bool(allow)):
                 raise self._fail(
                     "If you wish to specify both 'environment' and 'environment2' for maximal compatibility "
                     "with different versions of Condor, then you must also specify "
@@ -1350,7 +1257,7 @@ class QueueBlock:
             ) from None
         getenv, _ = self._param(ex, "getenv", "get_env")
         if getenv is not None:
-            flag = _c_bool(getenv)
+            flag = parse_bool(getenv)
             if flag is None:
                 raise self._fail(
                     "getenv with a list of variables is not supported by llic (use true or false)", "getenv"
@@ -1462,7 +1369,7 @@ class QueueBlock:
             if low in ("cluster", "process"):
                 continue
             value = m.value
-            if value != value.strip(_WS):  # blanks a line would lose: keep them behind an empty macro
+            if value != value.strip(WHITESPACE):  # blanks a line would lose: keep them behind an empty macro
                 value = f"{NOTHING}{value}{NOTHING}"
             lines.append(f"{m.name} = {value}")
         qa = self._qargs
@@ -1481,7 +1388,7 @@ class QueueBlock:
 
 def _inline_item(item: str) -> bool:
     """Whether an item reads back the same as a line of an inline `from ( ... )` list."""
-    return not item.startswith(("#", ")")) and not item.endswith("\\") and item == item.strip(_WS)
+    return not item.startswith(("#", ")")) and not item.endswith("\\") and item == item.strip(WHITESPACE)
 
 
 def _input_files(task: TaskSpec) -> list[str]:
@@ -1527,7 +1434,7 @@ class _Parser:
     ) -> None:
         self.ctx = ctx
         self.forced_items = items
-        self.lines = _Lines(text)
+        self.lines = LogicalLines(text)
         self.macros: dict[str, _Macro] = {}
         self.blocks: list[QueueBlock] = []
         self.warnings: list[str] = []
@@ -1571,7 +1478,7 @@ class _Parser:
     def parse(self) -> SubmitFile:
         while (got := self.lines.next()) is not None:
             lineno, line = got
-            if not line or line.startswith("#") or not line.strip(_WS):
+            if not line or line.startswith("#") or not line.strip(WHITESPACE):
                 continue
             self._line(lineno, line)
         return SubmitFile(path=self.ctx.where, cwd=self.ctx.cwd, blocks=self.blocks, warnings=self.warnings)
@@ -1585,7 +1492,7 @@ class _Parser:
             )
         n = len(line)
         i = 0
-        while i < n and line[i] not in _WS and line[i] not in "=:":
+        while i < n and line[i] not in WHITESPACE and line[i] not in "=:":
             i += 1
         if i >= n:
             self._queue(lineno, line)
@@ -1595,7 +1502,7 @@ class _Parser:
         ptr = i + 1
         word_before_op = False
         if op not in "=:":
-            while ptr < n and line[ptr] in _WS:
+            while ptr < n and line[ptr] in WHITESPACE:
                 ptr += 1
             if ptr < n and line[ptr] not in "=:@":
                 word_before_op = True
@@ -1609,7 +1516,7 @@ class _Parser:
                         ptr += 1
                     else:
                         op = ""
-        while ptr < n and line[ptr] in _WS:
+        while ptr < n and line[ptr] in WHITESPACE:
             ptr += 1
         rhs = line[ptr:]
         keyword = name.lstrip("@").lower()
@@ -1692,7 +1599,7 @@ class _Parser:
             line=lineno,
             macros=dict(self.macros),
             qargs=qa,
-            queue_text=raw_args.strip(_WS),
+            queue_text=raw_args.strip(WHITESPACE),
             first_process=self.next_process,
             cluster_offset=self.cluster_offset,
             starts_cluster=starts,
@@ -1734,7 +1641,7 @@ class _Parser:
                 if qa.mode is _Foreach.FROM:
                     qa.items.append(text)
                 else:
-                    qa.items.extend(_split_trim(text))
+                    qa.items.extend(split_list(text))
         elif qa.items_source:
             source = qa.items_source
             if source == "-" or source.endswith("|"):
