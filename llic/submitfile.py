@@ -69,7 +69,6 @@ import functools
 import glob as globmod
 import json
 import os
-import platform
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -77,8 +76,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llic.submit.errors import SubmitFileError
+from llic.submit.errors import ExpandError, SubmitFileError
 from llic.submit.lines import LogicalLines
+from llic.submit.macros import (
+    Expander,
+    Macro,
+    is_identifier_char,
+    job_builtins,
+    macro_lookup,
+    shared_builtins,
+)
 from llic.submit.task import TaskSpec
 from llic.submit.values import WHITESPACE, parse_bool, parse_integer, split_list
 
@@ -96,11 +103,6 @@ NULL_FILE = "/dev/null"
 QUEUE_ITEM_UNUSED = "<Queue_item>"  # what condor_submit leaves in the variables of a finished queue
 DIRECTIVE = "#llic: "  # first line of QueueBlock.submit_text(): what the text alone cannot say
 NOTHING = "$(_llic_nothing_)"  # an undefined macro: expands to nothing
-_MAX_EXPANSIONS = 100_000
-
-
-class _ExpandError(Exception):
-    """A macro could not be expanded; turned into a SubmitFileError by the caller, who knows the line."""
 
 
 class Mode(enum.StrEnum):
@@ -112,332 +114,6 @@ class Mode(enum.StrEnum):
     NFS_INITIALDIR = "NFS_INITIALDIR"
     TRANSFER = "TRANSFER"
     TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-
-
-# ---------------------------------------------------------------------------------------------
-# macro expansion (config.cpp: next_config_macro, expand_macro, evaluate_macro_func)
-
-_SPECIALS = {
-    "$ENV": "ENV",
-    "$RANDOM_CHOICE": "RANDOM_CHOICE",
-    "$RANDOM_INTEGER": "RANDOM_INTEGER",
-    "$CHOICE": "CHOICE",
-    "$SUBSTR": "SUBSTR",
-    "$INT": "INT",
-    "$REAL": "REAL",
-    "$STRING": "STRING",
-    "$EVAL": "EVAL",
-    "$BASENAME": "BASENAME",
-    "$DIRNAME": "DIRNAME",
-}
-_COLON_EXTRA = "$ ,\\:"
-
-
-def _isidchar(c: str) -> bool:
-    return ("a" <= c <= "z") or ("A" <= c <= "Z") or ("0" <= c <= "9") or c in "_./"
-
-
-def _classify_prefix(prefix: str) -> tuple[str | None, bool]:
-    """(kind, body is identifier-with-default) for the text between `$` and `(`; kind None: no macro."""
-    if prefix == "$":
-        return "NORMAL", True
-    if len(prefix) > 1 and prefix[1] == "$":
-        return None, False
-    if prefix[1] == "F" and all(c.lower() in "pnxdqabfwu" for c in prefix[2:]):
-        return "FILENAME", False
-    kind = _SPECIALS.get(prefix)
-    return kind, kind == "ENV"
-
-
-@dataclass
-class _Found:
-    kind: str
-    func: str  # the prefix without "$"
-    start: int  # index of "$"
-    body: str
-    end: int  # index after ")"
-
-
-_PREFIX_RE = re.compile(r"\$\$?[A-Za-z0-9_]*")  # "$" or "$$", then what may name a function
-_SIMPLE_BODY_RE = re.compile(r"[A-Za-z0-9_./]*(?=\))")
-_DOLLAR_RE = re.compile(r"\$\(DOLLAR\)", re.IGNORECASE)
-
-
-def _next_macro(text: str, pos: int, skip: Callable[[str, str], bool]) -> _Found | None:
-    """The next macro reference at or after pos that `skip(kind, body)` does not reject."""
-    tvalue = pos
-    n = len(text)
-    while True:
-        while True:  # find "$prefix(" with a prefix we know
-            d = text.find("$", tvalue)
-            if d < 0:
-                return None
-            p = _PREFIX_RE.match(text, d).end()
-            if p < n and text[p] == "(":
-                kind, idcolon = _classify_prefix(text[d:p])
-                if kind is not None:
-                    break
-            tvalue = p
-        body_start = p + 1
-        q = body_start
-        simple = _SIMPLE_BODY_RE.match(text, body_start) if idcolon else None
-        if simple is not None:  # the common case, $(NAME): no default to scan
-            q = simple.end()
-        elif not idcolon:
-            q = text.find(")", body_start)
-            q = n if q < 0 else q
-        else:
-            after_colon = False
-            bad = False
-            while q < n and text[q] != ")":
-                c = text[q]
-                q += 1
-                if c == ":" and not after_colon:
-                    after_colon = True
-                    continue
-                if after_colon:
-                    if c == "(":
-                        close = text.find(")", q)
-                        if close >= 0:
-                            q = close + 1
-                            continue
-                    elif c in _COLON_EXTRA:
-                        continue
-                if not _isidchar(c):
-                    bad = True
-                    break
-            if bad:
-                tvalue = body_start
-                continue
-        if q < n and text[q] == ")":
-            body = text[body_start:q]
-            if skip(kind, body):
-                tvalue = q
-                continue
-            return _Found(kind, text[d + 1 : p], d, body, q + 1)
-        tvalue = body_start
-
-
-Lookup = Callable[[str], str | None]
-
-
-class _Expander:
-    """Expands macro references against one set of macros (a lookup function) and an environment."""
-
-    def __init__(self, lookup: Lookup, environ: Mapping[str, str]) -> None:
-        self.lookup = lookup
-        self.environ = environ
-        self._count = 0
-
-    def expand(self, text: str, *, self_name: str | None = None) -> str:
-        """condor's expand_macro (or expand_self_macro when self_name is given)."""
-        if "$" not in text:
-            return text
-        if self_name is None:
-
-            def skip(kind: str, body: str) -> bool:
-                return kind == "NORMAL" and body.upper() == "DOLLAR"
-
-        else:
-            low = self_name.lower()
-
-            def skip(kind: str, body: str) -> bool:
-                if kind not in ("NORMAL", "FILENAME"):
-                    return True
-                return body.lower() != low and not body.lower().startswith(low + ":")
-
-        while True:
-            found = _next_macro(text, 0, skip)
-            if found is None:
-                break
-            self._count += 1
-            if self._count > _MAX_EXPANSIONS or len(text) > 1_000_000:
-                raise _ExpandError("macro expansion does not end (a macro refers to itself?)")
-            text = text[: found.start] + self._evaluate(found) + text[found.end :]
-        if self_name is None and _DOLLAR_RE.search(text):
-            while True:
-                found = _next_macro(
-                    text, 0, lambda kind, body: not (kind == "NORMAL" and body.upper() == "DOLLAR")
-                )
-                if found is None:
-                    break
-                text = text[: found.start] + "$" + text[found.end :]
-        return text
-
-    def _evaluate(self, found: _Found) -> str:
-        kind, body = found.kind, found.body
-        if kind == "NORMAL":
-            name, colon, default = body.partition(":")
-            value = self.lookup(name)
-            if colon and not value:
-                return default
-            return value or ""
-        if kind == "ENV":
-            name, colon, default = body.partition(":")
-            value = self.environ.get(name)
-            if value is None:
-                return default if colon else "UNDEFINED"
-            return value
-        if kind in ("FILENAME", "BASENAME", "DIRNAME"):
-            mval = self.lookup(body)
-            if mval is None:
-                mval = body
-            if "$" in mval:
-                mval = self.expand(mval)
-            return _filename_parts(kind, found.func, mval)
-        if kind == "SUBSTR":
-            return self._substr(body)
-        if kind == "CHOICE":
-            return self._choice(body)
-        if kind == "INT":
-            name, comma, fmt = body.partition(",")
-            mval = self._lookup_expand(name)
-            value = parse_integer(mval)
-            if value is None:
-                raise _ExpandError(f"$INT() macro: {mval} does not evaluate to an integer")
-            return _c_int_format(fmt, value) if comma else str(value)
-        raise _ExpandError(f"${found.func}() is not supported by llic")
-
-    def _lookup_expand(self, name: str) -> str:
-        mval = self.lookup(name)
-        if mval is None:
-            mval = name
-        return self.expand(mval) if "$" in mval else mval
-
-    def _substr(self, body: str) -> str:
-        name, comma, rest = body.partition(",")
-        if not comma:
-            raise _ExpandError("$SUBSTR() macro: no length specified")
-        start_arg, comma2, len_arg = rest.partition(",")
-        start = parse_integer(self._lookup_expand(start_arg))
-        if start is None:
-            raise _ExpandError(f"$SUBSTR() macro: {start_arg} is invalid start index")
-        length = 2**30
-        if comma2:
-            got = parse_integer(self._lookup_expand(len_arg))
-            if got is None:
-                raise _ExpandError(f"$SUBSTR() macro: {len_arg} is invalid length")
-            length = got
-        mval = self.lookup(name)
-        if mval is None:
-            return ""
-        if "$" in mval:
-            mval = self.expand(mval)
-        cch = len(mval)
-        if start < 0:
-            start += cch
-        start = min(max(start, 0), cch)
-        cch -= start
-        if length < 0:
-            length += cch
-        length = min(max(length, 0), cch)
-        return mval[start : start + length]
-
-    def _choice(self, body: str) -> str:
-        entries = [e.strip(WHITESPACE) for e in body.split(",")]
-        if len(entries) < 2:
-            raise _ExpandError("$CHOICE() macro: no index")
-        index = parse_integer(self._lookup_expand(entries[0]))
-        if index is None or index < 0:
-            raise _ExpandError(f"$CHOICE() macro: {entries[0]} is invalid index")
-        items = entries[1:]
-        if len(entries) == 2:
-            lval = self.lookup(entries[1])
-            if lval is None:
-                raise _ExpandError(f'$CHOICE() macro: no list named "{entries[1]}"')
-            if "$" in lval:
-                lval = self.expand(lval)
-            items = split_list(lval, ",")
-        if index >= len(items):
-            raise _ExpandError(f"$CHOICE() macro: index {index} is out of range")
-        return items[index]
-
-
-def _filename_parts(kind: str, func: str, mval: str) -> str:
-    """$F...(), $BASENAME(), $DIRNAME(): parts of a file name (config.cpp, SPECIAL_MACRO_ID_FILENAME)."""
-    parts = num_dirs = 0
-    quoted = bare = arg_quote = False
-    to_path = ""
-    if kind == "BASENAME":
-        parts = 3
-    elif kind == "DIRNAME":
-        parts = 4
-    else:
-        for ch in func[1:].lower():
-            if ch == "x":
-                parts |= 1
-            elif ch == "n":
-                parts |= 2
-            elif ch == "p":
-                parts |= 4
-            elif ch == "d":
-                parts |= 8
-                num_dirs += 1
-            elif ch == "a":
-                arg_quote = True
-            elif ch == "b":
-                bare = True
-            elif ch == "f":
-                raise _ExpandError(f"${func}(): the f (full path) flag is not supported by llic")
-            elif ch == "w":
-                to_path = "\\"
-            elif ch == "u":
-                to_path = "/"
-            elif ch == "q":
-                quoted = True
-    quote = ("'" if arg_quote else '"') if quoted else ""
-    s = mval
-    if len(s) > 1 and s[0] == s[-1] and s[0] in "\"'":
-        s = s[1:-1]
-    if s and (s[0] == '"' or (quote and s[0] == quote)):
-        q = s[0]
-        s = s[1:]
-        if s and s[-1] == q:
-            s = s[:-1]
-    if to_path:
-        s = s.replace("/" if to_path == "\\" else "\\", to_path)
-    ixend = len(s)
-    ixn = s.rfind("/") + 1
-    ext = s.rfind(".", ixn + 1)
-    ixx = ext if ext > ixn else ixend
-    if ixn == 0 and parts & 3:
-        parts &= ~(4 | 8)
-    start = 0
-    sel = parts & 0xF
-    if sel == 1:
-        start = ixx + 1 if bare and ixx < ixend else ixx
-    elif sel in (2, 3):
-        start = ixn
-        if sel == 2:
-            ixend = ixx
-    elif sel == 4:
-        ixend = ixn - 1 if bare and ixn > 0 else ixn
-    elif sel == 6:
-        ixend = ixx
-    elif sel in (0, 5, 7):
-        pass
-    elif ixn > 0:
-        seps = [i + 1 for i, c in enumerate(s) if c in "/\\"]
-        seps = seps[: len(seps) - num_dirs] if num_dirs <= len(seps) else []
-        start = seps[-1] if seps else 0
-        if parts & 3 == 2:
-            ixend = ixx
-        elif parts & 3 == 0:
-            ixend = ixn - 1 if bare and ixn > 0 else ixn
-    else:
-        start = ixend = 0
-    result = s[start:ixend] if ixend > start else ""
-    return f"{quote}{result}{quote}" if quoted else result
-
-
-def _c_int_format(fmt: str, value: int) -> str:
-    """printf an integer with a C format (length modifiers dropped)."""
-    py = re.sub(r"%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|j|z|t)?([diouxXc])", r"%\1\2", fmt)
-    py = py.replace("%i", "%d").replace("%u", "%d")
-    try:
-        return py % value
-    except (TypeError, ValueError) as e:
-        raise _ExpandError(f"$INT() macro: '{fmt}' is not a valid format specifier") from e
 
 
 # ---------------------------------------------------------------------------------------------
@@ -807,16 +483,6 @@ def _read_item_file(path: Path) -> list[str]:
 # the parsed file
 
 
-@dataclass(frozen=True)
-class _Macro:
-    name: str  # as first written
-    value: str  # raw, self references already expanded
-    line: int  # where it was last set (0: by llic)
-
-
-_ARCH = {"x86_64": "X86_64", "amd64": "X86_64", "i686": "INTEL", "i386": "INTEL", "aarch64": "aarch64"}
-_CONFIG_MACROS = {"opsysver", "opsysandver", "opsysmajorver", "spool"}
-
 # submit commands an agent job carries over from the user's job (QueueBlock.agent_attributes)
 _AGENT_KEYS = {
     "requirements",
@@ -852,7 +518,7 @@ class QueueBlock:
         ctx: _Context,
         index: int,
         line: int,
-        macros: dict[str, _Macro],
+        macros: dict[str, Macro],
         qargs: _QueueArgs,
         queue_text: str,
         first_process: int,
@@ -917,61 +583,11 @@ class QueueBlock:
 
     # -- macro lookup
 
-    def _lookup_fn(self, live: Mapping[str, str], defaults: Mapping[str, str]) -> Lookup:
-        macros = self._macros
-        static = self._static_defaults
-
-        def lookup(name: str) -> str | None:
-            low = name.lower()
-            if low in live:
-                return live[low]
-            m = macros.get(low)
-            if m is not None:
-                return m.value
-            value = defaults.get(low)
-            if value is None:
-                value = static.get(low)
-            if value is None and low in _CONFIG_MACROS:
-                raise _ExpandError(
-                    f"$({name}) comes from the submit machine's HTCondor configuration; not supported"
-                )
-            return value
-
-        return lookup
-
-    def _defaults(self, cluster: int, process: int, row: int, step: int) -> dict[str, str]:
-        """The built-in macros that change from job to job."""
-        return {
-            "clusterid": str(cluster),
-            "procid": str(process),
-            "itemindex": str(row),
-            "row": str(row),
-            "step": str(step),
-        }
-
     @functools.cached_property
-    def _static_defaults(self) -> dict[str, str]:
-        """The built-in macros that are the same for every job."""
-        t = time.localtime(self._ctx.submit_time)
-        return {
-            "node": "",
-            "jobid": "$(ClusterId).$(ProcId)",
-            "arch": _ARCH.get(platform.machine().lower(), platform.machine()),
-            "opsys": "LINUX",
-            "islinux": "1",
-            "iswindows": "0",
-            "submit_file": self._ctx.submit_file,
-            "submit_time": str(self._ctx.submit_time),
-            "year": f"{t.tm_year:04d}",
-            "month": f"{t.tm_mon:02d}",
-            "day": f"{t.tm_mday:02d}",
-            "request_cpus": "$(RequestCPUs)",
-            "request_memory": "$(RequestMemory)",
-            "vm_memory": "$(Request_Memory)",
-            "vm_vcpus": "$(Request_CPUs)",
-        }
+    def _shared_builtins(self) -> dict[str, str]:
+        return shared_builtins(self._ctx.submit_file, self._ctx.submit_time)
 
-    def _iter_contexts(self, cluster: int, limit: int | None = None) -> Iterator[tuple[int, _Expander]]:
+    def _iter_contexts(self, cluster: int, limit: int | None = None) -> Iterator[tuple[int, Expander]]:
         """(process, expander) for every job of the block, in order."""
         values = dict.fromkeys((v.lower() for v in self._qargs.vars), "")
         process = self.first_process
@@ -983,8 +599,14 @@ class QueueBlock:
                 if limit is not None and made >= limit:
                     return
                 live = {"cluster": str(cluster), "process": str(process), **values}
-                lookup = self._lookup_fn(live, self._defaults(cluster, process, row, step))
-                yield process, _Expander(lookup, self._ctx.environ)
+                lookup = macro_lookup(
+                    self._macros,
+                    live,
+                    job_builtins(cluster, process, row, step),
+                    self._shared_builtins,
+                    refuse_config=True,
+                )
+                yield process, Expander(lookup, self._ctx.environ)
                 process += 1
                 made += 1
 
@@ -1007,7 +629,7 @@ class QueueBlock:
 
     # -- resolution
 
-    def _param(self, ex: _Expander, name: str, alt: str | None = None) -> tuple[str | None, str]:
+    def _param(self, ex: Expander, name: str, alt: str | None = None) -> tuple[str | None, str]:
         """condor's submit_param: (expanded value or None if undefined/empty, the name found)."""
         m = self._macros.get(name.lower())
         used = name
@@ -1018,7 +640,7 @@ class QueueBlock:
             return None, name
         try:
             value = ex.expand(m.value)
-        except _ExpandError as e:
+        except ExpandError as e:
             raise SubmitFileError(self.path, m.line, f"{m.name}: {e}") from None
         return (value or None), used
 
@@ -1078,7 +700,7 @@ class QueueBlock:
                 f"universe {universe}: llic runs vanilla universe jobs only", "universe", "JobUniverse"
             )
 
-    def _should_transfer(self, ex: _Expander) -> tuple[str, str]:
+    def _should_transfer(self, ex: Expander) -> tuple[str, str]:
         """(should_transfer_files, when_to_transfer_output) after condor's checks and defaults."""
         should, _ = self._param(ex, "ShouldTransferFiles", "should_transfer_files")
         when, _ = self._param(ex, "WhenToTransferOutput", "when_to_transfer_output")
@@ -1117,7 +739,7 @@ class QueueBlock:
             )
         return should_v, when_v
 
-    def _resolve(self, ex: _Expander, process: int, cluster: int, base: TaskSpec | None) -> TaskSpec:
+    def _resolve(self, ex: Expander, process: int, cluster: int, base: TaskSpec | None) -> TaskSpec:
         """One job's TaskSpec, following condor's SetIWD, SetExecutable, SetArguments, SetEnvironment,
         SetStdin/out/err and SetTransferFiles."""
         # initialdir
@@ -1222,7 +844,7 @@ class QueueBlock:
             transfer_output_files=transfer_output,
         )
 
-    def _file_list(self, ex: _Expander, name: str, alt: str) -> list[str] | None:
+    def _file_list(self, ex: Expander, name: str, alt: str) -> list[str] | None:
         """A comma-separated file list; None when not given, [] for `""`."""
         value, _ = self._param(ex, name, alt)
         if value is None:
@@ -1231,7 +853,7 @@ class QueueBlock:
             return [] if name == "transfer_output_files" else None
         return split_list(value, ",")
 
-    def _environment(self, ex: _Expander, base: TaskSpec | None) -> dict[str, str]:
+    def _environment(self, ex: Expander, base: TaskSpec | None) -> dict[str, str]:
         env1, name1 = self._param(ex, "environment", "env")
         env2, _ = self._param(ex, "environment2")
         if env1 is not None and env2 is not None:
@@ -1435,7 +1057,7 @@ class _Parser:
         self.ctx = ctx
         self.forced_items = items
         self.lines = LogicalLines(text)
-        self.macros: dict[str, _Macro] = {}
+        self.macros: dict[str, Macro] = {}
         self.blocks: list[QueueBlock] = []
         self.warnings: list[str] = []
         self.next_process = first_process
@@ -1450,7 +1072,7 @@ class _Parser:
     def fail(self, line: int, message: str) -> SubmitFileError:
         return SubmitFileError(self.ctx.where, line, message)
 
-    def _expander(self) -> _Expander:
+    def _expander(self) -> Expander:
         """Expansion while reading the file: the values condor_submit has at that moment."""
         cluster = str(1 + self.cluster_offset)
         live = {"cluster": cluster, "process": self.last_live["process"]}
@@ -1464,16 +1086,8 @@ class _Parser:
             "jobid": "$(ClusterId).$(ProcId)",
             "submit_file": self.ctx.submit_file,
         }
-        macros = self.macros
-
-        def lookup(name: str) -> str | None:
-            low = name.lower()
-            if low in live:
-                return live[low]
-            m = macros.get(low)
-            return m.value if m is not None else defaults.get(low)
-
-        return _Expander(lookup, self.ctx.environ)
+        lookup = macro_lookup(self.macros, live, defaults, refuse_config=False)
+        return Expander(lookup, self.ctx.environ)
 
     def parse(self) -> SubmitFile:
         while (got := self.lines.next()) is not None:
@@ -1527,7 +1141,7 @@ class _Parser:
             return
         try:
             name = self._expander().expand(name)
-        except _ExpandError as e:
+        except ExpandError as e:
             raise self.fail(lineno, str(e)) from None
         if op == "@":
             raise self.fail(lineno, f"'{name} @=' (multi-line values) is not supported by llic")
@@ -1537,7 +1151,7 @@ class _Parser:
         if op != "=" or name.lower() == "queue":
             self._queue(lineno, line)
             return
-        if not name or not all(_isidchar(c) for c in name):
+        if not name or not all(is_identifier_char(c) for c in name):
             raise self.fail(lineno, f"Illegal Identifier: <{name}>")
         self._set(name, rhs, lineno, expand_self=True)
 
@@ -1546,10 +1160,10 @@ class _Parser:
         if expand_self:
             try:
                 value = self._expander().expand(rhs, self_name=name)
-            except _ExpandError as e:
+            except ExpandError as e:
                 raise self.fail(lineno, f"{name}: {e}") from None
         old = self.macros.get(name.lower())
-        self.macros[name.lower()] = _Macro(old.name if old else name, value, lineno)
+        self.macros[name.lower()] = Macro(old.name if old else name, value, lineno)
 
     def _queue(self, lineno: int, line: str) -> None:
         m = re.match(r"queue(?:[ \t\n\v\f\r]+|$)", line, re.IGNORECASE)
@@ -1558,7 +1172,7 @@ class _Parser:
         raw_args = line[m.end() :]
         try:
             expanded = self._expander().expand(raw_args)
-        except _ExpandError as e:
+        except ExpandError as e:
             raise self.fail(lineno, str(e)) from None
         try:
             qa = _parse_queue_args(expanded)

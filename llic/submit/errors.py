@@ -1,4 +1,5 @@
-"""SubmitFileError: why a submit file cannot be run, naming the file and line."""
+"""Errors: SubmitFileError (why a submit file cannot be run, naming the file and line) and
+ExpandError (why a macro could not be expanded, before the line is known)."""
 
 from __future__ import annotations
 
@@ -11,3 +12,7 @@ class SubmitFileError(ValueError):
         self.line = line
         self.reason = message
         super().__init__(f"{where}:{line}: {message}" if line else f"{where}: {message}")
+
+
+class ExpandError(Exception):
+    """A macro could not be expanded; the caller, who knows the line, turns it into a SubmitFileError."""
