@@ -76,6 +76,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llic.submit.arguments import parse_arguments, split_args  # noqa: F401 (tests import it from here)
+from llic.submit.environment import (  # noqa: F401 (tests import the parse_v*_environment from here)
+    import_environment,
+    parse_environment,
+    parse_v1_environment,
+    parse_v2_environment,
+)
 from llic.submit.errors import ExpandError, SubmitFileError
 from llic.submit.lines import LogicalLines
 from llic.submit.macros import (
@@ -114,149 +121,6 @@ class Mode(enum.StrEnum):
     NFS_INITIALDIR = "NFS_INITIALDIR"
     TRANSFER = "TRANSFER"
     TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-
-
-# ---------------------------------------------------------------------------------------------
-# arguments and environment (condor_arglist.cpp, env.cpp)
-
-
-def _v2_quoted_to_raw(text: str) -> str:
-    """The inside of a double-quoted (new syntax) value; `""` is a literal `"`."""
-    s = text.lstrip(WHITESPACE)
-    assert s.startswith('"')
-    close = s.find('"', 1)
-    if close > 0 and not s[close + 1 :].strip(WHITESPACE):  # the common case: no "" inside
-        return s[1:close]
-    i, out = 1, []
-    while i < len(s):
-        c = s[i]
-        if c == '"':
-            if i + 1 < len(s) and s[i + 1] == '"':
-                out.append('"')
-                i += 2
-                continue
-            rest = s[i + 1 :]
-            if rest.strip(WHITESPACE):
-                raise ValueError(
-                    "Unexpected characters following double-quote.  Did you forget to escape the "
-                    f"double-quote by repeating it?  Here is the quote and trailing characters: {s[i:]}"
-                )
-            return "".join(out)
-        out.append(c)
-        i += 1
-    raise ValueError("Unterminated double-quote.")
-
-
-def split_args(raw: str) -> list[str]:
-    """New-syntax argument splitting: white space separates, single quotes group, `''` is a quote."""
-    if "'" not in raw:
-        return _split_v1_args(raw)
-    args: list[str] = []
-    buf: list[str] = []
-    token = False
-    i = 0
-    while i < len(raw):
-        c = raw[i]
-        if c == "'":
-            start = i
-            i += 1
-            token = True
-            while i < len(raw):
-                if raw[i] == "'":
-                    if i + 1 < len(raw) and raw[i + 1] == "'":
-                        buf.append("'")
-                        i += 2
-                        continue
-                    break
-                buf.append(raw[i])
-                i += 1
-            if i >= len(raw):
-                raise ValueError(f"Unbalanced quote starting here: {raw[start:]}")
-            i += 1
-        elif c in " \t\n\r":
-            i += 1
-            if token:
-                args.append("".join(buf))
-                buf, token = [], False
-        else:
-            token = True
-            buf.append(c)
-            i += 1
-    if token:
-        args.append("".join(buf))
-    return args
-
-
-_ARG_SEP_RE = re.compile("[ \t\n\r]+")
-
-
-def _split_v1_args(raw: str) -> list[str]:
-    return [a for a in _ARG_SEP_RE.split(raw) if a]
-
-
-def parse_arguments(value: str, *, v2_only: bool = False) -> list[str]:
-    """An `arguments` value as condor splits it (new syntax if it starts with a double quote)."""
-    if value.lstrip(WHITESPACE).startswith('"'):
-        return split_args(_v2_quoted_to_raw(value))
-    if v2_only:
-        raise ValueError("Expecting double-quoted input string (V2 format).")
-    out, i = [], 0
-    while i < len(value):
-        if value[i] == '"':
-            raise ValueError(f"Found illegal unescaped double-quote: {value[i:]}")
-        if value[i] == "\\" and i + 1 < len(value) and value[i + 1] == '"':
-            out.append('"')
-            i += 2
-            continue
-        out.append(value[i])
-        i += 1
-    return _split_v1_args("".join(out))
-
-
-def _env_entry(entry: str, env: dict[str, str]) -> None:
-    name, eq, val = entry.partition("=")
-    if not eq:
-        if "$$" in entry:
-            raise ValueError(
-                f"environment entry '{entry}' without '=' (a $$() entry) is not supported by llic"
-            )
-        raise ValueError(f"Missing '=' after environment variable '{entry}'.")
-    if not name:
-        raise ValueError(f"missing variable in '{entry}'.")
-    env[name] = val
-
-
-def parse_v2_environment(raw: str, env: dict[str, str] | None = None) -> dict[str, str]:
-    """New-syntax environment (already without its double quotes) merged into env."""
-    env = {} if env is None else env
-    for entry in split_args(raw):
-        _env_entry(entry, env)
-    return env
-
-
-def parse_v1_environment(raw: str, delim: str = ";", env: dict[str, str] | None = None) -> dict[str, str]:
-    """Old-syntax environment: entries split at `delim` or a newline, leading blanks dropped."""
-    env = {} if env is None else env
-    for entry in re.split("[" + re.escape(delim) + "\n]", raw):
-        entry = entry.lstrip(" \t\n\r")
-        if entry:
-            _env_entry(entry, env)
-    return env
-
-
-def parse_environment(
-    value: str, env: dict[str, str] | None = None, *, v2_only: bool = False
-) -> dict[str, str]:
-    """An `environment` value as condor reads it (new syntax if it starts with a double quote)."""
-    env = {} if env is None else env
-    if value.lstrip(WHITESPACE).startswith('"'):
-        return parse_v2_environment(_v2_quoted_to_raw(value), env)
-    if v2_only:
-        raise ValueError("Expecting a double-quoted environment string (V2 format).")
-    delim = ";"
-    if value and value[0] in "!#$%&*+,-/:;<>?@^`|~\x1f":
-        delim, value = value[0], value[1:]
-    return parse_v1_environment(value, delim, env)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -885,11 +749,7 @@ class QueueBlock:
                     "getenv with a list of variables is not supported by llic (use true or false)", "getenv"
                 )
             if flag:
-                for k, v in self._ctx.environ.items():
-                    if k not in env and (
-                        env2 is not None or env1 is None or (";" not in v and "\n" not in v)
-                    ):
-                        env[k] = v
+                import_environment(env, self._ctx.environ, old_syntax=env2 is None and env1 is not None)
         return env
 
     # -- what llic needs beyond the tasks
