@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import glob as globmod
 import json
 import os
 import re
@@ -74,7 +73,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from llic.submit.arguments import parse_arguments, split_args  # noqa: F401 (tests import it from here)
 from llic.submit.environment import (  # noqa: F401 (tests import the parse_v*_environment from here)
@@ -93,8 +91,17 @@ from llic.submit.macros import (
     macro_lookup,
     shared_builtins,
 )
+from llic.submit.queue import (
+    QUEUE_ITEM_UNUSED,
+    Foreach,
+    QueueArgs,
+    QueueItemsError,
+    assign_item,
+    load_items,
+    parse_queue_args,
+)
 from llic.submit.task import TaskSpec
-from llic.submit.values import WHITESPACE, parse_bool, parse_integer, split_list
+from llic.submit.values import WHITESPACE, parse_bool, split_list
 
 __all__ = [
     "Mode",
@@ -107,7 +114,6 @@ __all__ = [
 ]
 
 NULL_FILE = "/dev/null"
-QUEUE_ITEM_UNUSED = "<Queue_item>"  # what condor_submit leaves in the variables of a finished queue
 DIRECTIVE = "#llic: "  # first line of QueueBlock.submit_text(): what the text alone cannot say
 NOTHING = "$(_llic_nothing_)"  # an undefined macro: expands to nothing
 
@@ -121,226 +127,6 @@ class Mode(enum.StrEnum):
     NFS_INITIALDIR = "NFS_INITIALDIR"
     TRANSFER = "TRANSFER"
     TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-
-
-# ---------------------------------------------------------------------------------------------
-# queue statements (submit_utils.cpp: SubmitForeachArgs::parse_queue_args)
-
-
-class _Foreach(enum.Enum):
-    NOT = "not"
-    IN = "in"
-    FROM = "from"
-    MATCHING = "matching"
-    MATCHING_FILES = "matching files"
-    MATCHING_DIRS = "matching dirs"
-    MATCHING_ANY = "matching any"
-
-
-@dataclass(frozen=True)
-class _Slice:
-    """A python-style [start:end:step] over the items (condor's qslice)."""
-
-    start: int | None = None
-    end: int | None = None
-    step: int | None = None
-    text: str = ""
-
-    def selected(self, ix: int, length: int) -> bool:
-        if not self.text:
-            return 0 <= ix < length
-        s = 0 if self.start is None else (self.start + length if self.start < 0 else self.start)
-        e = length if self.end is None else (self.end + length if self.end < 0 else self.end)
-        return s <= ix < e and (self.step is None or (ix - s) % self.step == 0)
-
-
-def _strtol(s: str, i: int) -> tuple[int | None, int]:
-    m = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)").match(s, i)
-    if not m:
-        return None, i
-    return int(m.group(1)), m.end()
-
-
-def _parse_slice(s: str, i: int) -> tuple[_Slice | None, int]:
-    """Parse `[x:y:z]` at s[i]; (None, i) if it is not one. Returns the index after the slice."""
-    vals: list[int | None] = []
-    p = i
-    for k in range(3):
-        val, end = _strtol(s, p + 1)
-        if end >= len(s) or s[end] not in (":]" if k < 2 else "]"):
-            return None, i
-        vals.append(val)
-        p = end
-        if s[p] == "]":
-            break
-    vals += [None] * (3 - len(vals))
-    if vals[2] is not None and vals[2] <= 0:
-        raise ValueError("a slice step must be positive")
-    return _Slice(vals[0], vals[1], vals[2], s[i : p + 1]), p + 1
-
-
-def _token_scan(s: str, i: int, tokens: Mapping[str, Any], until_match: bool) -> tuple[int, int | None, Any]:
-    """condor's queue_token_scan: (index where scanning stopped, token start, matched token id)."""
-    p, tok_start, cch = i, None, 0
-    while p < len(s):
-        ch = s[p]
-        if ch in WHITESPACE or ch == "(":
-            if 1 <= cch <= 9 and tok_start is not None:
-                tid = tokens.get(s[tok_start : tok_start + cch].lower())
-                if tid is not None:
-                    return p, tok_start, tid
-            if not until_match:
-                return p, tok_start, None
-            cch = 0
-        else:
-            if not cch:
-                tok_start = p
-            cch += 1
-        p += 1
-    return p, None, None
-
-
-@dataclass
-class _QueueArgs:
-    count: int = 1
-    mode: _Foreach = _Foreach.NOT
-    vars: list[str] = field(default_factory=list)
-    items: list[str] = field(default_factory=list)
-    items_source: str = ""  # "" (on the line), "<" (lines that follow), or a file name
-    slice: _Slice = field(default_factory=_Slice)
-
-
-def _is_alpha(c: str) -> bool:
-    return ("a" <= c <= "z") or ("A" <= c <= "Z")
-
-
-def _parse_queue_args(s: str) -> _QueueArgs:
-    """The arguments of a queue statement, already macro-expanded. Raises ValueError."""
-    qa = _QueueArgs()
-    s = s.lstrip(WHITESPACE)
-    if not s:
-        return qa
-    p, ptok, mode = _token_scan(
-        s, 0, {"in": _Foreach.IN, "from": _Foreach.FROM, "matching": _Foreach.MATCHING}, True
-    )
-    pnum_end = p
-    if mode is not None:
-        qa.mode = mode
-        while p < len(s) and s[p] in WHITESPACE:
-            p += 1
-        if p < len(s) and s[p] != "(":
-            quals = {
-                "files": _Foreach.MATCHING_FILES,
-                "dirs": _Foreach.MATCHING_DIRS,
-                "any": _Foreach.MATCHING_ANY,
-            }
-            while True:
-                p2, ptmp, qual = _token_scan(s, p, quals, False)
-                if ptmp is not None and s[ptmp] == "[":
-                    sl, p2 = _parse_slice(s, ptmp)
-                    if sl is None:
-                        raise ValueError("invalid slice")
-                    qa.slice = sl
-                elif qual is None:
-                    break
-                elif qa.mode is _Foreach.MATCHING:
-                    qa.mode = qual
-                else:
-                    raise ValueError(f"unexpected keyword '{s[ptmp:p2]}'")
-                if p2 == p:
-                    break
-                p = p2
-                while p < len(s) and s[p] in WHITESPACE:
-                    p += 1
-        rest = s[p:]
-        one_line = False
-        if rest.startswith("(") and rest.endswith(")") and len(rest) > 1:
-            rest, one_line = rest[1:-1], True
-        if rest.startswith("("):
-            first = rest[1:].lstrip(WHITESPACE)
-            if first:
-                qa.items = [first] if qa.mode is _Foreach.FROM else split_list(first)
-            qa.items_source = "<"
-        elif qa.mode is _Foreach.FROM:
-            rest = rest.lstrip(WHITESPACE)
-            if one_line:
-                qa.items = [rest]
-            else:
-                qa.items_source = rest.strip(WHITESPACE)
-        else:
-            qa.items = split_list(rest)
-        # the variables: walk back from the keyword over names, commas and blanks
-        assert ptok is not None
-        pvars = ptok
-        while pvars > 0 and s[pvars - 1] in WHITESPACE:
-            pvars -= 1
-        end_vars = pvars
-        if pvars > 0:
-            pt = pvars
-            while pt > 0:
-                ch = s[pt - 1]
-                if "0" <= ch <= "9":
-                    pt -= 1
-                    while pt > 0:
-                        ch = s[pt - 1]
-                        if _is_alpha(ch):
-                            break
-                        if not "0" <= ch <= "9":
-                            ch = "!"
-                            break
-                        pt -= 1
-                if ch in WHITESPACE or _is_alpha(ch) or ch in ",_.":
-                    pvars = pt - 1
-                else:
-                    break
-                pt -= 1
-            qa.vars = split_list(s[pvars:end_vars])
-        pnum_end = pvars
-    count_text = s[:pnum_end].rstrip(WHITESPACE)
-    if count_text:
-        count = parse_integer(count_text)
-        if count is None:
-            raise ValueError(f"invalid queue count '{count_text}'")
-        if count < 0 or count >= 2**31 - 1:
-            raise ValueError(f"queue count {count} out of range")
-        qa.count = count
-    if qa.mode is not _Foreach.NOT and not qa.vars:
-        qa.vars = ["Item"]
-    return qa
-
-
-def _expand_globs(patterns: list[str], mode: _Foreach, cwd: Path) -> list[str]:
-    """condor's submit_expand_globs: glob(3) with GLOB_MARK, each pattern sorted, duplicates dropped."""
-    items: list[str] = []
-    seen: set[str] = set()
-    for pattern in patterns:
-        matches = globmod.glob(pattern, root_dir=cwd)
-        found = []
-        for m in matches:
-            is_dir = (cwd / m).is_dir()
-            if is_dir and not m.endswith("/"):
-                m += "/"
-            if mode is _Foreach.MATCHING_FILES and is_dir:
-                continue
-            if mode is _Foreach.MATCHING_DIRS and not is_dir:
-                continue
-            found.append(m)
-        found.sort(key=lambda x: x.encode("utf-8", "surrogateescape"))
-        for m in found:
-            if m not in seen:
-                items.append(m)
-        seen.update(found)
-    return items
-
-
-def _read_item_file(path: Path) -> list[str]:
-    """Items of `queue ... from FILE`: every logical line (blank ones too), continuations joined."""
-    text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    lines = LogicalLines(text)
-    items = []
-    while (got := lines.next()) is not None:
-        items.append(got[1])
-    return items
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,7 +169,7 @@ class QueueBlock:
         index: int,
         line: int,
         macros: dict[str, Macro],
-        qargs: _QueueArgs,
+        qargs: QueueArgs,
         queue_text: str,
         first_process: int,
         cluster_offset: int,
@@ -404,11 +190,7 @@ class QueueBlock:
         self._fixed_base = fixed_base
         self._tasks: dict[int, list[TaskSpec]] = {}
         self._checks: dict[tuple[str, Callable[[str], bool]], bool] = {}
-        self._items = [
-            (ix, it) for ix, it in enumerate(qargs.items) if qargs.slice.selected(ix, len(qargs.items))
-        ]
-        if qargs.mode is _Foreach.NOT:
-            self._items = [(0, None)]
+        self._items = qargs.selected_items()
 
     # -- what the block is
 
@@ -427,7 +209,7 @@ class QueueBlock:
 
     @property
     def variables(self) -> list[str]:
-        return list(self._qargs.vars)
+        return list(self._qargs.variables)
 
     @property
     def items(self) -> list[str | None]:
@@ -453,12 +235,13 @@ class QueueBlock:
 
     def _iter_contexts(self, cluster: int, limit: int | None = None) -> Iterator[tuple[int, Expander]]:
         """(process, expander) for every job of the block, in order."""
-        values = dict.fromkeys((v.lower() for v in self._qargs.vars), "")
+        names = [v.lower() for v in self._qargs.variables]
+        values = dict.fromkeys(names, "")
         process = self.first_process
         made = 0
         for row, item in self._items:
             if item is not None:
-                self._set_vars(values, item)
+                assign_item(values, names, item)
             for step in range(self._qargs.count):
                 if limit is not None and made >= limit:
                     return
@@ -473,23 +256,6 @@ class QueueBlock:
                 yield process, Expander(lookup, self._ctx.environ)
                 process += 1
                 made += 1
-
-    def _set_vars(self, values: dict[str, str], item: str) -> None:
-        """condor_submit's set_vars: the first variable gets the item up to the first `,`, space or
-        tab; each next one the rest after the separator and blanks; the last one all that remains;
-        a variable left without a field keeps its value."""
-        names = [v.lower() for v in self._qargs.vars]
-        data = item
-        values[names[0]] = data
-        current = names[0]
-        for name in names[1:]:
-            m = re.search("[, \t]", data)
-            if not m:
-                break
-            values[current] = data[: m.start()]
-            data = data[m.end() :].lstrip(" \t")
-            values[name] = data
-            current = name
 
     # -- resolution
 
@@ -855,10 +621,12 @@ class QueueBlock:
                 value = f"{NOTHING}{value}{NOTHING}"
             lines.append(f"{m.name} = {value}")
         qa = self._qargs
-        if qa.mode is _Foreach.NOT:
+        if qa.mode is Foreach.NOT:
             lines.append(f"queue {qa.count}")
         else:
-            lines.append(f"queue {qa.count} {','.join(qa.vars)} from {qa.slice.text} (".replace("  ", " "))
+            lines.append(
+                f"queue {qa.count} {','.join(qa.variables)} from {qa.slice.text} (".replace("  ", " ")
+            )
             if all(_inline_item(item) for item in qa.items):
                 lines.extend(qa.items)
             else:  # a line a submit file cannot hold as an item (e.g. "#..." read from a file)
@@ -1035,27 +803,23 @@ class _Parser:
         except ExpandError as e:
             raise self.fail(lineno, str(e)) from None
         try:
-            qa = _parse_queue_args(expanded)
+            qa = parse_queue_args(expanded)
         except ValueError as e:
             raise self.fail(lineno, f"invalid Queue statement: {e}") from None
-        self._load_items(lineno, qa)
-        if self.forced_items is not None and qa.mode is not _Foreach.NOT:
+        try:
+            load_items(qa, self.lines, self.ctx.cwd)
+        except QueueItemsError as e:
+            raise self.fail(lineno, str(e)) from None
+        if self.forced_items is not None and qa.mode is not Foreach.NOT:
             qa.items, self.forced_items = self.forced_items, None
 
         exe = (self._raw("executable"), self._raw("cmd"))
         new_exe = exe != self.last_exe
         self.last_exe = exe
 
-        n_items = sum(1 for ix in range(len(qa.items)) if qa.slice.selected(ix, len(qa.items)))
-        if qa.mode is _Foreach.NOT:
-            n_items = 1
+        n_items = len(qa.selected_items())
         if n_items == 0:
-            if qa.mode in (
-                _Foreach.MATCHING,
-                _Foreach.MATCHING_FILES,
-                _Foreach.MATCHING_DIRS,
-                _Foreach.MATCHING_ANY,
-            ):
+            if qa.mode.is_matching:
                 self.warnings.append(f"{self.ctx.where}:{lineno}: queue matching found no files; no jobs")
             return
         starts = False
@@ -1091,49 +855,12 @@ class _Parser:
                 "row": str(block._items[-1][0]),
                 "step": str(qa.count - 1),
             }
-        for var in qa.vars:
+        for var in qa.variables:
             self._set(var, QUEUE_ITEM_UNUSED, lineno, expand_self=False)
 
     def _raw(self, name: str) -> str:
         m = self.macros.get(name)
         return m.value if m is not None else ""
-
-    def _load_items(self, lineno: int, qa: _QueueArgs) -> None:
-        if qa.items_source == "<":
-            while True:
-                got = self.lines.next()
-                if got is None:
-                    raise self.fail(
-                        lineno,
-                        "reached the end of the file without the closing ')' of this queue statement",
-                    )
-                text = got[1]
-                if text.startswith("#"):
-                    continue
-                if text.startswith(")"):
-                    break
-                if qa.mode is _Foreach.FROM:
-                    qa.items.append(text)
-                else:
-                    qa.items.extend(split_list(text))
-        elif qa.items_source:
-            source = qa.items_source
-            if source == "-" or source.endswith("|"):
-                raise self.fail(
-                    lineno, f"queue from '{source}' (standard input or a command) is not supported by llic"
-                )
-            path = Path(source) if source.startswith("/") else self.ctx.cwd / source
-            try:
-                qa.items = _read_item_file(path)
-            except OSError as e:
-                raise self.fail(lineno, f"cannot read queue items from {source}: {e.strerror}") from None
-        if qa.mode in (
-            _Foreach.MATCHING,
-            _Foreach.MATCHING_FILES,
-            _Foreach.MATCHING_DIRS,
-            _Foreach.MATCHING_ANY,
-        ):
-            qa.items = _expand_globs(qa.items, qa.mode, self.ctx.cwd)
 
 
 def parse_submit_text(
