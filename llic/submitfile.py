@@ -64,17 +64,16 @@ compute with ClassAd expressions (queue counts, `$INT()`) is limited to integer 
 
 from __future__ import annotations
 
-import enum
-import functools
-import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llic.submit.arguments import parse_arguments, split_args  # noqa: F401 (tests import it from here)
+from llic.submit.block import QueueBlock, SubmitContext
+from llic.submit.dispatch import Mode
 from llic.submit.environment import (  # noqa: F401 (tests import the parse_v*_environment from here)
     import_environment,
     parse_environment,
@@ -87,21 +86,18 @@ from llic.submit.macros import (
     Expander,
     Macro,
     is_identifier_char,
-    job_builtins,
     macro_lookup,
-    shared_builtins,
 )
+from llic.submit.master_copy import read_directive
 from llic.submit.queue import (
     QUEUE_ITEM_UNUSED,
     Foreach,
-    QueueArgs,
     QueueItemsError,
-    assign_item,
     load_items,
     parse_queue_args,
 )
 from llic.submit.task import TaskSpec
-from llic.submit.values import WHITESPACE, parse_bool, split_list
+from llic.submit.values import WHITESPACE
 
 __all__ = [
     "Mode",
@@ -112,540 +108,6 @@ __all__ = [
     "parse_submit_file",
     "parse_submit_text",
 ]
-
-NULL_FILE = "/dev/null"
-DIRECTIVE = "#llic: "  # first line of QueueBlock.submit_text(): what the text alone cannot say
-NOTHING = "$(_llic_nothing_)"  # an undefined macro: expands to nothing
-
-
-class Mode(enum.StrEnum):
-    """How an agent gets at a task's files (seed §3.3): in place on a shared file system, or sent
-    by the master; `_INITIALDIR` when the submit file sets an initial directory (then no input
-    file is common to all tasks)."""
-
-    NFS = "NFS"
-    NFS_INITIALDIR = "NFS_INITIALDIR"
-    TRANSFER = "TRANSFER"
-    TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-
-
-# ---------------------------------------------------------------------------------------------
-# the parsed file
-
-
-# submit commands an agent job carries over from the user's job (QueueBlock.agent_attributes)
-_AGENT_KEYS = {
-    "requirements",
-    "rank",
-    "accounting_group",
-    "accounting_group_user",
-    "concurrency_limits",
-    "priority",
-    "nice_user",
-    "job_machine_attrs",
-    "universe",
-}
-
-
-@dataclass
-class _Context:
-    """What a parse carries into every queue block."""
-
-    where: str  # the file name used in messages
-    submit_file: str  # $(SUBMIT_FILE)
-    cwd: Path
-    environ: Mapping[str, str]
-    submit_time: int
-
-
-class QueueBlock:
-    """One queue statement and the submit commands in effect at it (later statements inherit
-    earlier commands, as in condor_submit): one llic master."""
-
-    def __init__(
-        self,
-        *,
-        ctx: _Context,
-        index: int,
-        line: int,
-        macros: dict[str, Macro],
-        qargs: QueueArgs,
-        queue_text: str,
-        first_process: int,
-        cluster_offset: int,
-        starts_cluster: bool,
-        base_blocks: tuple[QueueBlock, ...],
-        fixed_base: TaskSpec | None = None,
-    ) -> None:
-        self._ctx = ctx
-        self.index = index
-        self.line = line
-        self._macros = macros
-        self._qargs = qargs
-        self.queue_text = queue_text
-        self.first_process = first_process
-        self.cluster_offset = cluster_offset
-        self.starts_cluster = starts_cluster
-        self._base_blocks = base_blocks
-        self._fixed_base = fixed_base
-        self._tasks: dict[int, list[TaskSpec]] = {}
-        self._checks: dict[tuple[str, Callable[[str], bool]], bool] = {}
-        self._items = qargs.selected_items()
-
-    # -- what the block is
-
-    @property
-    def path(self) -> str:
-        return self._ctx.where
-
-    @property
-    def cwd(self) -> Path:
-        return self._ctx.cwd
-
-    @property
-    def count(self) -> int:
-        """Jobs per item (the N of `queue N ...`)."""
-        return self._qargs.count
-
-    @property
-    def variables(self) -> list[str]:
-        return list(self._qargs.variables)
-
-    @property
-    def items(self) -> list[str | None]:
-        """The selected items (None for a `queue N` without items)."""
-        return [it for _, it in self._items]
-
-    @property
-    def num_tasks(self) -> int:
-        return self._qargs.count * len(self._items)
-
-    def commands(self) -> dict[str, str]:
-        """The raw submit commands in effect (names as written, values unexpanded)."""
-        return {m.name: m.value for m in self._macros.values()}
-
-    def __repr__(self) -> str:
-        return f"QueueBlock({self.path}:{self.line}: queue {self.queue_text!r}, {self.num_tasks} tasks)"
-
-    # -- macro lookup
-
-    @functools.cached_property
-    def _shared_builtins(self) -> dict[str, str]:
-        return shared_builtins(self._ctx.submit_file, self._ctx.submit_time)
-
-    def _iter_contexts(self, cluster: int, limit: int | None = None) -> Iterator[tuple[int, Expander]]:
-        """(process, expander) for every job of the block, in order."""
-        names = [v.lower() for v in self._qargs.variables]
-        values = dict.fromkeys(names, "")
-        process = self.first_process
-        made = 0
-        for row, item in self._items:
-            if item is not None:
-                assign_item(values, names, item)
-            for step in range(self._qargs.count):
-                if limit is not None and made >= limit:
-                    return
-                live = {"cluster": str(cluster), "process": str(process), **values}
-                lookup = macro_lookup(
-                    self._macros,
-                    live,
-                    job_builtins(cluster, process, row, step),
-                    self._shared_builtins,
-                    refuse_config=True,
-                )
-                yield process, Expander(lookup, self._ctx.environ)
-                process += 1
-                made += 1
-
-    # -- resolution
-
-    def _param(self, ex: Expander, name: str, alt: str | None = None) -> tuple[str | None, str]:
-        """condor's submit_param: (expanded value or None if undefined/empty, the name found)."""
-        m = self._macros.get(name.lower())
-        used = name
-        if m is None and alt is not None:
-            m = self._macros.get(alt.lower())
-            used = alt
-        if m is None:
-            return None, name
-        try:
-            value = ex.expand(m.value)
-        except ExpandError as e:
-            raise SubmitFileError(self.path, m.line, f"{m.name}: {e}") from None
-        return (value or None), used
-
-    def _line_of(self, *names: str) -> int:
-        for name in names:
-            m = self._macros.get(name.lower())
-            if m is not None:
-                return m.line
-        return self.line
-
-    def _fail(self, message: str, *names: str) -> SubmitFileError:
-        return SubmitFileError(self.path, self._line_of(*names), message)
-
-    @staticmethod
-    def _exists(path: str) -> bool:
-        return "$$(" in path or os.path.lexists(path)
-
-    def _checked(self, path: str, check: Callable[[str], bool]) -> bool:
-        """check(path), asked once per path (jobs often share a directory or an executable)."""
-        key = (path, check)
-        if key not in self._checks:
-            self._checks[key] = check(path)
-        return self._checks[key]
-
-    def _compute_base(self, cluster: int) -> TaskSpec | None:
-        """The cluster ad's values this block's jobs fall back on (see the module docstring)."""
-        if self._fixed_base is not None:
-            return self._fixed_base
-        base: TaskSpec | None = None
-        for src in self._base_blocks:
-            src_cluster = cluster - (self.cluster_offset - src.cluster_offset)
-            _, ex = next(src._iter_contexts(src_cluster, limit=1))
-            base = src._resolve(ex, src.first_process, src_cluster, base)
-        return base
-
-    def tasks(self, cluster: int) -> list[TaskSpec]:
-        """Every job of this queue statement, with `$(Cluster)` = cluster, in process order."""
-        if cluster not in self._tasks:
-            self._check_universe()
-            base = self._compute_base(cluster)
-            out: list[TaskSpec] = []
-            for process, ex in self._iter_contexts(cluster):
-                task = self._resolve(ex, process, cluster, base)
-                if base is None:
-                    base = task
-                out.append(task)
-            self._tasks[cluster] = out
-        return list(self._tasks[cluster])
-
-    def _check_universe(self) -> None:
-        first = next(self._iter_contexts(1 + self.cluster_offset, limit=1), None)
-        if first is None:
-            return
-        universe, _ = self._param(first[1], "universe", "JobUniverse")
-        if universe is not None and universe.strip(WHITESPACE).lower() not in ("vanilla", "5"):
-            raise self._fail(
-                f"universe {universe}: llic runs vanilla universe jobs only", "universe", "JobUniverse"
-            )
-
-    def _should_transfer(self, ex: Expander) -> tuple[str, str]:
-        """(should_transfer_files, when_to_transfer_output) after condor's checks and defaults."""
-        should, _ = self._param(ex, "ShouldTransferFiles", "should_transfer_files")
-        when, _ = self._param(ex, "WhenToTransferOutput", "when_to_transfer_output")
-        default_should = should is None
-        should_v = "IF_NEEDED" if should is None else should.upper()
-        if should_v not in ("YES", "NO", "IF_NEEDED"):
-            raise self._fail(
-                f"invalid value ({should}) for should_transfer_files: specify YES, NO or IF_NEEDED",
-                "ShouldTransferFiles",
-                "should_transfer_files",
-            )
-        when_v = "ON_EXIT" if when is None else when.upper()
-        if when_v not in ("ON_EXIT", "ON_EXIT_OR_EVICT", "NEVER"):
-            raise self._fail(
-                f"invalid value ({when}) for WhenToTransferOutput.  Please either specify ON_EXIT, "
-                "or ON_EXIT_OR_EVICT",
-                "WhenToTransferOutput",
-                "when_to_transfer_output",
-            )
-        if not default_should and when is None and should_v == "NO":
-            when_v = "NEVER"
-        if (should_v == "NO") != (when_v == "NEVER"):
-            raise self._fail(
-                f"WhenToTransferOutput specified as {when_v} yet ShouldTransferFiles defined as {should_v}",
-                "WhenToTransferOutput",
-                "when_to_transfer_output",
-            )
-        if default_should and when_v == "ON_EXIT_OR_EVICT":
-            should_v = "YES"
-        if when_v == "ON_EXIT_OR_EVICT" and should_v == "IF_NEEDED":
-            raise self._fail(
-                '"when_to_transfer_output = ON_EXIT_OR_EVICT" and "should_transfer_files = IF_NEEDED" '
-                "are incompatible",
-                "WhenToTransferOutput",
-                "when_to_transfer_output",
-            )
-        return should_v, when_v
-
-    def _resolve(self, ex: Expander, process: int, cluster: int, base: TaskSpec | None) -> TaskSpec:
-        """One job's TaskSpec, following condor's SetIWD, SetExecutable, SetArguments, SetEnvironment,
-        SetStdin/out/err and SetTransferFiles."""
-        # initialdir
-        iwd_value, _ = self._param(ex, "initialdir", "Iwd")
-        if iwd_value is None:
-            iwd_value, _ = self._param(ex, "initial_dir", "job_iwd")
-        cwd = str(self._ctx.cwd)
-        if iwd_value is None:
-            iwd = cwd
-        elif iwd_value.startswith("/"):
-            iwd = iwd_value
-        else:
-            iwd = cwd.rstrip("/") + "/" + iwd_value.lstrip("/")
-        iwd = re.sub("//+", "/", iwd)
-        if not self._checked(iwd, os.path.isdir):
-            raise self._fail(f"No such directory: {iwd}", "initialdir", "Iwd", "initial_dir", "job_iwd")
-
-        # executable
-        exe, _ = self._param(ex, "executable", "Cmd")
-        if exe is None:
-            if base is None:
-                raise self._fail("No 'executable' parameter was provided")
-            executable = base.executable
-        else:
-            xfer, _ = self._param(ex, "transfer_executable", "TransferExecutable")
-            if xfer is not None and xfer[:1] in ("F", "f"):
-                executable = exe
-            else:
-                executable = re.sub("//+", "/", "/" + (exe if exe.startswith("/") else f"{cwd}/{exe}"))
-                if not self._checked(executable, self._exists):
-                    raise self._fail(f"Executable file {exe} does not exist", "executable", "Cmd")
-
-        # arguments
-        args1, name1 = self._param(ex, "arguments", "Args")
-        args2, _ = self._param(ex, "arguments2")
-        if args1 is not None and args2 is not None:
-            allow, _ = self._param(ex, "allow_arguments_v1")
-            if not (allow and parse_bool(allow)):
-                raise self._fail(
-                    "If you wish to specify both 'arguments' and 'arguments2' for maximal compatibility "
-                    "with different versions of Condor, then you must also specify allow_arguments_v1=true.",
-                    "arguments2",
-                )
-        try:
-            if args2 is not None:
-                arguments = tuple(parse_arguments(args2, v2_only=True))
-            elif args1 is not None:
-                arguments = tuple(parse_arguments(args1))
-            else:
-                arguments = base.arguments if base is not None else ()
-        except ValueError as e:
-            raise self._fail(
-                f"{name1 if args2 is None else 'arguments2'}: {e}", name1, "arguments2"
-            ) from None
-
-        environment = self._environment(ex, base)
-
-        # input, output, error
-        streams: list[str | None] = []
-        for key, alt, attr in (
-            ("input", "stdin", "input"),
-            ("output", "stdout", "output"),
-            ("error", "stderr", "error"),
-        ):
-            value, _ = self._param(ex, key, alt)
-            if value is None:
-                streams.append(getattr(base, attr) if base is not None else None)
-            else:
-                streams.append(None if value == NULL_FILE else value)
-        stdin = streams[0]
-
-        # transfer files
-        should, _ = self._should_transfer(ex)
-        inputs = self._file_list(ex, "transfer_input_files", "TransferInputFiles")
-        outputs = self._file_list(ex, "transfer_output_files", "TransferOutputFiles")
-        if should == "NO" and (inputs or outputs is not None):
-            which = "transfer_input_files" if inputs else "transfer_output_files"
-            raise self._fail(
-                f"{which} names files to transfer, but should_transfer_files is NO",
-                which,
-            )
-        if inputs:
-            transfer_input = tuple(inputs)
-        else:
-            transfer_input = base.transfer_input_files if base is not None else ()
-        if outputs is None:
-            transfer_output = base.transfer_output_files if base is not None else None
-        else:
-            transfer_output = tuple(outputs)
-
-        return TaskSpec(
-            process=process,
-            cluster=cluster,
-            executable=executable,
-            arguments=arguments,
-            environment=environment,
-            input=stdin,
-            output=streams[1],
-            error=streams[2],
-            initialdir=iwd,
-            transfer_input_files=transfer_input,
-            transfer_output_files=transfer_output,
-        )
-
-    def _file_list(self, ex: Expander, name: str, alt: str) -> list[str] | None:
-        """A comma-separated file list; None when not given, [] for `""`."""
-        value, _ = self._param(ex, name, alt)
-        if value is None:
-            return None
-        if value == '""':
-            return [] if name == "transfer_output_files" else None
-        return split_list(value, ",")
-
-    def _environment(self, ex: Expander, base: TaskSpec | None) -> dict[str, str]:
-        env1, name1 = self._param(ex, "environment", "env")
-        env2, _ = self._param(ex, "environment2")
-        if env1 is not None and env2 is not None:
-            allow, _ = self._param(ex, "allow_environment_v1")
-            if not (allow and parse_bool(allow)):
-                raise self._fail(
-                    "If you wish to specify both 'environment' and 'environment2' for maximal compatibility "
-                    "with different versions of Condor, then you must also specify "
-                    "allow_environment_v1=true.",
-                    "environment2",
-                )
-        if base is not None and env1 is None and env2 is None:
-            return dict(base.environment)
-        env: dict[str, str] = dict(base.environment) if base is not None else {}
-        try:
-            if env2 is not None:
-                parse_environment(env2, env, v2_only=True)
-            elif env1 is not None:
-                parse_environment(env1, env)
-        except ValueError as e:
-            raise self._fail(
-                f"{name1 if env2 is None else 'environment2'}: {e}", name1, "environment2"
-            ) from None
-        getenv, _ = self._param(ex, "getenv", "get_env")
-        if getenv is not None:
-            flag = parse_bool(getenv)
-            if flag is None:
-                raise self._fail(
-                    "getenv with a list of variables is not supported by llic (use true or false)", "getenv"
-                )
-            if flag:
-                import_environment(env, self._ctx.environ, old_syntax=env2 is None and env1 is not None)
-        return env
-
-    # -- what llic needs beyond the tasks
-
-    @property
-    def mode(self) -> Mode:
-        """NFS when should_transfer_files is NO, else TRANSFER (condor's default is IF_NEEDED);
-        `_INITIALDIR` when an initial directory is set."""
-        first = next(self._iter_contexts(1 + self.cluster_offset, limit=1), None)
-        assert first is not None
-        ex = first[1]
-        should, _ = self._should_transfer(ex)
-        initialdir = any(
-            self._param(ex, a, b)[0] is not None
-            for a, b in (("initialdir", "Iwd"), ("initial_dir", "job_iwd"))
-        )
-        if should == "NO":
-            return Mode.NFS_INITIALDIR if initialdir else Mode.NFS
-        return Mode.TRANSFER_INITIALDIR if initialdir else Mode.TRANSFER
-
-    def agent_attributes(self) -> dict[str, str]:
-        """The commands an agent job inherits from the user's jobs: requirements, rank, request_*,
-        +Attr/MY.Attr, accounting and priority settings (expanded; they must be the same for every
-        task, since one agent runs many of them)."""
-        keys = [
-            m
-            for low, m in self._macros.items()
-            if low in _AGENT_KEYS or low.startswith("request_") or low.startswith("my.")
-        ]
-        out: dict[str, str] = {}
-        first: dict[str, str | None] = {}
-        for n, (_, ex) in enumerate(self._iter_contexts(1 + self.cluster_offset)):
-            for m in keys:
-                value, _ = self._param(ex, m.name)
-                if n == 0:
-                    first[m.name] = value
-                    if value is not None:
-                        out[m.name] = value
-                elif value != first[m.name]:
-                    raise SubmitFileError(
-                        self.path,
-                        m.line,
-                        f"{m.name} differs between the jobs of this queue statement; "
-                        "an llic agent runs them all, so it must be the same",
-                    )
-        return out
-
-    def common_input_files(self, cluster: int) -> list[str]:
-        """Input files (transfer_input_files and the input file) that every task of the block names
-        identically: sent to an agent once (seed §3.3). Empty when an initial directory is set."""
-        if self.mode in (Mode.NFS_INITIALDIR, Mode.TRANSFER_INITIALDIR):
-            return []
-        tasks = self.tasks(cluster)
-        common = [f for f in _input_files(tasks[0])]
-        for task in tasks[1:]:
-            names = set(_input_files(task))
-            common = [f for f in common if f in names]
-        return common
-
-    def private_input_files(self, task: TaskSpec) -> list[str]:
-        """The task's input files that are not common ones: sent with the task."""
-        common = set(self.common_input_files(task.cluster))
-        return [f for f in _input_files(task) if f not in common]
-
-    # -- the master's copy
-
-    def submit_text(self) -> str:
-        """A self-contained submit description of this block: its commands and one queue statement
-        with the items written out. Its first line, a `#llic:` comment, carries what the text alone
-        cannot (working directory, first process number, cluster position, the environment it
-        reads, and the values condor_submit's cluster ad gives jobs that leave a command empty);
-        `parse_submit_text` on it yields this block's tasks again."""
-        base = self._compute_base(1 + self.cluster_offset)
-        uses_env = any("$ENV(" in m.value for m in self._macros.values()) or any(
-            "$ENV(" in (it or "") for _, it in self._items
-        )
-        getenv = self._macros.get("getenv") or self._macros.get("get_env")
-        if getenv is not None:
-            environ = dict(self._ctx.environ)
-        elif uses_env:
-            names = set()
-            for text in [m.value for m in self._macros.values()] + [it or "" for _, it in self._items]:
-                names.update(re.findall(r"\$ENV\(([A-Za-z0-9_./]+)", text))
-            environ = {k: v for k, v in self._ctx.environ.items() if k in names}
-        else:
-            environ = {}
-        directive = {
-            "cwd": str(self._ctx.cwd),
-            "submit_file": self._ctx.submit_file,
-            "submit_time": self._ctx.submit_time,
-            "first_process": self.first_process,
-            "cluster_offset": self.cluster_offset,
-            "starts_cluster": self.starts_cluster,
-            "base": None if base is None else base.to_dict(),
-            "environ": environ,
-        }
-        lines = [DIRECTIVE + json.dumps(directive, sort_keys=True)]
-        for low, m in self._macros.items():
-            if low in ("cluster", "process"):
-                continue
-            value = m.value
-            if value != value.strip(WHITESPACE):  # blanks a line would lose: keep them behind an empty macro
-                value = f"{NOTHING}{value}{NOTHING}"
-            lines.append(f"{m.name} = {value}")
-        qa = self._qargs
-        if qa.mode is Foreach.NOT:
-            lines.append(f"queue {qa.count}")
-        else:
-            lines.append(
-                f"queue {qa.count} {','.join(qa.variables)} from {qa.slice.text} (".replace("  ", " ")
-            )
-            if all(_inline_item(item) for item in qa.items):
-                lines.extend(qa.items)
-            else:  # a line a submit file cannot hold as an item (e.g. "#..." read from a file)
-                directive["items"] = list(qa.items)
-                lines[0] = DIRECTIVE + json.dumps(directive, sort_keys=True)
-            lines.append(")")
-        return "\n".join(lines) + "\n"
-
-
-def _inline_item(item: str) -> bool:
-    """Whether an item reads back the same as a line of an inline `from ( ... )` list."""
-    return not item.startswith(("#", ")")) and not item.endswith("\\") and item == item.strip(WHITESPACE)
-
-
-def _input_files(task: TaskSpec) -> list[str]:
-    files = list(task.transfer_input_files)
-    if task.input is not None and task.input not in files:
-        files.append(task.input)
-    return files
 
 
 @dataclass
@@ -674,7 +136,7 @@ class _Parser:
     def __init__(
         self,
         text: str,
-        ctx: _Context,
+        ctx: SubmitContext,
         *,
         first_process: int,
         cluster_offset: int,
@@ -877,22 +339,18 @@ def parse_submit_text(
     the working directory, the environment and the numbering."""
     first_process, cluster_offset, base, items, resume = 0, 0, None, None, None
     submit_time = int(time.time())
-    first_line, _, _ = text.partition("\n")
-    if first_line.startswith(DIRECTIVE):
-        try:
-            d = json.loads(first_line[len(DIRECTIVE) :])
-            cwd = d["cwd"]
-            submit_file = d["submit_file"]
-            submit_time = int(d["submit_time"])
-            first_process = int(d["first_process"])
-            cluster_offset = int(d["cluster_offset"])
-            base = None if d["base"] is None else TaskSpec.from_dict(d["base"])
-            environ = {str(k): str(v) for k, v in d["environ"].items()}
-            items = None if d.get("items") is None else [str(i) for i in d["items"]]
-            resume = bool(d["starts_cluster"])
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise SubmitFileError(name, 1, f"malformed {DIRECTIVE.strip()} line: {e}") from None
-    ctx = _Context(
+    directive = read_directive(text, name)
+    if directive is not None:
+        cwd = directive.cwd
+        submit_file = directive.submit_file
+        submit_time = directive.submit_time
+        first_process = directive.first_process
+        cluster_offset = directive.cluster_offset
+        base = directive.base
+        environ = directive.environ
+        items = directive.items
+        resume = directive.starts_cluster
+    ctx = SubmitContext(
         where=name,
         submit_file=name if submit_file is None else submit_file,
         cwd=Path(os.getcwd() if cwd is None else cwd).absolute(),
