@@ -99,7 +99,7 @@ from llic.config import LlicConfig
 from llic.files import OutputPlacementError, place_outputs
 from llic.netadmit import IN, OUT, Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, StateFileError, load_state, restore, save_state, snapshot
-from llic.submitfile import SubmitFileError, TaskSpec, parse_submit_file
+from llic.submit import SubmitFileError, TaskSpec, parse_submit_file
 from llic.taskbook import Assignment, TaskOutcome
 
 log = structlog.get_logger("llic.master")

@@ -55,7 +55,7 @@ from llic.state import (
     save_state,
     state_file_name,
 )
-from llic.submitfile import QueueBlock, SubmitFile
+from llic.submit import QueueBlock, SubmitFile
 
 MASTER_MAX_RUNS = 20  # runs before HTCondor holds a master that keeps failing
 MASTER_ENV = "LLIC_MASTER"

@@ -19,7 +19,7 @@ from llic import protocol as p
 from llic.chef import MasterStatus
 from llic.config import LlicConfig
 from llic.state import MasterInfo, initial_state, load_state, save_state
-from llic.submitfile import parse_submit_file
+from llic.submit import parse_submit_file
 from llic.taskbook import TaskState
 
 NFS_SUB = """\

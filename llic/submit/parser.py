@@ -1,65 +1,14 @@
-"""HTCondor submit files, resolved into tasks the way `condor_submit` (23.9) resolves them.
+"""The file-level parser (config.cpp: Parse_macros with the submit syntax; submit.cpp: queue
+handling): logical lines into submit commands and queue statements into QueueBlocks, errors
+naming file:line.
 
-Why this exists: `master_submitter` takes the user's own submit file and runs its jobs as llic
-tasks, so every task must get exactly the executable, arguments, environment, files and
-directory that `condor_submit` would have given the job. htcondor2's `Submit` keeps only the first
-queue statement and cannot list per-job values, and the bindings may only be imported by
-`common/condor/worker.py`, so this module reads submit files itself (standard library only).
-
-It follows HTCondor's own code (condor_utils/config.cpp, submit_utils.cpp, condor_submit.V6/
-submit.cpp, condor_arglist.cpp, env.cpp at v23.9.6) and is checked against the real
-`condor_submit -dry-run` by tests/llic/test_dryrun_condor.py. What it reads:
-
-- lines: `#` comments, blank lines, continuation with a trailing `\\` (a `#` line inside a
-  continuation counts as blank, a `#` line never continues), leading/trailing white space trimmed;
-- `name = value` with case-insensitive names (macro references in a name are expanded),
-  `+Attr = value` / `MY.Attr = value` (stored as `MY.Attr`), `-Attr =`;
-- macros, expanded lazily when a value is used (as condor does): `$(X)`, `$(X:default)` (the
-  default when X is undefined or empty), `$(DOLLAR)`, `$$(X)` left for HTCondor, `$ENV(X)`
-  (`UNDEFINED` when unset, `$ENV(X:default)`), `$Fpdnxbqa(X)`, `$BASENAME(X)`, `$DIRNAME(X)`,
-  `$SUBSTR(X,start[,len])`, `$CHOICE(i,list)`, `$INT(X[,fmt])`; a self reference (`X = $(X) more`)
-  is expanded when the line is read;
-- the built-in macros `$(Process)`/`$(ProcId)`, `$(Cluster)`/`$(ClusterId)`, `$(JobId)`,
-  `$(Item)` and the other queue variables, `$(ItemIndex)`/`$(Row)`, `$(Step)`, `$(Node)`,
-  `$(SUBMIT_FILE)`, `$(SUBMIT_TIME)`, `$(Year)`/`$(Month)`/`$(Day)`, `$(ARCH)`, `$(OPSYS)`,
-  `$(IsLinux)`, `$(IsWindows)`;
-- every queue form: `queue`, `queue N`, `queue [N] [VARS] in|from|matching [files|dirs|any]
-  [slice] (items)`, items on the line, in a `( ... )` block over several lines, or `from FILE`;
-  N is an integer expression; several variables per item split as condor_submit does (at the
-  first `,`, space or tab; the last variable takes the rest; a variable an item has no field for
-  keeps its previous value); `matching` globs relative to the working directory (directories
-  get a trailing `/`, duplicates across patterns are dropped);
-- `executable` (absolute: relative to the working directory unless `transfer_executable = false`),
-  `arguments` (new syntax in double quotes with `''`/`""` escapes and single-quote grouping, old
-  syntax with `\\"`), `arguments2`, `environment`/`env` (new syntax, or old `;`-separated with an
-  optional leading delimiter), `environment2`, `getenv = true`, `input`/`output`/`error` (and
-  `stdin`/`stdout`/`stderr`), `initialdir` (relative to the working directory),
-  `transfer_input_files`, `transfer_output_files`, `should_transfer_files`,
-  `when_to_transfer_output`, `universe` (vanilla only).
-
-The working directory (`cwd`) plays the part of condor_submit's current directory: `initialdir`,
-a relative `executable`, `queue ... from FILE` and `queue ... matching` are relative to it (not
-to the submit file's directory, as condor_submit does too). `master_submitter` passes its own
-current directory.
-
-condor_submit behaviours reproduced on purpose, because they change what a job gets:
-- several queue statements form one cluster and process numbers continue, until the raw
-  `executable` changes: then a new cluster starts and process numbers restart at 0;
-- a job whose `input`/`output`/`error`/`arguments`/`transfer_input_files`/
-  `transfer_output_files`/`executable` expands to nothing takes the value of the first job of
-  the submission (its "cluster ad"; each new cluster's first job updates it), and a job's
-  `environment` is merged over that first job's environment;
-- after a queue statement with variables, those variables are `<Queue_item>` for later ones;
-- `initialdir` must be a directory and a transferred executable must exist (condor_submit refuses
-  the submission otherwise); input files are not checked (condor_submit 23.9 skips that check).
-
-Rejected with a SubmitFileError (condor_submit knows them, llic does not need them):
-`include`, `use`, `if`/`elif`/`else`/`endif`, `error :`/`warning :`, `name @= TAG` multi-line
-values, `queue ... from CMD |` and `from -`, `$RANDOM_CHOICE()`, `$RANDOM_INTEGER()`, `$REAL()`,
-`$STRING()`, `$EVAL()`, `$Ff(...)` (full path), `$(OPSYSVER)` and the other macros that come
-from the submit machine's HTCondor configuration, `getenv` with a list of names, universes other
-than vanilla, environment entries without `=`, negative slice steps. A value condor would
-compute with ClassAd expressions (queue counts, `$INT()`) is limited to integer arithmetic.
+A command is `name = value` with a case-insensitive name (macro references in a name are
+expanded), `+Attr = value` / `MY.Attr = value` (stored as `MY.Attr`) or `-Attr =`. Directives
+condor_submit knows and llic refuses are refused in `_Parser._line`: `if`/`elif`/`else`/`endif`,
+`include`, `use`, `error :`/`warning :`, `name @= TAG` multi-line values. The numbering follows
+condor_submit: several queue statements form one cluster and process numbers continue, until the
+raw `executable` changes: then a new cluster starts and process numbers restart at 0. After a
+queue statement with variables, those variables are `<Queue_item>` for later statements.
 """
 
 from __future__ import annotations
@@ -71,43 +20,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llic.submit.arguments import parse_arguments, split_args  # noqa: F401 (tests import it from here)
 from llic.submit.block import QueueBlock, SubmitContext
-from llic.submit.dispatch import Mode
-from llic.submit.environment import (  # noqa: F401 (tests import the parse_v*_environment from here)
-    import_environment,
-    parse_environment,
-    parse_v1_environment,
-    parse_v2_environment,
-)
 from llic.submit.errors import ExpandError, SubmitFileError
 from llic.submit.lines import LogicalLines
-from llic.submit.macros import (
-    Expander,
-    Macro,
-    is_identifier_char,
-    macro_lookup,
-)
+from llic.submit.macros import Expander, Macro, is_identifier_char, macro_lookup
 from llic.submit.master_copy import read_directive
 from llic.submit.queue import (
     QUEUE_ITEM_UNUSED,
     Foreach,
+    QueueArgs,
     QueueItemsError,
     load_items,
     parse_queue_args,
 )
 from llic.submit.task import TaskSpec
 from llic.submit.values import WHITESPACE
-
-__all__ = [
-    "Mode",
-    "QueueBlock",
-    "SubmitFile",
-    "SubmitFileError",
-    "TaskSpec",
-    "parse_submit_file",
-    "parse_submit_text",
-]
 
 
 @dataclass
@@ -128,11 +55,10 @@ class SubmitFile:
         return out
 
 
-# ---------------------------------------------------------------------------------------------
-# the parser (config.cpp: Parse_macros with the submit syntax; submit.cpp: queue handling)
-
-
 class _Parser:
+    """Reads a submit text line by line, keeping the commands in effect and the numbering, and
+    makes a QueueBlock of each queue statement."""
+
     def __init__(
         self,
         text: str,
@@ -160,6 +86,7 @@ class _Parser:
         self.last_live = {"process": str(max(first_process - 1, 0)), "row": "0", "step": "0"}
 
     def fail(self, line: int, message: str) -> SubmitFileError:
+        """An error at line of the file being read."""
         return SubmitFileError(self.ctx.where, line, message)
 
     def _expander(self) -> Expander:
@@ -180,6 +107,7 @@ class _Parser:
         return Expander(lookup, self.ctx.environ)
 
     def parse(self) -> SubmitFile:
+        """Every line, then the file's blocks."""
         while (got := self.lines.next()) is not None:
             lineno, line = got
             if not line or line.startswith("#") or not line.strip(WHITESPACE):
@@ -188,41 +116,18 @@ class _Parser:
         return SubmitFile(path=self.ctx.where, cwd=self.ctx.cwd, blocks=self.blocks, warnings=self.warnings)
 
     def _line(self, lineno: int, line: str) -> None:
+        """One logical line: a command, a queue statement, or a directive llic refuses."""
         word = re.match(r"[^ \t\n\v\f\r]*", line)
         first_word = word.group(0).lower() if word else ""
         if first_word in ("if", "elif", "else", "endif") or line.startswith(":"):
             raise self.fail(
                 lineno, f"'{first_word or line}' (conditional submit files) is not supported by llic"
             )
-        n = len(line)
-        i = 0
-        while i < n and line[i] not in WHITESPACE and line[i] not in "=:":
-            i += 1
-        if i >= n:
+        statement = _split_statement(line)
+        if statement is None:
             self._queue(lineno, line)
             return
-        name = line[:i]
-        op = line[i]
-        ptr = i + 1
-        word_before_op = False
-        if op not in "=:":
-            while ptr < n and line[ptr] in WHITESPACE:
-                ptr += 1
-            if ptr < n and line[ptr] not in "=:@":
-                word_before_op = True
-            while ptr < n and line[ptr] not in "=:@":
-                ptr += 1
-            op = line[ptr] if ptr < n else ""
-            if op:
-                ptr += 1
-                if op == "@":
-                    if ptr < n and line[ptr] == "=":
-                        ptr += 1
-                    else:
-                        op = ""
-        while ptr < n and line[ptr] in WHITESPACE:
-            ptr += 1
-        rhs = line[ptr:]
+        name, op, rhs, word_before_op = statement
         keyword = name.lstrip("@").lower()
         if op == ":" and keyword in ("include", "use", "error", "warning"):
             raise self.fail(lineno, f"'{keyword}' is not supported by llic")
@@ -246,6 +151,7 @@ class _Parser:
         self._set(name, rhs, lineno, expand_self=True)
 
     def _set(self, name: str, rhs: str, lineno: int, *, expand_self: bool) -> None:
+        """Set a command (the first spelling of its name is kept); a self reference is expanded now."""
         value = rhs
         if expand_self:
             try:
@@ -256,6 +162,46 @@ class _Parser:
         self.macros[name.lower()] = Macro(old.name if old else name, value, lineno)
 
     def _queue(self, lineno: int, line: str) -> None:
+        """A queue statement: a QueueBlock when it makes jobs, numbered as condor_submit numbers them."""
+        raw_args, qa = self._queue_args(lineno, line)
+        exe = (self._raw("executable"), self._raw("cmd"))
+        new_exe = exe != self.last_exe
+        self.last_exe = exe
+        selected = qa.selected_items()
+        if not selected:
+            if qa.mode.is_matching:
+                self.warnings.append(f"{self.ctx.where}:{lineno}: queue matching found no files; no jobs")
+            return
+        starts = self._starts_cluster(new_exe)
+        block = QueueBlock(
+            ctx=self.ctx,
+            index=len(self.blocks),
+            line=lineno,
+            macros=dict(self.macros),
+            qargs=qa,
+            queue_text=raw_args.strip(WHITESPACE),
+            first_process=self.next_process,
+            cluster_offset=self.cluster_offset,
+            starts_cluster=starts,
+            base_blocks=tuple(self.base_blocks),
+            fixed_base=self.fixed_base,
+        )
+        if starts and self.fixed_base is None:
+            self.base_blocks.append(block)
+        jobs = qa.count * len(selected)
+        if jobs:
+            self.blocks.append(block)
+            self.next_process += jobs
+            self.last_live = {
+                "process": str(self.next_process - 1),
+                "row": str(selected[-1][0]),
+                "step": str(qa.count - 1),
+            }
+        for var in qa.variables:
+            self._set(var, QUEUE_ITEM_UNUSED, lineno, expand_self=False)
+
+    def _queue_args(self, lineno: int, line: str) -> tuple[str, QueueArgs]:
+        """(the statement's raw arguments, the statement parsed with its items read)."""
         m = re.match(r"queue(?:[ \t\n\v\f\r]+|$)", line, re.IGNORECASE)
         if not m:
             raise self.fail(lineno, f"cannot parse: {line}")
@@ -274,55 +220,60 @@ class _Parser:
             raise self.fail(lineno, str(e)) from None
         if self.forced_items is not None and qa.mode is not Foreach.NOT:
             qa.items, self.forced_items = self.forced_items, None
+        return raw_args, qa
 
-        exe = (self._raw("executable"), self._raw("cmd"))
-        new_exe = exe != self.last_exe
-        self.last_exe = exe
-
-        n_items = len(qa.selected_items())
-        if n_items == 0:
-            if qa.mode.is_matching:
-                self.warnings.append(f"{self.ctx.where}:{lineno}: queue matching found no files; no jobs")
-            return
-        starts = False
+    def _starts_cluster(self, new_exe: bool) -> bool:
+        """Whether the statement starts a cluster: the first one, and one after the raw
+        `executable` changed (a block's own text keeps the numbering its directive gives)."""
         if self.resume is not None:
             starts, self.resume, self.has_cluster = self.resume, None, True
-        elif new_exe or not self.has_cluster:
+            return starts
+        if new_exe or not self.has_cluster:
             if self.has_cluster:
                 self.cluster_offset += 1
                 self.next_process = 0
             self.has_cluster = True
-            starts = True
-        block = QueueBlock(
-            ctx=self.ctx,
-            index=len(self.blocks),
-            line=lineno,
-            macros=dict(self.macros),
-            qargs=qa,
-            queue_text=raw_args.strip(WHITESPACE),
-            first_process=self.next_process,
-            cluster_offset=self.cluster_offset,
-            starts_cluster=starts,
-            base_blocks=tuple(self.base_blocks),
-            fixed_base=self.fixed_base,
-        )
-        if starts and self.fixed_base is None:
-            self.base_blocks.append(block)
-        jobs = qa.count * n_items
-        if jobs:
-            self.blocks.append(block)
-            self.next_process += jobs
-            self.last_live = {
-                "process": str(self.next_process - 1),
-                "row": str(block._items[-1][0]),
-                "step": str(qa.count - 1),
-            }
-        for var in qa.variables:
-            self._set(var, QUEUE_ITEM_UNUSED, lineno, expand_self=False)
+            return True
+        return False
 
     def _raw(self, name: str) -> str:
+        """A command's value as written ("" when not set)."""
         m = self.macros.get(name)
         return m.value if m is not None else ""
+
+
+def _split_statement(line: str) -> tuple[str, str, str, bool] | None:
+    """config.cpp's reading of a line as (name, operator, value, a second word stands before the
+    operator); the operator is `=`, `:`, `@` (for `@=`) or "" (none). None for a line that is one
+    word (a bare `queue`)."""
+    n = len(line)
+    i = 0
+    while i < n and line[i] not in WHITESPACE and line[i] not in "=:":
+        i += 1
+    if i >= n:
+        return None
+    name = line[:i]
+    op = line[i]
+    ptr = i + 1
+    word_before_op = False
+    if op not in "=:":
+        while ptr < n and line[ptr] in WHITESPACE:
+            ptr += 1
+        if ptr < n and line[ptr] not in "=:@":
+            word_before_op = True
+        while ptr < n and line[ptr] not in "=:@":
+            ptr += 1
+        op = line[ptr] if ptr < n else ""
+        if op:
+            ptr += 1
+            if op == "@":
+                if ptr < n and line[ptr] == "=":
+                    ptr += 1
+                else:
+                    op = ""
+    while ptr < n and line[ptr] in WHITESPACE:
+        ptr += 1
+    return name, op, line[ptr:], word_before_op
 
 
 def parse_submit_text(
