@@ -83,32 +83,11 @@ def _classify_prefix(prefix: str) -> tuple[str | None, bool]:
     return kind, kind == "ENV"
 
 
-def _next_opening(text: str, pos: int) -> tuple[int, int, str, bool] | None:
-    """The next `$prefix(` with a prefix condor knows: (index of `$`, index of `(`, kind,
-    body is identifier-with-default); None when there is none."""
+def _default_body_end(text: str, body_start: int) -> int | None:
+    """Where the body of a `$(NAME:default)` or `$ENV(NAME:default)` ends (at its `)`, or the end
+    of text); None when the name holds a character a name cannot. The default may hold
+    `$ ,\\:` and parenthesised text."""
     n = len(text)
-    while True:
-        d = text.find("$", pos)
-        if d < 0:
-            return None
-        p = _PREFIX_RE.match(text, d).end()
-        if p < n and text[p] == "(":
-            kind, idcolon = _classify_prefix(text[d:p])
-            if kind is not None:
-                return d, p, kind, idcolon
-        pos = p
-
-
-def _body_end(text: str, body_start: int, idcolon: bool) -> int | None:
-    """Where a reference's body ends (at its `)`, or the end of text); None when an
-    identifier body holds a character a name cannot."""
-    n = len(text)
-    if not idcolon:
-        q = text.find(")", body_start)
-        return n if q < 0 else q
-    simple = _SIMPLE_BODY_RE.match(text, body_start)
-    if simple is not None:  # the common case, $(NAME): no default to scan
-        return simple.end()
     q = body_start
     after_colon = False
     while q < n and text[q] != ")":
@@ -134,15 +113,26 @@ def next_reference(text: str, pos: int, skip: Callable[[str, str], bool]) -> Mac
     """The next macro reference at or after pos that `skip(kind, body)` does not reject."""
     n = len(text)
     while True:
-        opening = _next_opening(text, pos)
-        if opening is None:
+        d = text.find("$", pos)
+        if d < 0:
             return None
-        d, p, kind, idcolon = opening
-        body_start = p + 1
-        q = _body_end(text, body_start, idcolon)
-        if q is None:
-            pos = body_start
+        p = _PREFIX_RE.match(text, d).end()
+        kind, idcolon = _classify_prefix(text[d:p]) if p < n and text[p] == "(" else (None, False)
+        if kind is None:  # no "$prefix(" with a prefix condor knows
+            pos = p
             continue
+        body_start = p + 1
+        if not idcolon:
+            q = text.find(")", body_start)
+            q = n if q < 0 else q
+        elif (simple := _SIMPLE_BODY_RE.match(text, body_start)) is not None:
+            q = simple.end()  # the common case, $(NAME): no default to scan
+        else:
+            found_end = _default_body_end(text, body_start)
+            if found_end is None:
+                pos = body_start
+                continue
+            q = found_end
         if q < n and text[q] == ")":
             body = text[body_start:q]
             if skip(kind, body):
