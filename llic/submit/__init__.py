@@ -61,7 +61,7 @@ from the submit machine's HTCondor configuration, `getenv` with a list of names,
 than vanilla, environment entries without `=`, negative slice steps. A value condor would
 compute with ClassAd expressions (queue counts, `$INT()`) is limited to integer arithmetic.
 
-The modules follow the language's layers, each building on the ones above it:
+The modules follow the language's layers, from the lines up:
 
 - values.py: condor's readings of a plain value (boolean, integer expression, list);
 - lines.py: physical lines into logical ones (continuations, comments);

@@ -1,8 +1,8 @@
 """The lines of a submit file: physical lines joined into logical ones (condor's
 getline_implementation with the submit-file options).
 
-A trailing `\\` continues a line; a `#` line inside a continuation counts as blank (only its last
-character stays, so a `#...\\` line continues it further), a `#` line never starts a
+A trailing `\\` continues a line; a `#` line inside a continuation is dropped but for its last
+character (so one that ends in `\\` continues it further); a `#` line never starts a
 continuation; both ends of every physical line are trimmed. Comment and blank logical lines are
 returned too: the parser skips them, `queue ... from FILE` keeps them as items.
 """
