@@ -15,16 +15,18 @@ $(STAMP): pyproject.toml
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-pip; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,sim]'
 	@touch $@
 
 venv: $(STAMP)
 
 # install-selforg puts this project into the root (llic's master runs there); its pip download
-# runs on this machine, with the venv's pip.
+# runs on this machine, with the venv's pip. provision-agent-root builds the Debian 11 root whose
+# python3.9 (the oldest the llic agent supports) runs the agent's tests.
 sandbox: venv
 	$(SANDBOX) provision
 	$(SANDBOX) install-selforg
+	$(SANDBOX) provision-agent-root
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd (systemd-analyze checks the unit files)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd; }
 

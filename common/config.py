@@ -27,17 +27,24 @@ class ConfigError(Exception):
     """A configuration file the user must fix; str() is a single line naming file and key."""
 
 
-def load_config(path: str | Path, model: type[M]) -> M:
-    """Read and validate a TOML file; raise ConfigError on any user error."""
+def read_config_text(path: str | Path, *, missing: str = "file not found", origin: str = "") -> str:
+    """A configuration file's text (UTF-8), whatever its syntax: the daemons' TOML here, llic's
+    HTCondor-style `KEY = VALUE` (llic/config.py). A missing or unreadable file is a ConfigError
+    of one line naming it; `missing` says what a missing one is called, `origin` where its name
+    came from (" (from LLIC_CONFIG_FILENAME)")."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
+        raise ConfigError(f"{path}: {missing}{origin}") from None
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ConfigError(f"{path}: cannot read: {reason}") from None
-    return parse_config(text, model, source=str(path))
+        raise ConfigError(f"{path}: cannot read: {reason}{origin}") from None
+
+
+def load_config(path: str | Path, model: type[M]) -> M:
+    """Read and validate a TOML file; raise ConfigError on any user error."""
+    return parse_config(read_config_text(path), model, source=str(Path(path)))
 
 
 def parse_config(text: str, model: type[M], *, source: str) -> M:
@@ -50,6 +57,7 @@ def parse_config(text: str, model: type[M], *, source: str) -> M:
 
 
 def validate_config(data: dict[str, Any], model: type[M], *, source: str) -> M:
+    """Validate parsed data against `model`; ConfigError naming `source` and the key."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -57,6 +65,7 @@ def validate_config(data: dict[str, Any], model: type[M], *, source: str) -> M:
 
 
 def format_validation_error(error: ValidationError, source: str) -> str:
+    """One line: `source`, the first problem and its key, and how many more there are."""
     problems = [_describe(err) for err in error.errors()]
     line = f"{source}: {problems[0]}"
     if len(problems) > 1:

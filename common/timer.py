@@ -14,11 +14,14 @@ import trio
 
 
 class Wakeup:
+    """The driver's one deadline for its core; `run` fires it, `set` moves it."""
+
     def __init__(self) -> None:
         self.deadline = math.inf
         self._scope: trio.CancelScope | None = None
 
     def set(self, deadline: float) -> None:
+        """Move the deadline, earlier or later, even while `run` is waiting."""
         self.deadline = deadline
         if self._scope is not None:
             self._scope.deadline = deadline

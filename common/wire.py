@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, ClassVar
 
 import msgpack
 import structlog
-import trio
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 PROTOCOL_VERSION = 1
@@ -37,6 +36,8 @@ class FrameTooLarge(Exception):
 
 
 class DropReason(StrEnum):
+    """Why a codec dropped a message: the keys of `MessageCodec.drops`."""
+
     OVERSIZED = "oversized"
     TRUNCATED = "truncated"
     GARBAGE = "garbage"
@@ -47,6 +48,7 @@ class DropReason(StrEnum):
 
 
 def pack(obj: Any) -> bytes:
+    """Msgpack bytes, with bytes kept binary and str as text."""
     return msgpack.packb(obj, use_bin_type=True)
 
 
@@ -67,17 +69,20 @@ def unpack_array(data: bytes, length: int, shape: str) -> list[Any] | str:
 
 
 def frame(payload: bytes) -> bytes:
+    """A payload with its 4-byte length header, for a stream."""
     return HEADER.pack(len(payload)) + payload
 
 
 class FrameDecoder:
-    """Splits a byte stream into frames, without I/O (fed by trio streams and blocking pipes)."""
+    """Splits a byte stream into frames, without I/O (fed by the bulk channel's TCP streams and
+    the gateway's pipe)."""
 
     def __init__(self, max_size: int = DEFAULT_MAX_FRAME) -> None:
         self.max_size = max_size
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> None:
+        """Append received bytes; take frames out with next_frame."""
         self._buffer += data
 
     @property
@@ -132,6 +137,7 @@ class MessageCodec:
         self.drops: Counter[str] = Counter()
 
     def encode(self, msg: Message) -> bytes:
+        """A message as `[version, type, body]` msgpack; TypeError for another protocol's message."""
         if self.types.get(msg.TYPE) is not type(msg):
             raise TypeError(f"{type(msg).__name__} is not a message of protocol {self.name}")
         payload = pack([self.version, msg.TYPE, msg.model_dump(mode="python")])
@@ -140,15 +146,18 @@ class MessageCodec:
         return payload
 
     def encode_frame(self, msg: Message) -> bytes:
+        """An encoded message with its length header, for a stream."""
         return frame(self.encode(msg))
 
     def encode_datagram(self, msg: Message) -> bytes:
+        """An encoded message, checked to fit one UDP datagram."""
         payload = self.encode(msg)
         if len(payload) > min(self.max_size, MAX_DATAGRAM):
             raise ValueError(f"{msg.TYPE} message of {len(payload)} bytes does not fit a datagram")
         return payload
 
     def drop(self, reason: DropReason, peer: object, detail: str) -> None:
+        """Log a dropped message with its peer and count it under its reason."""
         self.drops[reason] += 1
         log.warning("message dropped", protocol=self.name, peer=str(peer), reason=str(reason), detail=detail)
 
@@ -175,55 +184,8 @@ class MessageCodec:
             return None
 
     def decode_datagram(self, data: bytes, peer: object) -> Message | None:
+        """The message in a datagram, or None if it is oversized or does not decode."""
         if len(data) > self.max_size:
             self.drop(DropReason.OVERSIZED, peer, f"datagram of {len(data)} bytes exceeds {self.max_size}")
             return None
         return self.decode(data, peer)
-
-
-class MessageStream:
-    """Typed messages over a trio stream. `receive()` returns None when the peer is gone or
-    broke framing; bad messages inside a well-framed stream are skipped."""
-
-    def __init__(self, stream: trio.abc.Stream, codec: MessageCodec, peer: object = "?") -> None:
-        self.stream = stream
-        self.codec = codec
-        self.peer = peer
-        self._decoder = FrameDecoder(codec.max_size)
-        self._send_lock = trio.Lock()
-
-    async def send(self, msg: Message) -> None:
-        data = self.codec.encode_frame(msg)
-        async with self._send_lock:
-            await self.stream.send_all(data)
-
-    async def receive(self) -> Message | None:
-        while True:
-            try:
-                payload = self._decoder.next_frame()
-            except FrameTooLarge as e:
-                self.codec.drop(DropReason.OVERSIZED, self.peer, str(e))
-                await self.stream.aclose()
-                return None
-            if payload is not None:
-                msg = self.codec.decode(payload, self.peer)
-                if msg is not None:
-                    return msg
-                continue
-            try:
-                data = await self.stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
-                self.codec.drop(DropReason.BROKEN, self.peer, repr(e))
-                return None
-            if not data:
-                if self._decoder.pending:
-                    self.codec.drop(DropReason.TRUNCATED, self.peer, f"{self._decoder.pending} bytes at EOF")
-                return None
-            self._decoder.feed(data)
-
-    async def __aiter__(self) -> AsyncIterator[Message]:
-        while (msg := await self.receive()) is not None:
-            yield msg
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()

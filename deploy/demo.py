@@ -12,12 +12,15 @@ import os
 import shutil
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness works from a checkout
 
 import trio
 
 from common.logging import configure_logging
-from common.sandbox import Sandbox
-from poolD.federation import Federation
+from deploy.harness.federation import Federation
+from deploy.harness.sandbox import Sandbox
 
 POOLS = ["A", "B", "C", "D"]
 JOBS = 24
@@ -98,11 +101,13 @@ def main() -> int:
             print(f"{key:<22}{without[key]:>16}{with_poold[key]:>14}")
         return 1 if without["failed"] != "0" or with_poold["failed"] != "0" else 0
     finally:
-        fed.stop_all()
-        for name in POOLS:
-            box.down(name)
-        shutil.rmtree(workdir, ignore_errors=True)
-        print("pools stopped")
+        try:
+            fed.stop_all()  # a poold whose stop hangs is reported, after the pools are down
+        finally:
+            for name in POOLS:
+                box.down(name)
+            shutil.rmtree(workdir, ignore_errors=True)
+            print("pools stopped")
 
 
 if __name__ == "__main__":

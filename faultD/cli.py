@@ -2,72 +2,39 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
-from common.cli import run_main
-from common.config import ConfigError, load_config
-
-DEFAULT_CONFIG = Path("/etc/faultd/faultd.toml")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="faultd", description="central-manager failover for an HTCondor pool"
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the daemon (systemd: Type=notify)")
-    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
-    status = sub.add_parser("status", help="role, manager, epoch, last alive, replicas held")
-    status.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="to find the control socket")
-    status.add_argument("--socket", type=Path, help="control socket (overrides the config)")
-    status.add_argument("--json", action="store_true")
-    check = sub.add_parser("check-config", help="validate a config file")
-    check.add_argument("file", type=Path)
-    return parser
+from common.cli import DaemonCli, run_main
+from common.config import ConfigError
+from faultD.config import FaultdConfig
 
 
-def _load(path: Path) -> Any:
-    from faultD.config import FaultdConfig
-
-    config = load_config(path, FaultdConfig)
+def _check(config: FaultdConfig, path: Path) -> None:
     config.ring.check_key(path)
     if not config.condor.config_dir.is_dir():
         raise ConfigError(f"{path}: condor.config_dir: {config.condor.config_dir} is not a directory")
-    return config
 
 
-def _run(args: argparse.Namespace) -> int:
+def _serve(config: FaultdConfig) -> int:
     import trio
 
     from common.logging import configure_logging
     from faultD.service import FaultDaemon
 
-    config = _load(args.config)
     configure_logging("faultd", config.ring.node_name, level=config.daemon.log_level)
     trio.run(FaultDaemon(config).serve)
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
-    config = _load(args.file)
+def _describe(config: FaultdConfig) -> str:
     f = config.fault
-    print(
-        f"{args.file}: ok (node {config.ring.node_name} on port {config.ring.port}, "
+    return (
+        f"node {config.ring.node_name} on port {config.ring.port}, "
         f"{'original manager' if f.original_manager else 'listener'}, collector {f.collector}, "
         f"bootstrap {config.ring.bootstrap or 'none: founds the ring'}, role file "
-        f"{config.condor.config_dir / config.condor.role_file})"
+        f"{config.condor.config_dir / config.condor.role_file}"
     )
-    return 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    from common.service import print_status
-    from faultD.config import FaultdConfig
-
-    path = args.socket or load_config(args.config, FaultdConfig).daemon.control_socket
-    return print_status("faultd", path, render_status, as_json=args.json)
 
 
 def _ago(seconds: float | None) -> str:
@@ -75,6 +42,7 @@ def _ago(seconds: float | None) -> str:
 
 
 def render_status(s: dict[str, Any]) -> str:
+    """`faultd status` for a terminal, from the status the daemon's control socket returns."""
     if s.get("role") == "joining":
         return f"faultd on {s.get('overlay')}: joining the pool's ring"
     lines = [
@@ -108,7 +76,20 @@ def render_status(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+CLI = DaemonCli(
+    prog="faultd",
+    description="central-manager failover for an HTCondor pool",
+    default_config=Path("/etc/faultd/faultd.toml"),
+    model=FaultdConfig,
+    check=_check,
+    serve=_serve,
+    describe=_describe,
+    render_status=render_status,
+    status_help="role, manager, epoch, last alive, replicas held",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    handlers = {"run": _run, "status": _status, "check-config": _check}
-    return run_main("faultd", lambda: handlers[args.command](args))
+    """faultd's entry point: parse `argv` and run the command; user errors exit 2 with one line."""
+    args = CLI.parser()[0].parse_args(argv)
+    return run_main("faultd", lambda: CLI.command(args))

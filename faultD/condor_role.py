@@ -77,6 +77,8 @@ async def daemon_answers(address_file: Path, timeout: float = 0.5) -> bool:
 
 
 class CondorRole:
+    """Applies this machine's role to its HTCondor through the role file; see the module docstring."""
+
     def __init__(self, section: CondorSection, gateway: Gateway) -> None:
         self.section = section
         self.gateway = gateway
@@ -86,9 +88,11 @@ class CondorRole:
 
     @property
     def role_file(self) -> Path:
+        """The role file's path, in HTCondor's config directory."""
         return self.section.config_dir / self.section.role_file
 
     def master(self) -> DaemonRef:
+        """The local condor_master, by the address in its address file (no collector needed)."""
         path = self.section.log_dir / ".master_address"
         try:
             address = path.read_text().splitlines()[0].strip()
@@ -97,6 +101,7 @@ class CondorRole:
         return DaemonRef(kind=DaemonKind.MASTER, address=address)
 
     def address_file(self, daemon: str) -> Path:
+        """Where a local daemon (e.g. 'COLLECTOR') writes its address, in HTCondor's LOG directory."""
         return self.section.log_dir / f".{daemon.lower()}_address"
 
     def render(self, manager_daemons: list[str] | None = None) -> str:
@@ -158,6 +163,7 @@ class CondorRole:
         log.warning(f"manager daemons not {state} after {timeout:g} s", daemons=daemons)
 
     async def point_to(self, collector: str) -> None:
+        """Make this machine's daemons report to `collector` (the pool's current manager)."""
         self.collector = collector
         await self.apply()
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, field_validator
 
+from common.cli import DaemonSection
 from common.config import StrictModel
-from common.overlay.driver import RingConfig, parse_address
+from common.hostport import parse_address
+from common.overlay.ring import RingConfig
 
 
 class FaultSection(StrictModel):
+    """The `[fault]` section of faultd's config: this machine's part in failover, and its timing."""
+
     original_manager: bool = Field(False, description="true only in the central manager's config")
     manager_name: str | None = Field(
         None, description="the original manager's ring node_name: lets machines elect one if it never starts"
@@ -31,6 +34,8 @@ class FaultSection(StrictModel):
 
 
 class CondorSection(StrictModel):
+    """The `[condor]` section of faultd's config: HTCondor's files, role daemons, what is replicated."""
+
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
     config_dir: Path = Field(Path("/etc/condor/config.d"), description="where faultd writes its role file")
     role_file: str = Field("99-faultd-role.conf", pattern=r"^[A-Za-z0-9._-]+\.conf$")
@@ -44,14 +49,17 @@ class CondorSection(StrictModel):
     poold_state: Path | None = Field(None, description="poold's state file, replicated if poold runs here")
 
 
-class DaemonSection(StrictModel):
+class FaultdDaemonSection(DaemonSection):
+    """The `[daemon]` section of faultd's config: common.cli.DaemonSection with faultd's defaults."""
+
     control_socket: Path = Path("/run/faultd/faultd.sock")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
     gateway_timeout: float = Field(10.0, gt=0)
 
 
 class FaultdConfig(StrictModel):
+    """A whole faultd config file (TOML); config/faultd.toml documents every key."""
+
     fault: FaultSection
     ring: RingConfig
     condor: CondorSection = CondorSection()
-    daemon: DaemonSection = DaemonSection()
+    daemon: FaultdDaemonSection = FaultdDaemonSection()

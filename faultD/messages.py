@@ -71,12 +71,14 @@ class PoolState(Message):
 
     @staticmethod
     def digest(files: list[StateFile]) -> str:
+        """SHA-256 over the files' names and contents, in name order: the snapshot's checksum."""
         h = hashlib.sha256()
         for f in sorted(files, key=lambda f: f.name):
             h.update(f.name.encode() + b"\0" + len(f.data).to_bytes(8, "big") + f.data)
         return h.hexdigest()
 
     def intact(self) -> bool:
+        """Whether the files still match the checksum (a replica failing it is never used)."""
         return self.digest(self.files) == self.checksum
 
 
@@ -91,6 +93,8 @@ class ReplicaPush(Message):
 
 @app_message
 class ReplicaAck(Message):
+    """A replica holder confirms the version it holds, so the manager stops re-sending it every alive."""
+
     TYPE = "faultd.replica_ack"
     sender: Peer
     version: int = Field(ge=0)

@@ -2,7 +2,7 @@
 
 Pure: it is fed messages, timer firings, leaf-set changes and snapshots of the local
 central-manager state, each with `now`, and returns what to send and what to change in HTCondor
-(`RoleOutput`). The trio daemon (faultD.service) and the simulator (faultD.sim) drive the same
+(`RoleOutput`). The trio daemon (faultD.service) and the simulator (sim.faultd) drive the same
 object.
 
 Rules, beyond the seed's figure:
@@ -47,12 +47,16 @@ from faultD.messages import (
 
 
 class Role(StrEnum):
+    """What this node is to the pool: a listener following a manager, or the manager."""
+
     LISTENER = "listener"
     MANAGER = "manager"
 
 
 @dataclass(frozen=True)
 class RoleParams:
+    """The role machine's timing and K (replica holders); the daemon fills it from `[fault]`."""
+
     alive_interval: float = 1.0
     missed_alives: int = 3
     replicas: int = 3  # K
@@ -88,6 +92,8 @@ CondorAction = PointTo | StartManager | StopManager
 
 @dataclass
 class RoleOutput:
+    """What every input returns: overlay sends, HTCondor changes, decisions to log, next wake-up."""
+
     broadcasts: list[Message] = field(default_factory=list)
     routes: list[tuple[int, Message]] = field(default_factory=list)
     directs: list[tuple[str, Message]] = field(default_factory=list)
@@ -97,6 +103,8 @@ class RoleOutput:
 
 
 class RoleMachine:
+    """One machine's failover role as a pure state machine; see the module docstring."""
+
     def __init__(
         self,
         me: Peer,
@@ -144,11 +152,13 @@ class RoleMachine:
     # ------------------------------------------------------------------ inputs
 
     def start(self, now: float) -> RoleOutput:
+        """Begin as a listener; `missed_alives` intervals without an alive count as a missing manager."""
         self.started = now
         self.missing_at = now + self._silence_limit()
         return self._flush(now)
 
     def on_timer(self, now: float) -> RoleOutput:
+        """What is due: alive and replica pushes (manager), silence and preempt retries (listener)."""
         if self.role is Role.MANAGER:
             if now >= self.next_alive:
                 self._send_alive(now)
@@ -162,6 +172,7 @@ class RoleMachine:
         return self._flush(now)
 
     def on_message(self, msg: Message, now: float) -> RoleOutput:
+        """Handle one faultD message from the ring or the bulk channel (others are ignored)."""
         handler = {
             Alive: self._on_alive,
             ManagerMissing: self._on_missing,
@@ -175,6 +186,7 @@ class RoleMachine:
         return self._flush(now)
 
     def on_leaf_set(self, members: tuple[Peer, ...], now: float) -> RoleOutput:
+        """The ring neighbours changed; a manager pushes its state to new replica holders at once."""
         self.leaf_set = members
         if self.role is Role.MANAGER:
             self._replicate(now, force=False)  # new nearest neighbours get the state at once
@@ -207,6 +219,7 @@ class RoleMachine:
         return ranked[: self.params.replicas]
 
     def status(self, now: float) -> dict[str, object]:
+        """What `faultd status` shows of the role: manager, epoch, last alive, replicas."""
         return {
             "role": self.role.value,
             "node_id": id_hex(self.me.id),

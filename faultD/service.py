@@ -50,6 +50,8 @@ BULK_TYPES: tuple[type[Message], ...] = (ReplicaPush, Handover)
 
 
 class FaultDaemon:
+    """Runs this machine's RoleMachine for real: overlay, bulk channel, HTCondor, timer, control socket."""
+
     def __init__(self, config: FaultdConfig) -> None:
         self.config = config
         self.gateway = Gateway(
@@ -77,6 +79,7 @@ class FaultDaemon:
     # ------------------------------------------------------------------ lifecycle
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run every task until cancelled; `task_status.started()` once ring, bulk and control listen."""
         cfg = self.config
         try:
             async with trio.open_nursery() as nursery:
@@ -221,6 +224,7 @@ class FaultDaemon:
         return self.status()
 
     def status(self) -> dict[str, Any]:
+        """What `faultd status` shows: the role, the overlay, HTCondor, drops and recent decisions."""
         now = trio.current_time()
         role = self.role.status(now) if self.role is not None else {"role": "joining"}
         return role | {

@@ -1,8 +1,9 @@
 """Build the agent as one self-contained zipapp, for execute machines that have only a `python3`.
 
-The archive holds `llic/agent/`, `llic/protocol.py`, `llic/files.py`, a stub `llic/__init__.py` (the
-real one may import what the agent must not) and msgpack's pure-Python modules: the compiled
-`_cmsgpack` is left out, and msgpack then falls back to `msgpack.fallback` by itself.
+The archive holds `llic/agent/`, `llic/protocol.py`, `llic/task.py`, `llic/files.py`, a stub
+`llic/__init__.py` (the real one may import what the agent must not) and msgpack's pure-Python
+modules: the compiled `_cmsgpack` is left out, and msgpack then falls back to `msgpack.fallback`
+by itself.
 
 Chefs transfer it with every agent, so it is built once per content: the file name carries a hash
 of everything inside, and an archive already there is reused. The bytes are reproducible: members
@@ -56,6 +57,7 @@ def agent_members() -> dict[str, bytes]:
         "llic/__init__.py": _LLIC_STUB,
         "llic/protocol.py": (llic_dir / "protocol.py").read_bytes(),
         "llic/files.py": (llic_dir / "files.py").read_bytes(),
+        "llic/task.py": (llic_dir / "task.py").read_bytes(),
     }
     members.update(_python_files(llic_dir / "agent", "llic/agent"))
     members.update(_python_files(msgpack_dir, "msgpack"))  # .py only: no compiled extension
@@ -65,6 +67,7 @@ def agent_members() -> dict[str, bytes]:
 
 
 def content_hash(members: dict[str, bytes]) -> str:
+    """A digest of the archive's names and contents (and its build format): its file name."""
     digest = hashlib.sha256(BUILD_FORMAT.encode())
     for name in sorted(members):
         data = members[name]

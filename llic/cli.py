@@ -5,6 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+# what --dry-run prints of each task, in this order (a task's whole record is llic.task.Task)
+DRY_RUN_FIELDS = (
+    "executable",
+    "arguments",
+    "environment",
+    "input",
+    "output",
+    "error",
+    "initialdir",
+    "transfer_input_files",
+    "process",
+    "cluster",
+)
+
 
 def master_submitter(argv: list[str] | None = None) -> int:
     """master_submitter [--dry-run] [--wait] FILE [CONFIG]: one master per queue statement of FILE.
@@ -52,7 +66,8 @@ def master_submitter(argv: list[str] | None = None) -> int:
             print(f"{prog}: warning: {warning}", file=sys.stderr)
         for block in submit.blocks:
             for task in block.tasks(1 + block.cluster_offset):
-                print(json.dumps(task.to_json()))
+                data = task.to_dict()
+                print(json.dumps({key: data[key] for key in DRY_RUN_FIELDS}))
     except (SubmitFileError, ConfigError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -111,6 +126,7 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
 
 
 def master_q(argv: list[str] | None = None) -> int:
+    """master_q: how far llic masters have got (llic/master_q.py)."""
     from llic.master_q import main
 
     return main(argv)

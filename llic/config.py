@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from common.config import ConfigError, StrictModel
+from common.config import ConfigError, StrictModel, read_config_text
 from llic.netadmit import format_capacity, parse_capacity
 
 CONFIG_ENV = "LLIC_CONFIG_FILENAME"
@@ -249,15 +249,8 @@ def load_llic_config(path: Path | None = None, environ: Mapping[str, str] | None
         origin = f" (from {CONFIG_ENV})"
     else:
         origin = ""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file{origin}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ConfigError(f"{path}: cannot read: {reason}{origin}") from None
-    return parse_llic_config(text, source=str(path), environ=env)
+    text = read_config_text(path, missing="no such config file", origin=origin)
+    return parse_llic_config(text, source=str(Path(path)), environ=env)
 
 
 def parse_llic_config(text: str, *, source: str, environ: Mapping[str, str] | None = None) -> LlicConfig:

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from common.cli import EXIT_USER_ERROR, run_main
-from llic.chef import ChefState, MasterStatus
+from llic.chef import ChefState
 from llic.config import load_llic_config
+from llic.master_core import MasterStatus
 from llic.netadmit import format_rate
 from llic.state import MasterState, StateFileError, find_state_files, load_state
 from llic.taskbook import TaskState

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -55,6 +54,20 @@ import msgpack
 
 from .files import KIND_FILE, KINDS, UnsafePath, check_relpath
 
+# the records, modes and statuses of llic/task.py are the wire's: re-exported
+from .task import MODES as MODES
+from .task import STATUS_LAUNCH_FAILED as STATUS_LAUNCH_FAILED
+from .task import STATUS_OK as STATUS_OK
+from .task import STATUS_PREPARE_FAILED as STATUS_PREPARE_FAILED
+from .task import STATUSES as STATUSES
+from .task import TAIL_SIZE as TAIL_SIZE
+from .task import TRANSFER_MODES as TRANSFER_MODES
+from .task import Mode as Mode
+from .task import ProtocolError as ProtocolError
+from .task import Task as Task
+from .task import TaskResult as TaskResult
+from .task import _fail, _int, _map, _require, _str
+
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 1 << 20  # 1 MiB: a task or result with its file list is a few KiB
@@ -62,7 +75,6 @@ MAX_BLOB = 1 << 30  # 1 GiB per file: larger outputs are not sent (the result sa
 SECRET_SIZE = 32
 NONCE_SIZE = 32
 MAC_SIZE = 32  # HMAC-SHA256
-TAIL_SIZE = 4096  # bytes of stdout/stderr kept in a TaskResult
 MAX_FILE_MODE = 0o7777
 
 HELLO = "hello"
@@ -79,66 +91,9 @@ FROM_AGENT = frozenset({HELLO, AUTH, RESULT, BULK_READY})
 FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, NO_MORE_TASKS, BULK_GO})
 MESSAGE_TYPES = FROM_AGENT | FROM_MASTER
 
-MODE_NFS = "NFS"
-MODE_NFS_INITIALDIR = "NFS_INITIALDIR"
-MODE_TRANSFER = "TRANSFER"
-MODE_TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
-MODES = (MODE_NFS, MODE_NFS_INITIALDIR, MODE_TRANSFER, MODE_TRANSFER_INITIALDIR)
-TRANSFER_MODES = (MODE_TRANSFER, MODE_TRANSFER_INITIALDIR)
-
-STATUS_OK = "ok"
-STATUS_PREPARE_FAILED = "prepare_failed"
-STATUS_LAUNCH_FAILED = "launch_failed"
-STATUSES = (STATUS_OK, STATUS_PREPARE_FAILED, STATUS_LAUNCH_FAILED)
-
-
-class ProtocolError(ValueError):
-    """The peer sent something this protocol does not allow; drop the connection."""
-
 
 # ---------------------------------------------------------------------------------------------
-# field checks
-
-
-def _fail(where: str, what: str) -> ProtocolError:
-    return ProtocolError(f"{where}: {what}")
-
-
-def _int(value: Any, where: str, minimum: int | None = 0) -> int:
-    # bool is an int subclass, and True is not a process number
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _fail(where, f"expected an integer, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise _fail(where, f"expected an integer >= {minimum}, got {value}")
-    return value
-
-
-def _opt_int(value: Any, where: str, minimum: int | None = 0) -> int | None:
-    return None if value is None else _int(value, where, minimum)
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(where, f"expected a number, got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
-        raise _fail(where, f"expected a finite number >= 0, got {value}")
-    return float(value)
-
-
-def _opt_number(value: Any, where: str) -> float | None:
-    return None if value is None else _number(value, where)
-
-
-def _str(value: Any, where: str, nonempty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise _fail(where, f"expected a string, got {type(value).__name__}")
-    if nonempty and not value:
-        raise _fail(where, "must not be empty")
-    return value
-
-
-def _opt_str(value: Any, where: str) -> str | None:
-    return None if value is None else _str(value, where)
+# field checks beyond llic/task.py's
 
 
 def _bytes(value: Any, where: str, size: int) -> bytes:
@@ -147,165 +102,6 @@ def _bytes(value: Any, where: str, size: int) -> bytes:
     if len(value) != size:
         raise _fail(where, f"expected {size} bytes, got {len(value)}")
     return value
-
-
-def _str_list(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list):
-        raise _fail(where, f"expected a list, got {type(value).__name__}")
-    return [_str(item, f"{where}[{i}]") for i, item in enumerate(value)]
-
-
-def _str_map(value: Any, where: str) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise _fail(where, f"expected a map, got {type(value).__name__}")
-    return {_str(k, f"{where} key"): _str(v, f"{where}[{k!r}]") for k, v in value.items()}
-
-
-def _map(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(where, f"expected a map, got {type(value).__name__}")
-    return value
-
-
-def _require(data: Mapping[str, Any], name: str, where: str) -> Any:
-    if name not in data:
-        raise _fail(where, f"missing field {name!r}")
-    return data[name]
-
-
-# ---------------------------------------------------------------------------------------------
-# Task and TaskResult
-
-
-@dataclass
-class Task:
-    """One job of the cluster as the agent runs it: the TaskSpec fields plus `attempt`.
-
-    `input`/`output`/`error`/`transfer_input_files` are as submitted (relative to `initialdir`
-    unless absolute); `initialdir` is absolute on the submit machine.
-    """
-
-    process: int
-    executable: str
-    initialdir: str
-    attempt: int = 0
-    arguments: list[str] = field(default_factory=list)
-    environment: dict[str, str] = field(default_factory=dict)
-    input: str | None = None
-    output: str | None = None
-    error: str | None = None
-    transfer_input_files: list[str] = field(default_factory=list)
-    transfer_output_files: list[str] | None = None
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.process, self.attempt)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "process": self.process,
-            "attempt": self.attempt,
-            "executable": self.executable,
-            "arguments": list(self.arguments),
-            "environment": dict(self.environment),
-            "input": self.input,
-            "output": self.output,
-            "error": self.error,
-            "initialdir": self.initialdir,
-            "transfer_input_files": list(self.transfer_input_files),
-            "transfer_output_files": (
-                None if self.transfer_output_files is None else list(self.transfer_output_files)
-            ),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Task:
-        """Validate a task map from the wire or an input file; ProtocolError names the bad field."""
-        data = _map(data, "task")
-        get = data.get
-        initialdir = _str(_require(data, "initialdir", "task"), "task.initialdir", nonempty=True)
-        if not initialdir.startswith("/"):
-            raise _fail("task.initialdir", f"must be absolute, got {initialdir!r}")
-        tof = get("transfer_output_files")
-        return cls(
-            process=_int(_require(data, "process", "task"), "task.process"),
-            attempt=_int(get("attempt", 0), "task.attempt"),
-            executable=_str(_require(data, "executable", "task"), "task.executable", nonempty=True),
-            arguments=_str_list(get("arguments", []), "task.arguments"),
-            environment=_str_map(get("environment", {}), "task.environment"),
-            input=_opt_str(get("input"), "task.input"),
-            output=_opt_str(get("output"), "task.output"),
-            error=_opt_str(get("error"), "task.error"),
-            initialdir=initialdir,
-            transfer_input_files=_str_list(get("transfer_input_files", []), "task.transfer_input_files"),
-            transfer_output_files=None if tof is None else _str_list(tof, "task.transfer_output_files"),
-        )
-
-
-@dataclass
-class TaskResult:
-    """How one task ended. `status` ok: it ran, and exactly one of `exit_code`/`signal` is set."""
-
-    process: int
-    attempt: int
-    status: str
-    exit_code: int | None = None
-    signal: int | None = None
-    run_time: float = 0.0
-    started: float | None = None
-    finished: float | None = None
-    host: str = ""
-    stdout_tail: str = ""
-    stderr_tail: str = ""
-    error: str | None = None
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.process, self.attempt)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "process": self.process,
-            "attempt": self.attempt,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "run_time": float(self.run_time),
-            "started": self.started,
-            "finished": self.finished,
-            "host": self.host,
-            "stdout_tail": self.stdout_tail,
-            "stderr_tail": self.stderr_tail,
-            "error": self.error,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any) -> TaskResult:
-        data = _map(data, "result")
-        get = data.get
-        status = _str(_require(data, "status", "result"), "result.status")
-        if status not in STATUSES:
-            raise _fail("result.status", f"unknown status {status!r}")
-        result = cls(
-            process=_int(_require(data, "process", "result"), "result.process"),
-            attempt=_int(_require(data, "attempt", "result"), "result.attempt"),
-            status=status,
-            exit_code=_opt_int(get("exit_code"), "result.exit_code", minimum=None),
-            signal=_opt_int(get("signal"), "result.signal", minimum=1),
-            run_time=_number(get("run_time", 0.0), "result.run_time"),
-            started=_opt_number(get("started"), "result.started"),
-            finished=_opt_number(get("finished"), "result.finished"),
-            host=_str(get("host", ""), "result.host"),
-            stdout_tail=_str(get("stdout_tail", ""), "result.stdout_tail"),
-            stderr_tail=_str(get("stderr_tail", ""), "result.stderr_tail"),
-            error=_opt_str(get("error"), "result.error"),
-        )
-        for name in ("stdout_tail", "stderr_tail"):
-            if len(getattr(result, name)) > TAIL_SIZE:
-                raise _fail(f"result.{name}", f"longer than {TAIL_SIZE} characters")
-        if status == STATUS_OK and (result.exit_code is None) == (result.signal is None):
-            raise _fail("result", "status ok needs exactly one of exit_code and signal")
-        return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,6 +223,7 @@ class Message:
 
     @property
     def files(self) -> list[dict[str, Any]]:
+        """The message's file entries, one per blob (none: [])."""
         return self.body.get("files", [])
 
     def file_pairs(self) -> list[tuple[dict[str, Any], bytes]]:
@@ -434,9 +231,11 @@ class Message:
         return list(zip(self.files, self.blobs))  # noqa: B905 (strict= is 3.10+; lengths checked)
 
     def task(self) -> Task:
+        """The `task` message's task, checked."""
         return Task.from_dict(self.body["task"])
 
     def result(self) -> TaskResult:
+        """The `result` message's result, checked."""
         return TaskResult.from_dict(self.body["result"])
 
 
@@ -516,6 +315,7 @@ class Decoder:
         return not self._buf and self._pending is None
 
     def feed(self, data: bytes) -> None:
+        """Bytes as they arrived (any amount); take whole messages with `next`."""
         if self._error is not None:
             raise self._error
         self._buf += data
@@ -603,6 +403,7 @@ def make_secret() -> bytes:
 
 
 def make_nonce() -> bytes:
+    """A fresh handshake nonce (32 random bytes)."""
     return os.urandom(NONCE_SIZE)
 
 
@@ -637,10 +438,12 @@ def macs_equal(a: bytes, b: bytes) -> bool:
 
 
 def check_master_mac(secret: bytes, nonce_a: bytes, agent: str, mac: bytes) -> bool:
+    """The agent's check of the master's proof (constant time)."""
     return macs_equal(master_mac(secret, nonce_a, agent), mac)
 
 
 def check_agent_mac(secret: bytes, nonce_m: bytes, agent: str, mac: bytes) -> bool:
+    """The master's check of the agent's proof (constant time)."""
     return macs_equal(agent_mac(secret, nonce_m, agent), mac)
 
 

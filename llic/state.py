@@ -19,20 +19,25 @@ MASTER_OUTPUTS_DIR_PREFIX_PATH holding `master.<id>.state` (`state_file_name`);
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
+import typing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from common.config import ConfigError
-from llic.chef import ChefRecord, ChefState, MasterCore, MasterStatus
+from llic.chef import ChefRecord, ChefState
 from llic.config import LlicConfig
-from llic.taskbook import TaskBook, TaskCounts, TaskOutcome, TaskRecord, TaskState
+from llic.master_core import MasterCore, MasterStatus
+from llic.netadmit import NetAdmit
+from llic.task import STATUS_OK, TaskResult
+from llic.taskbook import TaskBook, TaskCounts, TaskRecord, TaskState
 
 MAGIC = "llic-master-state"
 VERSION = 1
@@ -61,6 +66,8 @@ class MasterInfo:
 
 @dataclass
 class MasterState:
+    """Everything a master's state file holds (what `load_state` returns and `save_state` writes)."""
+
     info: MasterInfo
     config: dict[str, Any]  # LlicConfig.snapshot() the master runs with
     status: MasterStatus
@@ -73,6 +80,7 @@ class MasterState:
     extra: dict[str, Any] = field(default_factory=dict)  # the driver's own (JSON) facts
 
     def counts(self) -> TaskCounts:
+        """How many tasks are in each state."""
         by = dict.fromkeys(TaskState, 0)
         for rec in self.tasks:
             by[rec.state] += 1
@@ -85,6 +93,7 @@ class MasterState:
         )
 
     def agents_by_state(self) -> dict[str, int]:
+        """How many chefs are in each ChefState."""
         counts = dict.fromkeys((s.value for s in ChefState), 0)
         for chef in self.chefs:
             counts[chef.state.value] += 1
@@ -118,10 +127,11 @@ def snapshot(
     )
 
 
-def restore(state: MasterState, config: LlicConfig | None = None) -> MasterCore:
+def restore(state: MasterState, config: LlicConfig | None = None, net: NetAdmit | None = None) -> MasterCore:
     """The core a restarted master goes on with (then call `start`): results recorded before are
     kept exactly once; tasks that were running are queued again (their agents are removed by
-    `start`). `config` defaults to the snapshot the master ran with."""
+    `start`). `config` defaults to the snapshot the master ran with; `net`, the network
+    admission it runs with (default: accounting only, no limits)."""
     if config is None:
         try:
             config = LlicConfig.from_snapshot(state.config, source=f"state of master {state.info.master_id}")
@@ -129,13 +139,14 @@ def restore(state: MasterState, config: LlicConfig | None = None) -> MasterCore:
             raise StateFileError(str(e)) from None
     book = TaskBook.from_records(state.tasks, config.max_task_attempts, state.counters)
     chefs = [replace(c, job_ids=list(c.job_ids)) for c in state.chefs]
-    return MasterCore(book, config, chefs, state.started, state.run)
+    return MasterCore(book, config, chefs, state.started, state.run, net)
 
 
 # ----------------------------------------------------------------------------- files
 
 
 def state_file_name(master_id: str) -> str:
+    """`master.<id>.state`: the state file's name in the master's output directory."""
     return f"master.{master_id}.state"
 
 
@@ -288,9 +299,12 @@ def _task_json(rec: TaskRecord) -> dict[str, Any]:
     if rec.failed_on:
         out["failed_on"] = sorted(rec.failed_on)
     if rec.outcome is not None:
-        out["outcome"] = {k: v for k, v in vars(rec.outcome).items() if v not in (None, "")}
+        fields = rec.outcome.to_dict().items()
+        out["outcome"] = {k: v for k, v in fields if k in _OUTCOME_FIELDS and v not in (None, "")}
     if rec.completed is not None:
         out["completed"] = rec.completed
+    if rec.recorded:
+        out["recorded"] = rec.recorded
     return out
 
 
@@ -306,14 +320,21 @@ class _Info(_M):
     block: int = Field(ge=0)
 
 
-class _Outcome(_M):
-    status: str
-    exit_code: int | None = None
-    signal: int | None = None
-    run_time: float = 0.0
-    host: str = ""
-    finished: float | None = None
-    error: str = ""
+# A task's outcome is a TaskResult (llic/task.py) less what the task record already says (which
+# process, which run): the schema is made from that class, so the two cannot drift apart. The
+# fields TaskResult.kept() empties are read if present and never written.
+_OUTCOME_FIELDS = tuple(
+    f.name for f in dataclasses.fields(TaskResult) if f.name not in ("process", "attempt")
+)
+_Outcome = create_model(
+    "_Outcome",
+    __base__=_M,
+    **{
+        f.name: (typing.get_type_hints(TaskResult)[f.name], f.default)
+        for f in dataclasses.fields(TaskResult)
+        if f.name in _OUTCOME_FIELDS
+    },
+)
 
 
 class _Task(_M):
@@ -325,6 +346,7 @@ class _Task(_M):
     failed_on: tuple[int, ...] = ()
     outcome: _Outcome | None = None
     completed: float | None = None
+    recorded: int = Field(0, ge=0)
 
 
 class _Chef(_M):
@@ -385,17 +407,21 @@ def _decode(m: _Body) -> MasterState:
             raise ValueError(f"process {t.process}: a task has a chef exactly when it is running")
         if t.chef is not None and t.chef >= len(chefs):
             raise ValueError(f"process {t.process}: running on chef {t.chef}, which does not exist")
-        if state is TaskState.DONE and (t.outcome is None or t.outcome.status != "ok"):
+        if state is TaskState.DONE and (t.outcome is None or t.outcome.status != STATUS_OK):
             raise ValueError(f"process {t.process}: done without a successful result")
-        o = t.outcome
-        outcome = (
-            None
-            if o is None
-            else TaskOutcome(o.status, o.exit_code, o.signal, o.run_time, o.host, o.finished, o.error)
-        )
+        # the run an outcome came from is not stored: a reloaded one carries the task's latest
+        outcome = None if t.outcome is None else TaskResult(t.process, t.attempt, **t.outcome.model_dump())
         tasks.append(
             TaskRecord(
-                t.process, state, t.attempt, t.failures, t.chef, set(t.failed_on), outcome, t.completed
+                t.process,
+                state,
+                t.attempt,
+                t.failures,
+                t.chef,
+                set(t.failed_on),
+                outcome,
+                t.completed,
+                t.recorded,
             )
         )
     return MasterState(

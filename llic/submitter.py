@@ -43,8 +43,8 @@ from typing import Any
 import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
-from llic.chef import MasterStatus
 from llic.config import LlicConfig
+from llic.master_core import MasterStatus
 from llic.state import (
     MasterInfo,
     MasterState,

@@ -21,59 +21,22 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+
+from llic.task import TaskResult
 
 
 class TaskState(StrEnum):
+    """Where one task is (see the module's doc)."""
+
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
 
 
-OK = "ok"  # the only TaskResult status that means the job ran (prepare_failed, launch_failed: not)
-ERROR_KEEP = 500  # characters of an agent's error text kept in the record (the state file stays small)
-
-
-@dataclass(frozen=True)
-class TaskOutcome:
-    """What the master keeps of an agent's TaskResult (the tails of stdout/stderr are not kept)."""
-
-    status: str
-    exit_code: int | None = None
-    signal: int | None = None
-    run_time: float = 0.0
-    host: str = ""
-    finished: float | None = None  # the agent's clock
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    @classmethod
-    def from_message(cls, result: Mapping[str, Any]) -> TaskOutcome:
-        """From a protocol TaskResult map; missing or odd fields become neutral values, since a
-        result is accepted or refused by its process/attempt, not by its details."""
-
-        def num(key: str, kind: type) -> Any:
-            value = result.get(key)
-            return kind(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-        return cls(
-            status=str(result.get("status", "")),
-            exit_code=num("exit_code", int),
-            signal=num("signal", int),
-            run_time=num("run_time", float) or 0.0,
-            host=str(result.get("host") or ""),
-            finished=num("finished", float),
-            error=str(result.get("error") or "")[:ERROR_KEEP],
-        )
-
-
 @dataclass(frozen=True, order=True)
 class Assignment:
-    """One run of one task: what a chef sends (the driver adds the TaskSpec)."""
+    """One run of one task: what a chef sends (the driver takes the task record from the plan)."""
 
     process: int
     attempt: int
@@ -89,10 +52,14 @@ class TaskRecord:
     failures: int = 0
     chef: int | None = None  # running: whose agent holds it
     failed_on: set[int] = field(default_factory=set)  # chefs whose agents failed it
-    outcome: TaskOutcome | None = None  # done: its result; failed: the last failure
+    outcome: TaskResult | None = None  # done: its result; failed: the last failure (TaskResult.kept())
     completed: float | None = None  # master's clock when done or failed for good
+    # results recorded for this task (its failures, plus its one success when done): `outcome`
+    # keeps only the last, so this count is what shows that no result was recorded twice
+    recorded: int = 0
 
     def copy(self) -> TaskRecord:
+        """A copy that shares nothing mutable with this one (for a snapshot)."""
         return TaskRecord(
             self.process,
             self.state,
@@ -102,11 +69,14 @@ class TaskRecord:
             set(self.failed_on),
             self.outcome,
             self.completed,
+            self.recorded,
         )
 
 
 @dataclass(frozen=True)
 class TaskCounts:
+    """How many tasks are in each state."""
+
     total: int
     queued: int
     running: int
@@ -115,6 +85,7 @@ class TaskCounts:
 
     @property
     def unfinished(self) -> int:
+        """Neither done nor failed for good."""
         return self.queued + self.running
 
     def __str__(self) -> str:
@@ -185,6 +156,7 @@ class TaskBook:
         return queued + [r for r in self._tasks.values() if r.state is not TaskState.QUEUED]
 
     def counts(self) -> TaskCounts:
+        """How many tasks are in each state, now."""
         c = self._counts
         return TaskCounts(
             len(self._tasks),
@@ -195,10 +167,12 @@ class TaskBook:
         )
 
     def counters(self) -> dict[str, int]:
+        """Runs retried, lost with their agent, and results ignored (the state file keeps them)."""
         return {"retries": self.retries, "lost": self.lost, "ignored": self.ignored}
 
     @property
     def queued(self) -> int:
+        """How many tasks wait in the queue."""
         return len(self._queue)
 
     @property
@@ -211,6 +185,7 @@ class TaskBook:
         return tuple(self._queue)
 
     def running_on(self, chef: int) -> frozenset[int]:
+        """The processes `chef`'s agent holds."""
         return frozenset(self._by_chef.get(chef, ()))
 
     def held(self, chef: int) -> int:
@@ -261,15 +236,18 @@ class TaskBook:
             return f"stale result for process {process} run {attempt} (current run {rec.attempt})"
         return None
 
-    def complete(self, chef: int, process: int, attempt: int, outcome: TaskOutcome, now: float) -> bool:
-        """Record a result; False (and counted in `ignored`) when check() refuses it. A failed
-        run goes back to the front of the queue, or fails the task for good after max_attempts."""
-        if self.check(chef, process, attempt) is not None:
+    def complete(self, chef: int, result: TaskResult, now: float) -> bool:
+        """Record a result (what TaskResult.kept() keeps of it); False (and counted in `ignored`)
+        when check() refuses it. A failed run goes back to the front of the queue, or fails the
+        task for good after max_attempts."""
+        process = result.process
+        if self.check(chef, process, result.attempt) is not None:
             self.ignored += 1
             return False
         rec = self._tasks[process]
-        rec.outcome = outcome
-        if outcome.ok:
+        rec.outcome = result.kept()
+        rec.recorded += 1
+        if result.ok:
             rec.completed = now
             self._move(rec, TaskState.DONE)
             return True

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common.cli import run_main
-from common.config import ConfigError, load_config
-
-DEFAULT_CONFIG = Path("/etc/poold/poold.toml")
+from common.cli import DaemonCli, run_main
+from common.config import ConfigError
+from poolD.config import PooldConfig
+from poolD.policy import Policy
 
 
 def _fraction(text: str) -> float:
@@ -22,17 +22,8 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="poold", description="self-organizing flocking of HTCondor pools")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the daemon (systemd: Type=notify)")
-    run.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
-    status = sub.add_parser("status", help="what the running daemon knows and did")
-    status.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="to find the control socket")
-    status.add_argument("--socket", type=Path, help="control socket (overrides the config)")
-    status.add_argument("--json", action="store_true")
-    check = sub.add_parser("check-config", help="validate a config file and its policy file")
-    check.add_argument("file", type=Path)
-
+    """poold's parser: run, status and check-config (common.cli), and the simulate experiments."""
+    parser, sub = CLI.parser()
     simulate = sub.add_parser("simulate", help="run poolD's logic on the simulator")
     what = simulate.add_subparsers(dest="experiment", required=True)
     overlay = what.add_parser("overlay", help="the overlay alone: joins, lookups, churn; prints JSON")
@@ -71,48 +62,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(path: Path) -> Any:
-    from poolD.config import PooldConfig
-    from poolD.policy import Policy
-
-    config = load_config(path, PooldConfig)
+def _check(config: PooldConfig, path: Path) -> None:
     if config.daemon.policy_file is not None:
         Policy.load(config.daemon.policy_file)
     config.ring.check_key(path)
-    return config
 
 
-def _run(args: argparse.Namespace) -> int:
+def _serve(config: PooldConfig) -> int:
     import trio
 
     from common.logging import configure_logging
     from poolD.service import PoolDaemon
 
-    config = _load(args.config)
     configure_logging("poold", config.pool.name, level=config.daemon.log_level)
     trio.run(PoolDaemon(config).serve)
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
-    config = _load(args.file)
+def _describe(config: PooldConfig) -> str:
     policy = str(config.daemon.policy_file) if config.daemon.policy_file else "none (every pool allowed)"
-    print(
-        f"{args.file}: ok (pool {config.pool.name}, ring {config.ring.node_name} on port {config.ring.port}, "
-        f"bootstrap {config.ring.bootstrap or 'none: founds a ring'}, policy {policy})"
+    ring = config.ring
+    return (
+        f"pool {config.pool.name}, ring {ring.node_name} on port {ring.port}, "
+        f"bootstrap {ring.bootstrap or 'none: founds a ring'}, policy {policy}"
     )
-    return 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    from common.service import print_status
-    from poolD.config import PooldConfig
-
-    path = args.socket or load_config(args.config, PooldConfig).daemon.control_socket
-    return print_status("poold", path, render_status, as_json=args.json)
 
 
 def render_status(s: dict[str, Any]) -> str:
+    """`poold status` for a terminal, from the status the daemon's control socket returns."""
     lines = [
         f"pool {s['pool']} (collector {s['collector']}), overlay node {s['node']['addr']} "
         f"id {s['node']['id'][:8]}…, {'joined' if s['joined'] else 'joining'}"
@@ -149,8 +126,8 @@ def render_status(s: dict[str, Any]) -> str:
 
 
 def _simulate_overlay(args: argparse.Namespace) -> int:
-    from common.overlay.experiment import ExperimentConfig, OverlayExperiment
-    from common.overlay.topology import TopologyError
+    from sim.overlay_experiment import ExperimentConfig, OverlayExperiment
+    from sim.topology import TopologyError
 
     if args.nodes < 1 or args.lookups < 1:
         print("poold: error: --nodes and --lookups must be at least 1", file=sys.stderr)
@@ -176,16 +153,13 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
 
 
 def _simulate_traces(args: argparse.Namespace) -> int:
-    from poolD.sim_traces import cli_main
+    from sim.job_exchange import cli_main
 
     return cli_main(args.trace, args.months, args.seed)
 
 
-COMMANDS = {"run": _run, "status": _status, "check-config": _check}
-
-
 def _simulate_paper(args: argparse.Namespace) -> int:
-    from poolD.experiments.paper import PaperConfig, run_paper
+    from sim.flock_paper import PaperConfig, run_paper
 
     if args.pools < 2:
         print("poold: error: --pools must be at least 2", file=sys.stderr)
@@ -195,7 +169,7 @@ def _simulate_paper(args: argparse.Namespace) -> int:
 
 
 def _simulate_four_pools(args: argparse.Namespace) -> int:
-    from poolD.experiments.paper import render_four_pools, run_four_pools
+    from sim.flock_paper import render_four_pools, run_four_pools
 
     if not 1 <= args.jobs_per_sequence <= 100:
         got = args.jobs_per_sequence
@@ -206,8 +180,39 @@ def _simulate_four_pools(args: argparse.Namespace) -> int:
     return 0
 
 
+CLI = DaemonCli(
+    prog="poold",
+    description="self-organizing flocking of HTCondor pools",
+    default_config=Path("/etc/poold/poold.toml"),
+    model=PooldConfig,
+    check=_check,
+    serve=_serve,
+    describe=_describe,
+    render_status=render_status,
+    status_help="what the running daemon knows and did",
+    check_help="validate a config file and its policy file",
+)
+
+SIM_DEPENDENCIES = ("numpy", "scipy", "matplotlib")
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    """`poold simulate ...`: the simulators are evaluation code in the `sim` package, whose
+    dependencies come with the `[sim]` extra; without them, say how to get them."""
+    try:
+        return getattr(args, "simulate", _simulate_overlay)(args)
+    except ModuleNotFoundError as e:
+        if e.name not in SIM_DEPENDENCIES:
+            raise
+        raise ConfigError(
+            f"'poold simulate' needs the simulation extra ({e.name} is not installed): "
+            "pip install 'condor-selforg[sim]'"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """poold's entry point: parse `argv` and run the command; user errors exit 2 with one line."""
     args = build_parser().parse_args(argv)
     if args.command == "simulate":
-        return run_main("poold", lambda: getattr(args, "simulate", _simulate_overlay)(args))
-    return run_main("poold", lambda: COMMANDS[args.command](args))
+        return run_main("poold", lambda: _simulate(args))
+    return run_main("poold", lambda: CLI.command(args))

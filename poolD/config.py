@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, field_validator
 
+from common.cli import DaemonSection
 from common.config import StrictModel
-from common.overlay.driver import RingConfig, parse_address
+from common.hostport import parse_address
+from common.overlay.ring import RingConfig
 from poolD.messages import POOL_NAME
 
 
 class PoolSection(StrictModel):
+    """The `[pool]` section of poold's config: the pool this poold serves."""
+
     name: str = Field(pattern=POOL_NAME, description="this pool's name, unique in the federation")
     collector: str = Field(description="host:port of this pool's collector, as other pools reach it")
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
@@ -25,6 +28,8 @@ class PoolSection(StrictModel):
 
 
 class DiscoverySection(StrictModel):
+    """The `[discovery]` section of poold's config: sending our offers, taking in those of others."""
+
     interval: float = Field(60.0, gt=0, description="seconds between load readings and offers")
     ttl: int = Field(1, ge=1, le=32, description="rows an offer travels (system-wide)")
     valid_for: float = Field(120.0, gt=0, description="how long our offers stand")
@@ -33,6 +38,8 @@ class DiscoverySection(StrictModel):
 
 
 class FlockingSection(StrictModel):
+    """The `[flocking]` section of poold's config: the Flocking Manager's rounds and limits."""
+
     interval: float = Field(60.0, gt=0)
     max_pools: int = Field(5, ge=1, le=100, description="at most this many pools in FLOCK_TO")
     withdraw_after: float = Field(300.0, ge=0, description="quiet seconds before FLOCK_TO is withdrawn")
@@ -43,16 +50,18 @@ class FlockingSection(StrictModel):
     authorize_incoming: bool = Field(True, description="set FLOCK_FROM for pools the policy lets in")
 
 
-class DaemonSection(StrictModel):
+class PooldDaemonSection(DaemonSection):
+    """The `[daemon]` section of poold's config (common.cli.DaemonSection) and its policy file."""
+
     control_socket: Path = Path("/run/poold/poold.sock")
     policy_file: Path | None = Field(None, description="none: every pool may share with us")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    gateway_timeout: float = Field(30.0, gt=0)
 
 
 class PooldConfig(StrictModel):
+    """A whole poold config file (TOML); config/poold.toml documents every key."""
+
     pool: PoolSection
     ring: RingConfig
     discovery: DiscoverySection = DiscoverySection()
     flocking: FlockingSection = FlockingSection()
-    daemon: DaemonSection = DaemonSection()
+    daemon: PooldDaemonSection = PooldDaemonSection()

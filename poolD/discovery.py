@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import structlog
 
 from common.condor.types import PoolLoad
-from common.overlay.driver import parse_address
+from common.hostport import parse_address
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode
 from common.wire import Message
@@ -28,6 +28,8 @@ log = structlog.get_logger("poold.discovery")
 
 @dataclass(frozen=True)
 class DiscoverySettings:
+    """What discovery needs: our pool and collector, and how far and how long our offers go."""
+
     pool: str
     collector: str  # our central manager's collector, host:port
     ttl: int = 1
@@ -53,6 +55,8 @@ def peer_host(peer: Peer) -> str:
 
 
 class Discovery:
+    """Our offers out, other pools' offers in (checked, recorded, forwarded); see the module docstring."""
+
     def __init__(
         self, settings: DiscoverySettings, overlay: OverlayNode, policy: Policy, willing: WillingList
     ) -> None:

@@ -12,21 +12,27 @@ from poolD.willing import WillingEntry
 
 @dataclass(frozen=True)
 class FlockDecision:
+    """One round's answer for FLOCK_TO, and the reason that goes into the decision log."""
+
     flock_to: list[str] | None  # collectors in order; None: leave FLOCK_TO as it is; []: withdraw
     reason: str
 
 
 def format_flock_to(collectors: list[str]) -> str:
+    """A FLOCK_TO value naming these collectors, in order."""
     return ", ".join(collectors)
 
 
 def parse_flock_to(value: str | None) -> list[str]:
+    """The collectors in a FLOCK_TO value as read back (comma or space separated; [] if unset)."""
     if not value:
         return []
     return [part for part in value.replace(",", " ").split() if part]
 
 
 class FlockingManager:
+    """Decides each round whether FLOCK_TO should change; `active` is the FLOCK_TO the schedds took."""
+
     def __init__(self, *, max_pools: int = 5, withdraw_after: float = 300.0) -> None:
         self.max_pools = max_pools
         self.withdraw_after = withdraw_after
@@ -42,6 +48,8 @@ class FlockingManager:
         return not set(target) <= set(self.active)
 
     def decide(self, load: PoolLoad, willing: list[WillingEntry], now: float) -> FlockDecision:
+        """Flock to the first `max_pools` willing pools while idle jobs outnumber free slots;
+        withdraw once quiet (free slots, no idle jobs) for `withdraw_after`; else None: leave it."""
         idle, free = load.idle_jobs, load.free_slots
         if idle > free:
             self.quiet_since = None

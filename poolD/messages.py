@@ -43,6 +43,8 @@ class FlockIntent(Message):
 
 @app_message
 class FlockReply(Message):
+    """The answer to a FlockIntent: whether that pool let our schedds in, and why."""
+
     TYPE = "poold.flock_reply"
     pool: str = Field(pattern=POOL_NAME)
     accepted: bool

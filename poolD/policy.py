@@ -25,11 +25,15 @@ MAX_REMEMBERED = 100_000  # rule decisions kept; far more than a federation has 
 
 
 class Direction(StrEnum):
+    """What a decision is about: our offers to a pool, or accepting its offers (and jobs)."""
+
     ANNOUNCE = "announce"  # whom we announce our free slots to
     ACCEPT = "accept"  # whose announcements (and flocked jobs) we accept
 
 
 class Rule(StrictModel):
+    """One `[[rule]]` of a policy file: allow or deny subjects that match every criterion it names."""
+
     action: Literal["allow", "deny"]
     pools: list[str] = Field(default_factory=list, description="globs on pool names")
     hosts: list[str] = Field(default_factory=list, description="globs on central-manager host names")
@@ -45,6 +49,7 @@ class Rule(StrictModel):
         return value
 
     def describe(self, index: int) -> str:
+        """The rule as decisions cite it: its 1-based position, action, criteria and comment."""
         parts = [
             f"{k}={','.join(v)}"
             for k, v in (("pools", self.pools), ("hosts", self.hosts), ("networks", self.networks))
@@ -55,6 +60,8 @@ class Rule(StrictModel):
 
 
 class PolicyFile(StrictModel):
+    """A policy file's contents (TOML): the rules in order and the default when none matches."""
+
     default: Literal["allow", "deny"] = "deny"
     rule: list[Rule] = Field(default_factory=list)
 
@@ -69,11 +76,15 @@ class Subject:
 
 @dataclass(frozen=True)
 class Decision:
+    """A policy answer and what gave it (a rule, the default or the blacklist), for the log."""
+
     allowed: bool
     rule: str
 
 
 class Policy:
+    """A loaded policy file plus the blacklist: answers whether a pool may share with us."""
+
     def __init__(self, spec: PolicyFile, source: str = "(built-in)") -> None:
         self.spec = spec
         self.source = source
@@ -86,13 +97,16 @@ class Policy:
 
     @classmethod
     def load(cls, path: str | Path) -> Policy:
+        """The policy in a TOML file; ConfigError names the file and key."""
         return cls(load_config(path, PolicyFile), str(path))
 
     @classmethod
     def allow_all(cls) -> Policy:
+        """The policy without a file: every pool may share with us, both ways."""
         return cls(PolicyFile(default="allow"))
 
     def decide(self, subject: Subject, direction: Direction, now: float) -> Decision:
+        """Whether `subject` is allowed in `direction`; a blacklisted pool is refused ahead of every rule."""
         if subject.pool is not None:
             listed = self.blacklist.get(subject.pool)
             if listed is not None:
@@ -134,4 +148,5 @@ class Policy:
         return True
 
     def add_to_blacklist(self, pool: str, until: float, reason: str) -> None:
+        """Refuse `pool` in both directions until `until`, whatever the rules say."""
         self.blacklist[pool] = (until, reason)

@@ -22,6 +22,8 @@ from poolD.messages import Announcement
 
 @dataclass(slots=True)
 class WillingEntry:
+    """One pool's live offer; `row` is the lowest row it came through, `tiebreak` its kept draw."""
+
     pool: str
     collector: str
     origin: Peer
@@ -35,6 +37,8 @@ class WillingEntry:
 
 
 class WillingList:
+    """The pools that offered us free slots, by name; `ordered` gives them nearest first."""
+
     def __init__(self, rng: random.Random, *, resolution: float = 0.005) -> None:
         self.rng = rng
         self.resolution = resolution
@@ -63,9 +67,11 @@ class WillingList:
         return entry
 
     def remove(self, pool: str) -> None:
+        """Forget a pool's offer (the policy refused it, or it was blacklisted)."""
         self.entries.pop(pool, None)
 
     def expire(self, now: float) -> list[str]:
+        """Drop the entries whose offer has run out; returns their pools."""
         gone = [p for p, e in self.entries.items() if e.expires_at <= now]
         for pool in gone:
             del self.entries[pool]

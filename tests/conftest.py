@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from common.sandbox import Sandbox, sandbox_cli
+from deploy.harness.sandbox import Sandbox, sandbox_cli
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,18 @@ def sandbox() -> Iterator[Sandbox]:
         box.down(name)
     for path in box.dirs:
         shutil.rmtree(path, ignore_errors=True)
-    # Another session (a developer's demo, a parallel test run) may still have pools up: leave them.
-    if not json.loads(sandbox_cli("status", "--json").stdout)["pools"]:
-        left = json.loads(sandbox_cli("status", "--json").stdout)["leftovers"]
-        assert left == {"processes": [], "mounts": [], "netns": [], "interfaces": []}, left
+    # Nothing of the pools this session started is left: no process, namespace or interface,
+    # whatever other sessions (a developer's demo, a parallel test run) still have up.
+    status = json.loads(sandbox_cli("status", "--json").stdout)
+    left = status["leftovers"]
+    ours = {name: left["by_pool"][name] for name in box.used if name in left["by_pool"]}
+    assert not ours, f"left behind by this session's pools: {ours}"
+    # With no pool up at all, nothing of the sandbox is left either: shared mounts, the bridge,
+    # processes no pool can be named for.
+    if not status["pools"]:
+        assert {k: left[k] for k in ("processes", "mounts", "netns", "interfaces")} == {
+            "processes": [],
+            "mounts": [],
+            "netns": [],
+            "interfaces": [],
+        }, left

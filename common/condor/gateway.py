@@ -88,9 +88,11 @@ class Gateway:
 
     @property
     def child_pid(self) -> int | None:
+        """The live worker's process id, or None when none runs (the next call starts one)."""
         return self._process.pid if self._process and self._process.returncode is None else None
 
     async def aclose(self) -> None:
+        """Stop the worker: EOF on its stdin, a kill after 2 s; shielded from cancellation."""
         with trio.CancelScope(shield=True):
             await self._discard_child(graceful=True)
 
@@ -187,6 +189,7 @@ class Gateway:
         return collector or self.collector
 
     async def version(self) -> str:
+        """The HTCondor version string of the bindings the worker loaded."""
         result = await self.call("version")
         return result["htcondor"]
 
@@ -220,6 +223,7 @@ class Gateway:
         return [DaemonRef.model_validate(r) for r in result]
 
     async def list_schedds(self, collector: str | None = None, *, home_only: bool = True) -> list[DaemonRef]:
+        """The schedds the collector knows; `home_only` as in list_daemons."""
         return await self.list_daemons(DaemonKind.SCHEDD, collector, home_only=home_only)
 
     async def get_config(self, daemon: DaemonRef, key: str, collector: str | None = None) -> str | None:
@@ -247,6 +251,7 @@ class Gateway:
         )
 
     async def reconfig(self, daemon: DaemonRef, collector: str | None = None) -> None:
+        """Send a daemon the reconfig command, so it rereads its configuration."""
         await self.call("reconfig", daemon=_ref(daemon), collector=self._pool(collector))
 
     async def add_daemons(
@@ -258,6 +263,7 @@ class Gateway:
     async def remove_daemons(
         self, master: DaemonRef, names: Iterable[str], collector: str | None = None
     ) -> list[str]:
+        """Take daemons off a master's DAEMON_LIST (never MASTER), reconfig it; returns the new list."""
         return await self._edit_daemon_list(master, add=(), remove=names, collector=collector)
 
     async def _edit_daemon_list(

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict
 
 
 class DaemonKind(StrEnum):
+    """The HTCondor daemons the gateway can address (the worker maps each to its ad type)."""
+
     MASTER = "master"
     COLLECTOR = "collector"
     NEGOTIATOR = "negotiator"
@@ -31,12 +33,16 @@ class DaemonRef(_Frozen):
     machine: str | None = None
 
     def describe(self) -> str:
+        """The daemon in a message or log line: its kind, then its name or address."""
         return f"{self.kind} {self.name or self.address or '(any)'}"
 
 
 class ScheddLoad(_Frozen):
+    """One schedd's job counts from its collector ad; `flocked`: its jobs flocked to other pools."""
+
     name: str
     address: str | None
+    machine: str | None = None
     idle: int
     running: int
     held: int
@@ -53,26 +59,33 @@ class PoolLoad(_Frozen):
 
     @property
     def idle_jobs(self) -> int:
+        """Idle jobs summed over the pool's own schedds."""
         return sum(s.idle for s in self.schedds)
 
     @property
     def running_jobs(self) -> int:
+        """Running jobs summed over the pool's own schedds."""
         return sum(s.running for s in self.schedds)
 
     @property
     def held_jobs(self) -> int:
+        """Held jobs summed over the pool's own schedds."""
         return sum(s.held for s in self.schedds)
 
     @property
     def utilization(self) -> float:
+        """The claimed fraction of the pool's slots (0.0 for a pool without slots)."""
         return self.claimed_slots / self.total_slots if self.total_slots else 0.0
 
 
 class SubmitResult(_Frozen):
+    """What one submit made: a cluster and the range of its proc ids."""
+
     cluster: int
     first_proc: int
     num_procs: int
 
     @property
     def job_ids(self) -> list[str]:
+        """The submitted jobs' ids, 'cluster.proc'."""
         return [f"{self.cluster}.{p}" for p in range(self.first_proc, self.first_proc + self.num_procs)]

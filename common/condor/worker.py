@@ -65,6 +65,7 @@ def plain(value: Any) -> Any:
 
 
 def collector_for(address: str | None) -> htcondor.Collector:
+    """The collector at `address`, or the one the worker's HTCondor configuration names."""
     return htcondor.Collector(address) if address else htcondor.Collector()
 
 
@@ -125,6 +126,7 @@ def command_target(ad: classad2.ClassAd) -> classad2.ClassAd:
 
 
 def schedd_for(ref: dict[str, Any] | None, collector: str | None) -> htcondor.Schedd:
+    """The schedd a request names, or the first one the collector lists."""
     return htcondor.Schedd(locate(ref or {"kind": "schedd"}, collector))
 
 
@@ -132,10 +134,12 @@ def schedd_for(ref: dict[str, Any] | None, collector: str | None) -> htcondor.Sc
 
 
 def op_version() -> dict[str, Any]:
+    """The bindings' HTCondor version, and this worker's pid."""
     return {"htcondor": htcondor.version(), "pid": os.getpid()}
 
 
 def op_pool_load(collector: str | None) -> dict[str, Any]:
+    """Slot counts (a partitionable slot counts once per CPU) and the own schedds' job counts."""
     coll = collector_for(collector)
     slots = coll.query(
         htcondor.AdType.Startd,
@@ -163,6 +167,7 @@ def op_pool_load(collector: str | None) -> dict[str, Any]:
         projection=[
             "Name",
             "MyAddress",
+            "Machine",
             "TotalIdleJobs",
             "TotalRunningJobs",
             "TotalHeldJobs",
@@ -176,6 +181,7 @@ def op_pool_load(collector: str | None) -> dict[str, Any]:
             {
                 "name": ad.get("Name"),
                 "address": ad.get("MyAddress"),
+                "machine": ad.get("Machine"),
                 "idle": int(ad.get("TotalIdleJobs", 0)),
                 "running": int(ad.get("TotalRunningJobs", 0)),
                 "held": int(ad.get("TotalHeldJobs", 0)),
@@ -186,6 +192,7 @@ def op_pool_load(collector: str | None) -> dict[str, Any]:
 
 
 def op_list_daemons(kind: str, collector: str | None, home_only: bool) -> list[dict[str, Any]]:
+    """Daemons of one kind in the collector; with `home_only`, no schedds flocking in from elsewhere."""
     coll = collector_for(collector)
     ads = coll.query(AD_TYPES[kind], projection=["Name", "MyAddress", "Machine", "CollectorHost"])
     if kind == "schedd" and home_only:
@@ -198,12 +205,14 @@ def op_list_daemons(kind: str, collector: str | None, home_only: bool) -> list[d
 
 
 def op_get_config(daemon: dict[str, Any], key: str, collector: str | None) -> str | None:
+    """One configuration value as the running daemon reports it (None when not defined)."""
     return htcondor.RemoteParam(locate(daemon, collector)).get(key)
 
 
 def op_set_config(
     daemon: dict[str, Any], values: dict[str, str | None], reconfig: bool, collector: str | None
 ) -> None:
+    """Set runtime configuration on a daemon (None removes a value), then reconfig it if asked."""
     ad = locate(daemon, collector)
     params = htcondor.RemoteParam(ad)
     for key, value in values.items():
@@ -220,6 +229,7 @@ def op_set_config(
 
 
 def op_reconfig(daemon: dict[str, Any], collector: str | None) -> None:
+    """Send a daemon the Reconfig command."""
     htcondor.send_command(command_target(locate(daemon, collector)), htcondor.DaemonCommand.Reconfig)
 
 
@@ -230,6 +240,7 @@ def op_submit(
     schedd: dict[str, Any] | None,
     collector: str | None,
 ) -> dict[str, int]:
+    """Submit one cluster to a schedd; returns its cluster id and proc range."""
     sub = htcondor.Submit(description)
     kwargs: dict[str, Any] = {"count": count}
     if itemdata is not None:
@@ -241,6 +252,7 @@ def op_submit(
 def op_query_jobs(
     constraint: str, projection: list[str], schedd: dict[str, Any] | None, collector: str | None
 ) -> list[dict[str, Any]]:
+    """A schedd's queued jobs matching a constraint, as plain dicts."""
     ads = schedd_for(schedd, collector).query(constraint=constraint, projection=projection)
     return [plain(ad) for ad in ads]
 
@@ -248,6 +260,7 @@ def op_query_jobs(
 def op_job_history(
     constraint: str, projection: list[str], match: int, schedd: dict[str, Any] | None, collector: str | None
 ) -> list[dict[str, Any]]:
+    """Jobs that left a schedd's queue (its history), as plain dicts."""
     ads = schedd_for(schedd, collector).history(constraint=constraint, projection=projection, match=match)
     return [plain(ad) for ad in ads]
 
@@ -255,6 +268,7 @@ def op_job_history(
 def op_act(
     action: str, constraint: str, reason: str, schedd: dict[str, Any] | None, collector: str | None
 ) -> dict[str, Any]:
+    """Remove, hold or release the jobs matching a constraint; returns the schedd's tallies."""
     # A plain string reason is silently ignored by htcondor2; a (text, code) tuple is honoured.
     result = schedd_for(schedd, collector).act(JOB_ACTIONS[action], constraint, (reason, 0))
     return plain(result) if result is not None else {}
@@ -280,6 +294,7 @@ def op_count_slots(requirements: str, job_attrs: dict[str, Any], collector: str 
 
 
 def op_reschedule(schedd: dict[str, Any] | None, collector: str | None) -> None:
+    """Ask a schedd to request a negotiation cycle now."""
     schedd_for(schedd, collector).reschedule()
 
 
@@ -300,6 +315,7 @@ OPS: dict[str, Callable[..., Any]] = {
 
 
 def handle(request: Any) -> dict[str, Any]:
+    """The response to one request; every failure becomes an error response, never an exception."""
     if not isinstance(request, dict) or not isinstance(request.get("args"), dict):
         return {"id": None, "ok": False, "error": {"kind": "BadRequest", "message": "malformed request"}}
     req_id, op = request.get("id"), request.get("op")
@@ -315,6 +331,7 @@ def handle(request: Any) -> dict[str, Any]:
 
 
 def main() -> int:
+    """Answer framed requests from stdin until EOF; the bindings' own prints go to stderr."""
     # Responses go to a private copy of stdout; anything the bindings print lands on stderr.
     out = os.dup(1)
     os.dup2(2, 1)

@@ -121,6 +121,8 @@ def generate_key_file(path: str | pathlib.Path) -> None:
 
 
 class AuthDrop(StrEnum):
+    """Why the sealer dropped a datagram: the keys of `Sealer.drops`."""
+
     MALFORMED = "malformed"
     BAD_MAC = "bad_mac"
     STALE = "stale"
@@ -173,6 +175,7 @@ class Sealer:
         return datagram
 
     def drop(self, reason: AuthDrop, peer: object, detail: str) -> None:
+        """Log a dropped datagram with its peer and count it under its reason."""
         self.drops[reason] += 1
         log.warning("message dropped", protocol=self.name, peer=str(peer), reason=str(reason), detail=detail)
 

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 import trio
 
+from common.hostport import parse_address
 from common.overlay.auth import Sealer
-from common.overlay.driver import parse_address
 from common.wire import HEADER, DropReason, FrameDecoder, FrameTooLarge, Message, MessageCodec
 
 log = structlog.get_logger("bulk")
@@ -24,6 +24,8 @@ MAX_BULK = 64 << 20  # a pool's state (Accountant log, config files) is far smal
 
 
 class BulkChannel:
+    """Sends and serves sealed one-message TCP connections; `on_message` gets what arrives."""
+
     def __init__(
         self,
         key: bytes,
@@ -42,11 +44,13 @@ class BulkChannel:
 
     @property
     def drops(self) -> dict[str, int]:
+        """Messages dropped so far, by reason (authentication, framing and decoding)."""
         return dict(self.sealer.drops) | dict(self.codec.drops)
 
     async def serve(
         self, bind: str, port: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """Accept connections on bind:port until cancelled, one message from each."""
         await trio.serve_tcp(self._handle, port, host=bind, task_status=task_status)
 
     async def _handle(self, stream: trio.SocketStream) -> None:

@@ -6,7 +6,7 @@ thousands of peers and should hold no connection state for them, round-trip time
 probes then describe the very path the messages take, and losses are already handled by the
 protocol (keepalive silence, probe retries, periodic repair). Bulk data (faultD's state
 replication) is not an overlay message: applications send it over their own TCP streams
-(`common.wire.MessageStream`).
+(`common.overlay.bulk`).
 
 Every datagram is sealed with the ring's shared key (`common.overlay.auth`): a MAC, a timestamp
 and a nonce. What fails the seal or the codec is dropped and counted; the node keeps running.
@@ -18,71 +18,22 @@ import os
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import structlog
 import trio
-from pydantic import Field, field_validator
 
-from common.config import ConfigError, StrictModel
-from common.overlay.auth import KeyFileError, Sealer, load_ring_key
-from common.overlay.ids import id_hex, node_id_from_name, parse_id
+from common.hostport import parse_address
+from common.overlay.auth import Sealer, load_ring_key
+from common.overlay.ids import id_hex
 from common.overlay.messages import Peer, overlay_codec
-from common.overlay.node import Event, Output, OverlayNode, OverlayParams
+from common.overlay.node import Event, Output, OverlayNode
+from common.overlay.ring import RingConfig
 from common.timer import Wakeup
 from common.wire import MAX_DATAGRAM, Message
 
 log = structlog.get_logger("overlay")
 
 EventHandler = Callable[[Event], None]
-
-
-def parse_address(addr: str) -> tuple[str, int]:
-    """'host:port' (IPv4 or a name) as a socket address."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{addr!r} is not host:port")
-    return host, int(port)
-
-
-class RingConfig(StrictModel):
-    """How a daemon joins its ring: the `[ring]` section of poolD's and faultD's config."""
-
-    node_name: str = Field(
-        description="stable name of this node; its id is SHA-1(name) unless node_id is given"
-    )
-    node_id: str | None = Field(None, description="explicit 128-bit id in hex")
-    bind: str = "0.0.0.0"
-    port: int = Field(7640, ge=0, lt=65536)
-    advertise: str | None = Field(None, description="host:port others reach us at; default bind:port")
-    bootstrap: str | None = Field(None, description="host:port of any ring member; none founds a ring")
-    key_file: Path = Field(description="the ring's shared key (hex), readable only by the daemon's user")
-    replay_window: float = Field(30.0, gt=0, description="seconds a message's timestamp may be off")
-    overlay: OverlayParams = OverlayParams()
-
-    @field_validator("node_id")
-    @classmethod
-    def _hex_id(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_id(value)
-        return value
-
-    @field_validator("advertise", "bootstrap")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_address(value)
-        return value
-
-    def identity(self) -> int:
-        return parse_id(self.node_id) if self.node_id else node_id_from_name(self.node_name)
-
-    def check_key(self, config_path: Path) -> None:
-        """A daemon's config is only good with a usable key: report it as a config error."""
-        try:
-            load_ring_key(self.key_file)
-        except KeyFileError as e:
-            raise ConfigError(f"{config_path}: ring.key_file: {e}") from None
 
 
 class UdpOverlay:
@@ -108,6 +59,7 @@ class UdpOverlay:
 
     @property
     def address(self) -> str:
+        """The host:port other nodes reach this one at (known once `run` has bound the socket)."""
         assert self.core is not None, "not started"
         return self.core.me.addr
 
@@ -117,6 +69,7 @@ class UdpOverlay:
         return dict(self.sealer.drops) | dict(self.codec.drops)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind the socket, start or join the ring, then receive until cancelled."""
         cfg = self.config
         sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
         with sock:
@@ -182,19 +135,25 @@ class UdpOverlay:
         return self.core
 
     async def route(self, key: int, payload: Message) -> None:
+        """Send a payload to the live node closest to `key`; see OverlayNode.route."""
         await self._apply(self._core().route(key, payload, trio.current_time()))
 
     async def send_to_row(self, row: int, payload: Message) -> None:
+        """Send a payload to every node in one row of our routing table."""
         await self._apply(self._core().send_to_row(row, payload))
 
     async def send_to_leaf_set(self, payload: Message) -> None:
+        """Send a payload to every member of our leaf set."""
         await self._apply(self._core().send_to_leaf_set(payload))
 
     async def send_direct(self, addr: str, payload: Message) -> None:
+        """Send a payload to the node at `addr` (host:port)."""
         await self._apply(self._core().send_direct(addr, payload))
 
     async def measure(self, peer: Peer) -> None:
+        """Probe a node's round-trip time unless already measured; see OverlayNode.measure."""
         await self._apply(self._core().measure(peer, trio.current_time()))
 
     async def broadcast(self, payload: Message) -> None:
+        """Reach every node of the ring once; see OverlayNode.broadcast."""
         await self._apply(self._core().broadcast(payload))

@@ -20,16 +20,19 @@ def node_id_from_name(name: str) -> int:
 
 
 def id_to_bytes(node_id: int) -> bytes:
+    """An id as its 16 bytes on the wire, big-endian."""
     return node_id.to_bytes(16, "big")
 
 
 def id_from_bytes(data: bytes) -> int:
+    """An id from its 16 wire bytes; ValueError for any other length."""
     if len(data) != 16:
         raise ValueError(f"a node id is 16 bytes, not {len(data)}")
     return int.from_bytes(data, "big")
 
 
 def id_hex(node_id: int) -> str:
+    """An id as 32 hex digits, for logs and configuration."""
     return f"{node_id:032x}"
 
 
@@ -60,6 +63,7 @@ def cw_distance(src: int, dst: int) -> int:
 
 
 def ring_distance(a: int, c: int) -> int:
+    """Distance between two ids the shorter way round the ring."""
     d = (a - c) & ID_MASK
     return min(d, ID_SPACE - d)
 

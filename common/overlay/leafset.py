@@ -14,6 +14,8 @@ from common.overlay.messages import Peer
 
 
 class LeafSet:
+    """Our nearest neighbours by id on each side, nearest first; see the module docstring."""
+
     def __init__(self, me: Peer, size: int) -> None:
         if size < 2 or size % 2:
             raise ValueError("leaf set size must be an even number >= 2")
@@ -24,6 +26,7 @@ class LeafSet:
         self._by_id: dict[int, Peer] = {}  # looked up on every incoming message: keep it O(1)
 
     def members(self) -> list[Peer]:
+        """Every node of the set, each once, whichever side it is on."""
         return list(self._by_id.values())
 
     def __contains__(self, node_id: int) -> bool:
@@ -39,6 +42,7 @@ class LeafSet:
         )
 
     def get(self, node_id: int) -> Peer | None:
+        """The member with this id, or None."""
         return self._by_id.get(node_id)
 
     def __len__(self) -> int:
@@ -46,6 +50,7 @@ class LeafSet:
 
     @property
     def full(self) -> bool:
+        """Whether both sides hold l/2 nodes (if not, we hold every node of the ring)."""
         return len(self.larger) >= self.half and len(self.smaller) >= self.half
 
     def _cw(self, p: Peer) -> int:
@@ -79,6 +84,7 @@ class LeafSet:
         return any(p.id == peer.id for p in side)
 
     def remove(self, node_id: int) -> bool:
+        """Drop a node from both sides; True if it was a member."""
         if node_id not in self._by_id:
             return False
         self.larger = [p for p in self.larger if p.id != node_id]
@@ -101,5 +107,6 @@ class LeafSet:
         return min(nodes, key=lambda p: closeness(key, p.id))
 
     def farthest(self, side: str) -> Peer | None:
+        """The outermost member of one side ('larger' or 'smaller'), or None if that side is empty."""
         nodes = self.larger if side == "larger" else self.smaller
         return nodes[-1] if nodes else None

@@ -73,6 +73,8 @@ class Ping(Message):
 
 
 class Pong(Message):
+    """Answer to a Ping, echoing its nonce and the sender's `sent` time."""
+
     TYPE = "pong"
     sender: Peer
     nonce: int
@@ -107,6 +109,8 @@ class Hello(Message):
 
 
 class LeafSetRequest(Message):
+    """Asks a node for its leaf set, to replace a dead leaf member."""
+
     TYPE = "leaf_req"
     sender: Peer
 
@@ -120,12 +124,16 @@ class LeafSetPush(Message):
 
 
 class RowRequest(Message):
+    """Asks a node for the nodes it knows that fit row `row` of the asker's routing table."""
+
     TYPE = "row_req"
     sender: Peer
     row: int
 
 
 class RowReply(Message):
+    """The nodes that fit the requested row of the asker's routing table."""
+
     TYPE = "row"
     sender: Peer
     row: int
@@ -177,4 +185,5 @@ OVERLAY_MESSAGES: list[type[Message]] = [
 
 
 def overlay_codec(name: str = "overlay", max_size: int = 65507) -> MessageCodec:
+    """A codec for the overlay's own messages (application payloads ride inside them)."""
     return MessageCodec(OVERLAY_MESSAGES, name=name, max_size=max_size)

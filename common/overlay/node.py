@@ -123,12 +123,16 @@ class Received:
 
 @dataclass(frozen=True)
 class BroadcastReceived:
+    """A broadcast payload reached us (the origin gets none of its own)."""
+
     payload: Message
     origin: Peer
 
 
 @dataclass(frozen=True)
 class LeafSetChanged:
+    """Our leaf set changed; its members now (faultD replicates to them)."""
+
     members: tuple[Peer, ...]
 
 
@@ -137,6 +141,8 @@ Event = Joined | Delivered | Received | BroadcastReceived | LeafSetChanged
 
 @dataclass
 class Output:
+    """What an entry point returns: datagrams to send, events for the application, next wake-up."""
+
     sends: list[tuple[str, Message]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     wakeup: float | None = None
@@ -181,6 +187,8 @@ def _expired(queue: dict[int, _Waiting], timeout: float, now: float) -> Iterator
 
 
 class OverlayNode:
+    """A Pastry node as a pure state machine: entry points take `now` and return an Output."""
+
     def __init__(self, me: Peer, params: OverlayParams, rng: random.Random) -> None:
         self.me = me
         self.params = params
@@ -218,6 +226,7 @@ class OverlayNode:
         return self._flush()
 
     def on_message(self, msg: Message, now: float) -> Output:
+        """Handle one overlay message from the network (unknown types are ignored)."""
         sender = getattr(msg, "sender", None)
         if isinstance(sender, Peer):
             self._heard(sender, now)
@@ -227,6 +236,7 @@ class OverlayNode:
         return self._flush()
 
     def on_timer(self, now: float) -> Output:
+        """Do what is due at `now`: expire probes and hops, retry the join, run the periodic maintenance."""
         self._expire_probes(now)
         self._expire_hops(now)
         t = self._timers
@@ -259,16 +269,19 @@ class OverlayNode:
         return self._flush()
 
     def send_to_row(self, row: int, payload: Message) -> Output:
+        """Send a payload to every node in one row of our routing table."""
         for peer in self.table.row(row):
             self._send(peer.addr, Direct(sender=self.me, payload=payload))
         return self._flush()
 
     def send_to_leaf_set(self, payload: Message) -> Output:
+        """Send a payload to every member of our leaf set."""
         for peer in self.leaf.members():
             self._send(peer.addr, Direct(sender=self.me, payload=payload))
         return self._flush()
 
     def send_direct(self, addr: str, payload: Message) -> Output:
+        """Send a payload to the node at `addr`; it arrives as a Received event."""
         self._send(addr, Direct(sender=self.me, payload=payload))
         return self._flush()
 

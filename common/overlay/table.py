@@ -11,6 +11,8 @@ from common.overlay.messages import Peer
 
 
 class RoutingTable:
+    """Pastry's routing table for one node: rows by shared prefix; see the module docstring."""
+
     def __init__(self, me: Peer, b: int) -> None:
         if ID_BITS % b:
             raise ValueError("b must divide 128")
@@ -30,22 +32,27 @@ class RoutingTable:
         return r, digit(node_id, r, self.b)
 
     def get(self, row: int, col: int) -> Peer | None:
+        """The node at (row, col), or None."""
         return self._rows[row][col]
 
     def set(self, row: int, col: int, peer: Peer | None) -> None:
+        """Put a node (or None) at (row, col)."""
         self._rows[row][col] = peer
         self.version += 1
 
     def row(self, row: int) -> list[Peer]:
+        """The nodes present in one row."""
         return [p for p in self._rows[row] if p is not None]
 
     def entries(self) -> Iterator[Peer]:
+        """Every node in the table, row by row."""
         for row in self._rows:
             for p in row:
                 if p is not None:
                     yield p
 
     def remove(self, node_id: int) -> tuple[int, int] | None:
+        """Empty the node's slot if it holds that node; returns the slot, or None."""
         where = self.slot(node_id)
         if where is None:
             return None
@@ -58,6 +65,7 @@ class RoutingTable:
         return None
 
     def contains(self, node_id: int) -> bool:
+        """Whether the node is in the table (it can only be in its own slot)."""
         where = self.slot(node_id)
         if where is None:
             return False

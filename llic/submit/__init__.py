@@ -76,16 +76,18 @@ The modules follow the language's layers, from the lines up:
   statements, numbering, errors with file:line;
 - what llic needs beyond condor_submit's resolution: dispatch.py (Mode, agent attributes, common
   input files) and master_copy.py (the self-contained text a master is given);
-- task.py: TaskSpec, the resolved job; errors.py: SubmitFileError.
+- errors.py: SubmitFileError. A resolved job is llic/task.py's Task (the one task record of
+  llic, with `attempt` 0), re-exported here as TaskSpec.
 """
 
 from llic.submit.arguments import parse_arguments, split_args
 from llic.submit.block import QueueBlock
-from llic.submit.dispatch import Mode
 from llic.submit.environment import parse_environment, parse_v1_environment, parse_v2_environment
 from llic.submit.errors import SubmitFileError
 from llic.submit.parser import SubmitFile, parse_submit_file, parse_submit_text
-from llic.submit.task import TaskSpec
+from llic.task import Mode, Task
+
+TaskSpec = Task  # the one task record (llic/task.py), as the parser resolves each job: attempt 0
 
 __all__ = [
     "Mode",

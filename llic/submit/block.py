@@ -20,7 +20,7 @@ from llic.submit import dispatch, master_copy
 from llic.submit.macros import Expander, Macro, job_builtins, macro_lookup, shared_builtins
 from llic.submit.queue import QueueArgs, assign_item
 from llic.submit.resolve import JobCommands, PathChecks, check_universe, resolve_task
-from llic.submit.task import TaskSpec
+from llic.task import Mode, Task
 
 
 @dataclass
@@ -51,7 +51,7 @@ class QueueBlock:
         cluster_offset: int,
         starts_cluster: bool,
         base_blocks: tuple[QueueBlock, ...],
-        fixed_base: TaskSpec | None = None,
+        fixed_base: Task | None = None,
     ) -> None:
         self._ctx = ctx
         self.index = index
@@ -64,7 +64,7 @@ class QueueBlock:
         self.starts_cluster = starts_cluster
         self._base_blocks = base_blocks
         self._fixed_base = fixed_base
-        self._tasks: dict[int, list[TaskSpec]] = {}
+        self._tasks: dict[int, list[Task]] = {}
         self._checks = PathChecks()
         self._items = qargs.selected_items()
 
@@ -162,7 +162,7 @@ class QueueBlock:
         first = next(self.jobs(1 + self.cluster_offset, limit=1), None)
         return None if first is None else first[1]
 
-    def _resolve(self, job: JobCommands, process: int, cluster: int, base: TaskSpec | None) -> TaskSpec:
+    def _resolve(self, job: JobCommands, process: int, cluster: int, base: Task | None) -> Task:
         return resolve_task(
             job,
             process=process,
@@ -173,26 +173,26 @@ class QueueBlock:
             checks=self._checks,
         )
 
-    def cluster_ad(self, cluster: int) -> TaskSpec | None:
+    def cluster_ad(self, cluster: int) -> Task | None:
         """The values this block's jobs fall back on for a command they leave empty: condor_submit's
         cluster ad, the first job of the submission as each new cluster's first job updates it."""
         if self._fixed_base is not None:
             return self._fixed_base
-        base: TaskSpec | None = None
+        base: Task | None = None
         for src in self._base_blocks:
             src_cluster = cluster - (self.cluster_offset - src.cluster_offset)
             _, job = next(src.jobs(src_cluster, limit=1))
             base = src._resolve(job, src.first_process, src_cluster, base)
         return base
 
-    def tasks(self, cluster: int) -> list[TaskSpec]:
+    def tasks(self, cluster: int) -> list[Task]:
         """Every job of this queue statement, with `$(Cluster)` = cluster, in process order."""
         if cluster not in self._tasks:
             first = self.first_job()
             if first is not None:
                 check_universe(first)
             base = self.cluster_ad(cluster)
-            out: list[TaskSpec] = []
+            out: list[Task] = []
             for process, job in self.jobs(cluster):
                 task = self._resolve(job, process, cluster, base)
                 if base is None:
@@ -204,7 +204,7 @@ class QueueBlock:
     # -- what llic needs beyond the tasks (dispatch.py) and the master's copy (master_copy.py)
 
     @property
-    def mode(self) -> dispatch.Mode:
+    def mode(self) -> Mode:
         """How agents get at the tasks' files (dispatch.transfer_mode)."""
         return dispatch.transfer_mode(self)
 
@@ -216,7 +216,7 @@ class QueueBlock:
         """Input files every task names identically: sent to an agent once (dispatch)."""
         return dispatch.common_input_files(self, cluster)
 
-    def private_input_files(self, task: TaskSpec) -> list[str]:
+    def private_input_files(self, task: Task) -> list[str]:
         """The task's input files that are not common ones: sent with the task (dispatch)."""
         return dispatch.private_input_files(self, task)
 

@@ -1,30 +1,19 @@
 """What llic needs of a queue block beyond condor_submit's resolution of its jobs: how agents get
 at the tasks' files (Mode), the commands an agent job inherits from the user's jobs, and which
 input files are common to every task (sent to an agent once) or private to one (seed §3.3).
+Mode itself is llic/task.py's, shared with the master, the agent and the wire.
 """
 
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING
 
 from llic.submit.errors import SubmitFileError
 from llic.submit.resolve import should_transfer
-from llic.submit.task import TaskSpec
+from llic.task import Mode, Task
 
 if TYPE_CHECKING:
     from llic.submit.block import QueueBlock
-
-
-class Mode(enum.StrEnum):
-    """How an agent gets at a task's files (seed §3.3): in place on a shared file system, or sent
-    by the master; `_INITIALDIR` when the submit file sets an initial directory (then no input
-    file is common to all tasks)."""
-
-    NFS = "NFS"
-    NFS_INITIALDIR = "NFS_INITIALDIR"
-    TRANSFER = "TRANSFER"
-    TRANSFER_INITIALDIR = "TRANSFER_INITIALDIR"
 
 
 # submit commands an agent job carries over from the user's job (besides request_* and MY.*)
@@ -94,13 +83,13 @@ def common_input_files(block: QueueBlock, cluster: int) -> list[str]:
     return common
 
 
-def private_input_files(block: QueueBlock, task: TaskSpec) -> list[str]:
+def private_input_files(block: QueueBlock, task: Task) -> list[str]:
     """The task's input files that are not common ones: sent with the task."""
     common = set(common_input_files(block, task.cluster))
     return [f for f in _input_files(task) if f not in common]
 
 
-def _input_files(task: TaskSpec) -> list[str]:
+def _input_files(task: Task) -> list[str]:
     files = list(task.transfer_input_files)
     if task.input is not None and task.input not in files:
         files.append(task.input)

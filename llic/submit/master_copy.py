@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from llic.submit.errors import SubmitFileError
 from llic.submit.queue import Foreach
-from llic.submit.task import TaskSpec
 from llic.submit.values import WHITESPACE
+from llic.task import Task
 
 if TYPE_CHECKING:
     from llic.submit.block import QueueBlock
@@ -98,7 +98,7 @@ class Directive:
     first_process: int
     cluster_offset: int
     starts_cluster: bool
-    base: TaskSpec | None
+    base: Task | None
     environ: dict[str, str]
     items: list[str] | None  # the items, when the text cannot hold them
 
@@ -117,7 +117,7 @@ def read_directive(text: str, name: str) -> Directive | None:
             submit_time=int(d["submit_time"]),
             first_process=int(d["first_process"]),
             cluster_offset=int(d["cluster_offset"]),
-            base=None if d["base"] is None else TaskSpec.from_dict(d["base"]),
+            base=None if d["base"] is None else Task.from_dict(d["base"]),
             environ={str(k): str(v) for k, v in d["environ"].items()},
             items=None if d.get("items") is None else [str(i) for i in d["items"]],
             starts_cluster=bool(d["starts_cluster"]),

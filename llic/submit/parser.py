@@ -33,8 +33,8 @@ from llic.submit.queue import (
     load_items,
     parse_queue_args,
 )
-from llic.submit.task import TaskSpec
 from llic.submit.values import WHITESPACE
+from llic.task import Task
 
 
 @dataclass
@@ -46,10 +46,10 @@ class SubmitFile:
     blocks: list[QueueBlock]
     warnings: list[str] = field(default_factory=list)
 
-    def tasks(self, cluster: int = 1) -> list[TaskSpec]:
+    def tasks(self, cluster: int = 1) -> list[Task]:
         """Every job in process order, numbered as condor_submit -dry-run does (first cluster =
         cluster, the next one, after an executable change, cluster + 1)."""
-        out: list[TaskSpec] = []
+        out: list[Task] = []
         for block in self.blocks:
             out.extend(block.tasks(cluster + block.cluster_offset))
         return out
@@ -66,7 +66,7 @@ class _Parser:
         *,
         first_process: int,
         cluster_offset: int,
-        base: TaskSpec | None,
+        base: Task | None,
         items: list[str] | None = None,
         resume: bool | None = None,
     ) -> None:

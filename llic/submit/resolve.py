@@ -23,8 +23,8 @@ from llic.submit.arguments import parse_arguments
 from llic.submit.environment import import_environment, parse_environment
 from llic.submit.errors import ExpandError, SubmitFileError
 from llic.submit.macros import Expander, Macro
-from llic.submit.task import TaskSpec
 from llic.submit.values import WHITESPACE, parse_bool, split_list
+from llic.task import Task
 
 NULL_FILE = "/dev/null"
 _INITIALDIR_NAMES = (("initialdir", "Iwd"), ("initial_dir", "job_iwd"))
@@ -136,12 +136,12 @@ def resolve_task(
     *,
     process: int,
     cluster: int,
-    base: TaskSpec | None,
+    base: Task | None,
     cwd: Path,
     environ: Mapping[str, str],
     checks: PathChecks,
-) -> TaskSpec:
-    """One job's TaskSpec; `cwd` is condor_submit's working directory, `environ` its environment."""
+) -> Task:
+    """One job's Task; `cwd` is condor_submit's working directory, `environ` its environment."""
     cwd_text = str(cwd)
     initialdir = _initialdir(job, cwd_text, checks)
     executable = _executable(job, cwd_text, base, checks)
@@ -149,7 +149,7 @@ def resolve_task(
     environment = _environment(job, base, environ)
     stdin, stdout, stderr = _streams(job, base)
     transfer_input, transfer_output = _transfer_files(job, base)
-    return TaskSpec(
+    return Task(
         process=process,
         cluster=cluster,
         executable=executable,
@@ -187,7 +187,7 @@ def _exists(path: str) -> bool:
     return "$$(" in path or os.path.lexists(path)
 
 
-def _executable(job: JobCommands, cwd: str, base: TaskSpec | None, checks: PathChecks) -> str:
+def _executable(job: JobCommands, cwd: str, base: Task | None, checks: PathChecks) -> str:
     """SetExecutable: absolute (relative to the working directory) and existing, unless
     `transfer_executable = false`."""
     exe, _ = job.param("executable", "Cmd")
@@ -219,7 +219,7 @@ def _old_and_new_syntax(job: JobCommands, what: str, alt: str) -> tuple[str | No
     return old, old_name, new
 
 
-def _arguments(job: JobCommands, base: TaskSpec | None) -> tuple[str, ...]:
+def _arguments(job: JobCommands, base: Task | None) -> tuple[str, ...]:
     """SetArguments: `arguments2` (new syntax) before `arguments` (either syntax)."""
     args1, name1, args2 = _old_and_new_syntax(job, "arguments", "Args")
     try:
@@ -232,7 +232,7 @@ def _arguments(job: JobCommands, base: TaskSpec | None) -> tuple[str, ...]:
     return base.arguments if base is not None else ()
 
 
-def _environment(job: JobCommands, base: TaskSpec | None, environ: Mapping[str, str]) -> dict[str, str]:
+def _environment(job: JobCommands, base: Task | None, environ: Mapping[str, str]) -> dict[str, str]:
     """SetEnvironment: `environment2` before `environment`, merged over the cluster ad's; then
     `getenv`."""
     env1, name1, env2 = _old_and_new_syntax(job, "environment", "env")
@@ -258,7 +258,7 @@ def _environment(job: JobCommands, base: TaskSpec | None, environ: Mapping[str, 
     return env
 
 
-def _streams(job: JobCommands, base: TaskSpec | None) -> tuple[str | None, str | None, str | None]:
+def _streams(job: JobCommands, base: Task | None) -> tuple[str | None, str | None, str | None]:
     """SetStdin/SetStdout/SetStderr: (input, output, error), None for /dev/null."""
     streams: list[str | None] = []
     for key, alt, attr in (
@@ -274,9 +274,7 @@ def _streams(job: JobCommands, base: TaskSpec | None) -> tuple[str | None, str |
     return streams[0], streams[1], streams[2]
 
 
-def _transfer_files(
-    job: JobCommands, base: TaskSpec | None
-) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+def _transfer_files(job: JobCommands, base: Task | None) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
     """SetTransferFiles: (transfer_input_files, transfer_output_files); none with
     `should_transfer_files = NO`."""
     should, _ = should_transfer(job)

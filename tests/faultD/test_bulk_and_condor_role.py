@@ -15,6 +15,7 @@ from common.overlay.auth import Sealer
 from common.overlay.bulk import BulkChannel
 from common.overlay.messages import Peer
 from common.wire import HEADER, Message, MessageCodec
+from deploy.harness.sandbox import poll_until_async
 from faultD.condor_role import ACCOUNTANT, CondorRole, daemon_answers
 from faultD.config import CondorSection
 from faultD.messages import PoolState, ReplicaPush, StateFile
@@ -51,7 +52,7 @@ async def test_bulk_channel_delivers_sealed_messages_and_drops_the_rest() -> Non
         port = listeners[0].socket.getsockname()[1]
         big = push(os.urandom(200_000))
         assert await channel.send(f"127.0.0.1:{port}", big)
-        await trio.sleep(0.2)
+        await poll_until_async("the big push delivered", lambda: got)
         assert got == [big]
 
         # A stranger's key, garbage, a lying header, a truncated frame: all dropped and counted.
@@ -62,13 +63,16 @@ async def test_bulk_channel_delivers_sealed_messages_and_drops_the_rest() -> Non
         await send_raw(port, HEADER.pack(5) + b"hello")
         await send_raw(port, HEADER.pack(1 << 30) + b"x")
         await send_raw(port, HEADER.pack(100) + b"short")
-        await trio.sleep(0.3)
+        # Each connection ends in a drop or a delivery: wait until all four have ended either way.
+        await poll_until_async(
+            "the four connections handled", lambda: sum(channel.drops.values()) + len(got) >= 5
+        )
         assert got == [big]
         assert sum(channel.drops.values()) == 4, channel.drops
         # ... and the channel still works.
         assert await channel.send(f"127.0.0.1:{port}", push(b"again"))
-        await trio.sleep(0.2)
-        assert len(got) == 2
+        await poll_until_async("the second push delivered", lambda: len(got) >= 2)
+        assert got == [big, push(b"again")]
         nursery.cancel_scope.cancel()
 
 
@@ -136,6 +140,20 @@ def test_state_round_trip_restores_accountant_and_manager_config(tmp_path: Path)
     assert (tmp_path / "ex1" / "spool" / ACCOUNTANT).read_bytes() == b"local"
 
 
+def spy_on_daemon_answers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, bool]]:
+    """Record what faultD.condor_role asks daemon_answers, and the answers, in order: how a test
+    knows that a role change is waiting for a daemon, rather than guessing from the clock."""
+    answers: list[tuple[Path, bool]] = []
+
+    async def spy(address_file: Path, timeout: float = 0.5) -> bool:
+        answer = await daemon_answers(address_file, timeout)
+        answers.append((address_file, answer))
+        return answer
+
+    monkeypatch.setattr(faultD.condor_role, "daemon_answers", spy)
+    return answers
+
+
 async def listener() -> tuple[trio.SocketListener, int]:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     return listeners[0], listeners[0].socket.getsockname()[1]
@@ -174,14 +192,20 @@ async def test_leaving_the_manager_role_waits_until_the_manager_daemons_are_gone
         await restarted.point_to("10.0.0.9:9618")
         done.set()
 
+    answers = spy_on_daemon_answers(monkeypatch)
+    negotiator = tmp_path / "log" / ".negotiator_address"
     async with trio.open_nursery() as nursery:
         nursery.start_soon(point)
-        await trio.sleep(0.5)
+        # Until point_to has asked whether the negotiator still answers and heard yes (or, wrongly,
+        # returned): from then on it must not return until the negotiator is gone.
+        await poll_until_async(
+            "point_to to see the negotiator answering",
+            lambda: done.is_set() or (negotiator, True) in answers,
+        )
         assert not done.is_set(), "returned while the negotiator still listened"
         assert "# role: listener" in role.role_file.read_text()  # the master was told at once
         await lst.aclose()  # the negotiator exits
-        with trio.fail_after(5):
-            await done.wait()
+        await poll_until_async("point_to to return", done.is_set)
     gateway = restarted.gateway
     assert isinstance(gateway, ReconfigRecorder) and len(gateway.reconfigured) == 1
 
@@ -189,19 +213,15 @@ async def test_leaving_the_manager_role_waits_until_the_manager_daemons_are_gone
     # even look at them.
     lst, port = await listener()
     (tmp_path / "log" / ".collector_address").write_text(f"<127.0.0.1:{port}>\n")
-    looked: list[Path] = []
-
-    async def spy(address_file: Path, timeout: float = 0.5) -> bool:
-        looked.append(address_file)
-        return await daemon_answers(address_file, timeout)
-
-    monkeypatch.setattr(faultD.condor_role, "daemon_answers", spy)
+    answers.clear()
     await restarted.point_to("10.0.0.8:9618")
-    assert looked == [] and "COLLECTOR_HOST = 10.0.0.8:9618" in role.role_file.read_text()
+    assert answers == [] and "COLLECTOR_HOST = 10.0.0.8:9618" in role.role_file.read_text()
     await lst.aclose()
 
 
-async def test_taking_the_manager_role_starts_the_collector_before_the_negotiator(tmp_path: Path) -> None:
+async def test_taking_the_manager_role_starts_the_collector_before_the_negotiator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The negotiator's first ad is lost if its collector is not listening yet: the role file
     names the collector alone until the collector answers, then both."""
     role = condor_role(tmp_path)
@@ -212,15 +232,21 @@ async def test_taking_the_manager_role_starts_the_collector_before_the_negotiato
         await role.start_manager(None, "127.0.0.1:9618")
         done.set()
 
+    answers = spy_on_daemon_answers(monkeypatch)
+    collector = role.address_file("COLLECTOR")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(take)
-        await trio.sleep(0.5)
+        # Asked once before the role file named the collector, then again while waiting for it
+        # (or start_manager wrongly returned without waiting).
+        await poll_until_async(
+            "start_manager to wait for the collector",
+            lambda: done.is_set() or answers.count((collector, False)) >= 2,
+        )
         assert not done.is_set()
         assert "DAEMON_LIST = MASTER, SCHEDD, STARTD, COLLECTOR\n" in role.role_file.read_text()
         lst, port = await listener()  # the master started the collector
-        role.address_file("COLLECTOR").write_text(f"<127.0.0.1:{port}>\n")
-        with trio.fail_after(5):
-            await done.wait()
+        collector.write_text(f"<127.0.0.1:{port}>\n")
+        await poll_until_async("start_manager to return", done.is_set)
     assert "DAEMON_LIST = MASTER, SCHEDD, STARTD, COLLECTOR, NEGOTIATOR\n" in role.role_file.read_text()
     gateway = role.gateway
     assert isinstance(gateway, ReconfigRecorder) and len(gateway.reconfigured) == 2

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from faultD.role import Role
-from faultD.sim import FaultSim, collector_of
+from sim.faultd import FaultSim, collector_of
 
 SEEDS = range(30)
 

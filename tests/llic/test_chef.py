@@ -12,32 +12,41 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llic.chef import (
+from llic.chef import ChefState, parse_agent_name
+from llic.config import LlicConfig
+from llic.events import (
     Action,
     AgentConnected,
     AgentSubmitted,
-    ChefState,
     CloseConnection,
     ConnectionBroken,
-    MasterCore,
-    MasterStatus,
     Output,
+    PollQueue,
+    QueuePollFailed,
     QueueSnapshot,
     RefuseAgent,
     RemoveAgents,
+    Reschedule,
     ResultReceived,
+    SaveState,
     SendNoMoreTasks,
     SendTasks,
     SubmitAgent,
     SubmitFailed,
-    parse_agent_name,
+    WelcomeAgent,
 )
-from llic.config import LlicConfig
+from llic.master_core import MasterCore, MasterStatus
 from llic.state import MasterInfo, restore, snapshot
-from llic.taskbook import Assignment, TaskOutcome, TaskState
+from llic.task import TaskResult
+from llic.taskbook import Assignment, TaskState
 
-OK = TaskOutcome("ok", exit_code=0, host="n1")
-BAD = TaskOutcome("prepare_failed", error="input missing", host="n1")
+
+def ok_result(process: int, attempt: int) -> TaskResult:
+    return TaskResult(process, attempt, "ok", exit_code=0, host="n1")
+
+
+def bad_result(process: int, attempt: int) -> TaskResult:
+    return TaskResult(process, attempt, "prepare_failed", error="input missing", host="n1")
 
 
 def of(out: Output, kind: type) -> list:
@@ -77,15 +86,15 @@ def test_chef_life_with_window_and_initial_tasks() -> None:
     out = core.handle(AgentConnected(sub.agent), 2.0)
     assert core.chefs[0].state is ChefState.RUNNING
     assert tasks_sent(out, sub.agent) == [Assignment(2, 1)]  # window 3, 2 already there
-    out = core.handle(ResultReceived(sub.agent, 0, 1, OK), 3.0)
+    out = core.handle(ResultReceived(sub.agent, ok_result(0, 1)), 3.0)
     assert tasks_sent(out, sub.agent) == [Assignment(3, 1)]
     no_more = []
     for p in range(1, 9):
-        out = core.handle(ResultReceived(sub.agent, p, 1, OK), 4.0)
+        out = core.handle(ResultReceived(sub.agent, ok_result(p, 1)), 4.0)
         no_more += [p for _ in of(out, SendNoMoreTasks)]
     # once the queue cannot fill the window (at result 7; task 9 was the last): no_more_tasks, once
     assert no_more == [7]
-    out = core.handle(ResultReceived(sub.agent, 9, 1, OK), 5.0)
+    out = core.handle(ResultReceived(sub.agent, ok_result(9, 1)), 5.0)
     assert of(out, SendNoMoreTasks) == [] and of(out, CloseConnection) == [
         CloseConnection(sub.agent, "no more tasks for this agent")
     ]
@@ -153,11 +162,11 @@ def test_too_many_failed_tasks_fail_the_agent_and_tasks_go_elsewhere() -> None:
     core, (a, b) = started(6, 2, window_size=3, max_task_failures=2)
     out_a = core.handle(AgentConnected(a.agent), 1.0)
     held = tasks_sent(out_a, a.agent)
-    out = core.handle(ResultReceived(a.agent, held[0].process, held[0].attempt, BAD), 2.0)
+    out = core.handle(ResultReceived(a.agent, bad_result(held[0].process, held[0].attempt)), 2.0)
     assert core.chefs[0].state is ChefState.RUNNING and core.chefs[0].rec.failures == 1
     # chef 0 failed process 0, and chef 1 (launched) can take tasks: chef 0 gets another one
     assert [t.process for t in tasks_sent(out, a.agent)] == [3]
-    out = core.handle(ResultReceived(a.agent, held[1].process, held[1].attempt, BAD), 3.0)
+    out = core.handle(ResultReceived(a.agent, bad_result(held[1].process, held[1].attempt)), 3.0)
     assert core.chefs[0].rec.recoveries == 1 and core.chefs[0].state is ChefState.LAUNCHED
     assert CloseConnection(a.agent, "connection broken: x") not in out.actions
     assert any(isinstance(x, CloseConnection) and x.agent == a.agent for x in out.actions)
@@ -178,7 +187,7 @@ def test_stale_agents_are_refused_and_their_events_ignored() -> None:
     assert of(core.handle(AgentConnected("9.0.1"), 3.0), RefuseAgent)
     assert of(core.handle(AgentConnected("garbage"), 3.0), RefuseAgent)
     before = core.book.counts()
-    out = core.handle(ResultReceived(sub.agent, sent[0].process, sent[0].attempt, OK), 3.0)
+    out = core.handle(ResultReceived(sub.agent, ok_result(sent[0].process, sent[0].attempt)), 3.0)
     assert core.book.counts() == before and core.book.ignored == 1 and out.actions == []
     assert core.handle(ConnectionBroken(sub.agent, "late"), 3.0).actions == []
     # the old launch's job id arriving late is removed at once and remembered
@@ -194,12 +203,12 @@ def test_terminated_chefs_relaunched_when_tasks_come_back() -> None:
     out = core.handle(AgentConnected(b.agent), 1.0)
     sb = tasks_sent(out, b.agent)
     for t in sb:
-        out = core.handle(ResultReceived(b.agent, t.process, t.attempt, OK), 2.0)
+        out = core.handle(ResultReceived(b.agent, ok_result(t.process, t.attempt)), 2.0)
     assert core.chefs[1].state is ChefState.TERMINATED  # queue was empty: no_more_tasks, done
-    out = core.handle(ResultReceived(a.agent, sa[0].process, sa[0].attempt, OK), 3.0)
+    out = core.handle(ResultReceived(a.agent, ok_result(sa[0].process, sa[0].attempt)), 3.0)
     assert core.chefs[0].rec.no_more_sent
     # a's last task fails: it goes back to the queue, nobody is accepting -> chef 1 launched again
-    out = core.handle(ResultReceived(a.agent, sa[1].process, sa[1].attempt, BAD), 4.0)
+    out = core.handle(ResultReceived(a.agent, bad_result(sa[1].process, sa[1].attempt)), 4.0)
     assert core.chefs[0].state is ChefState.TERMINATED
     [again] = of(out, SubmitAgent)
     assert again.chef == 1 and again.launch == 2
@@ -222,12 +231,12 @@ def test_restart_removes_old_agents_and_relaunches_without_counting_a_recovery()
     core.handle(AgentSubmitted(subs[0].agent, "90.0"), 1.0)
     core.handle(AgentSubmitted(subs[1].agent, "91.0"), 1.0)
     sent = tasks_sent(core.handle(AgentConnected(subs[0].agent), 1.0), subs[0].agent)
-    core.handle(ResultReceived(subs[0].agent, sent[0].process, sent[0].attempt, OK), 2.0)
+    core.handle(ResultReceived(subs[0].agent, ok_result(sent[0].process, sent[0].attempt)), 2.0)
     state = snapshot(core, MasterInfo("m1", "alice", 5, "job.sub", 0), 3.0)
     again = restore(state)
     assert again.book.counts().running == 0 and again.book[sent[0].process].state is TaskState.DONE
     out = again.start(2, 4.0)
-    assert again.save_now and again.run == 2
+    assert out.actions[0] == SaveState() and again.run == 2  # saved before anything is done
     assert of(out, RemoveAgents)[0].job_ids == ("90.0", "91.0")
     assert [(s.chef, s.launch, s.agent) for s in of(out, SubmitAgent)] == [(0, 2, "2.0.2"), (1, 2, "2.1.2")]
     assert [c.rec.recoveries for c in again.chefs] == [0, 0]
@@ -244,7 +253,7 @@ class SimAgent:
     connected: bool = False
     ever_connected: bool = False
     held: list[Assignment] = field(default_factory=list)
-    sent_results: list[tuple[Assignment, TaskOutcome]] = field(default_factory=list)
+    sent_results: list[tuple[Assignment, TaskResult]] = field(default_factory=list)
 
 
 @dataclass
@@ -261,13 +270,11 @@ class Sim:
     submitted: set[str] = field(default_factory=set)  # every job id the schedd ever accepted
     removed: set[str] = field(default_factory=set)
     saved: object = None
-    ledger: dict[int, TaskOutcome] = field(default_factory=dict)  # accepted successful results
-    saved_ledger: dict[int, TaskOutcome] = field(default_factory=dict)
+    ledger: dict[int, TaskResult] = field(default_factory=dict)  # accepted successful results
+    saved_ledger: dict[int, TaskResult] = field(default_factory=dict)
     now: float = 0.0
 
     def apply(self, out: Output) -> None:
-        if self.core.save_now:
-            self.save()
         for action in out.actions:
             self.act(action)
 
@@ -287,6 +294,8 @@ class Sim:
                 )
             case SendNoMoreTasks():
                 pass
+            case SaveState():
+                self.save()
             case CloseConnection(agent=name) | RefuseAgent(agent=name):
                 if name in self.agents:
                     self.agents[name].connected = False
@@ -294,7 +303,6 @@ class Sim:
     def save(self) -> None:
         self.saved = snapshot(self.core, self.info, self.now)
         self.saved_ledger = dict(self.ledger)
-        self.core.dirty = self.core.save_now = False
 
     def feed(self, event: object, check: bool = True) -> None:
         self.now += 1.0
@@ -342,20 +350,24 @@ class Sim:
 
     def result(self, agent: SimAgent, index: int, ok: bool) -> None:
         task = agent.held.pop(index % len(agent.held))
-        outcome = TaskOutcome("ok", exit_code=task.process % 5, host=agent.name) if ok else BAD
+        outcome = (
+            TaskResult(task.process, task.attempt, "ok", exit_code=task.process % 5, host=agent.name)
+            if ok
+            else bad_result(task.process, task.attempt)
+        )
         before = self.core.book[task.process]
         current = before.state is TaskState.RUNNING and before.attempt == task.attempt
         agent.sent_results.append((task, outcome))
-        self.feed(ResultReceived(agent.name, task.process, task.attempt, outcome), check=False)
+        self.feed(ResultReceived(agent.name, outcome), check=False)
         if ok and current and self.core.book[task.process].state is TaskState.DONE:
             assert task.process not in self.ledger, "a result recorded twice"
             self.ledger[task.process] = outcome
         self.check()
 
     def duplicate(self, agent: SimAgent, index: int) -> None:
-        task, outcome = agent.sent_results[index % len(agent.sent_results)]
+        _, outcome = agent.sent_results[index % len(agent.sent_results)]
         before = self.core.book.counts()
-        self.feed(ResultReceived(agent.name, task.process, task.attempt, outcome))
+        self.feed(ResultReceived(agent.name, outcome))
         assert self.core.book.counts() == before
 
     def kill(self, agent: SimAgent) -> None:
@@ -476,9 +488,81 @@ def check_end(sim: Sim) -> None:
     # every result recorded exactly once, and only those
     done = {r.process: r.outcome for r in core.book.records() if r.state is TaskState.DONE}
     assert done == sim.ledger
+    assert all(r.recorded == r.failures + (r.state is TaskState.DONE) for r in core.book.records())
 
 
 @settings(max_examples=500, deadline=None)
 @given(data=st.data())
 def test_any_interleaving_finishes_with_nothing_lost_nothing_twice_no_zombies(data: st.DataObject) -> None:
     check_end(simulate(data))
+
+
+# ----------------------------------------------------------------------------- timers and answers
+
+
+def test_saves_come_first_when_they_must_and_otherwise_within_the_save_interval() -> None:
+    core = MasterCore.new(range(4), LlicConfig(state_save_interval=1.0))
+    out = core.start(1, now=10.0)
+    assert out.actions[0] == SaveState()  # a new run number is saved before any agent is submitted
+    [sub] = of(out, SubmitAgent)
+    out = core.handle(AgentSubmitted(sub.agent, "7.0"), 10.5)
+    assert out.actions[0] == SaveState()  # so is a job id, as soon as it is known
+    out = core.handle(AgentConnected(sub.agent), 11.0)
+    assert SaveState() not in out.actions and out.wakeup == 11.5  # 1 s after the last save
+    assert SaveState() not in core.on_timer(11.4).actions
+    assert core.on_timer(11.5).actions[0] == SaveState()
+    assert SaveState() not in core.on_timer(15.0).actions  # nothing changed since
+    core.handle(ResultReceived(sub.agent, ok_result(0, 1)), 16.0)
+    assert core.on_timer(17.0).actions[0] == SaveState()
+    core.handle(ResultReceived(sub.agent, ok_result(1, 1)), 19.0)
+    assert core.on_timer(16.0).actions[0] == SaveState()  # the clock went back: no waiting for it
+    out = core.finish(20.0, "stop")
+    assert out.actions[-1] == SaveState()  # after the removals
+
+
+def test_negotiation_cycles_while_agents_wait_and_right_after_submissions() -> None:
+    core = MasterCore.new(range(4), LlicConfig(reschedule_interval=10.0, queue_poll_interval=100.0))
+    a, b = of(core.start(2, now=0.0), SubmitAgent)
+    out = core.handle(AgentSubmitted(a.agent, "1.0"), 1.0)
+    assert of(out, Reschedule) == []  # b's submission is still under way
+    out = core.handle(AgentSubmitted(b.agent, "2.0"), 2.0)
+    assert of(out, Reschedule) == [Reschedule()] and out.wakeup == 4.0  # and again 2 s later
+    assert of(core.on_timer(4.0), Reschedule) == [Reschedule()]
+    assert of(core.on_timer(13.0), Reschedule) == []  # not yet: every 10 s now
+    assert of(core.on_timer(14.0), Reschedule) == [Reschedule()]
+    core.handle(AgentConnected(a.agent), 15.0)
+    core.handle(AgentConnected(b.agent), 15.0)
+    assert of(core.on_timer(24.0), Reschedule) == []  # nobody waits for a slot
+
+
+def test_queue_polls_one_at_a_time_and_jobs_learned_meanwhile_count_as_alive() -> None:
+    core = MasterCore.new(range(6), LlicConfig(queue_poll_interval=15.0, window_size=1))
+    a, b = of(core.start(2, now=0.0), SubmitAgent)
+    core.handle(AgentSubmitted(a.agent, "1.0"), 1.0)
+    out = core.on_timer(15.0)
+    assert of(out, PollQueue) == [PollQueue()]
+    assert of(core.on_timer(40.0), PollQueue) == []  # the first is not answered yet
+    core.handle(AgentSubmitted(b.agent, "2.0"), 16.0)  # while the schedd was being asked
+    out = core.handle(QueueSnapshot(frozenset({"1.0"})), 17.0)
+    assert of(out, RemoveAgents) == [] and core.chefs[1].state is ChefState.LAUNCHED
+    assert out.wakeup is not None and out.wakeup <= 32.0
+    assert of(core.on_timer(32.0), PollQueue) == [PollQueue()]
+    out = core.handle(QueueSnapshot(frozenset({"1.0"})), 33.0)
+    assert of(out, RemoveAgents) == [
+        RemoveAgents(("2.0",), f"agent {b.agent} failed: agent job left the schedd queue")
+    ]
+    assert of(core.on_timer(48.0), PollQueue) == [PollQueue()]
+    core.handle(QueuePollFailed("schedd restarting"), 49.0)
+    assert of(core.on_timer(64.0), PollQueue) == [PollQueue()]  # tried again a poll interval later
+
+
+def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered() -> None:
+    core, [sub] = started(3, 1, window_size=2)
+    out = core.handle(AgentConnected(sub.agent), 1.0)
+    welcome, tasks = out.actions[:2]
+    assert welcome == WelcomeAgent(sub.agent, 2, 0) and isinstance(tasks, SendTasks)
+    assert tasks.rates == () and tasks.rate_of(0) is None  # no limits configured
+    assert core.wants_result(sub.agent, 0, 1) and not core.wants_result(sub.agent, 0, 2)
+    core.handle(ResultReceived(sub.agent, ok_result(0, 1)), 2.0)
+    assert not core.wants_result(sub.agent, 0, 1)  # a duplicate: its files must not be placed again
+    assert not core.wants_result("9.0.1", 1, 1)  # not one of ours

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from common.sandbox import Sandbox, SandboxPool
+from deploy.harness.sandbox import Sandbox, SandboxPool
 from llic.submit import (
     SubmitFileError,
     TaskSpec,

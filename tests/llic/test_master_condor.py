@@ -5,6 +5,7 @@ tools (condor_q, condor_history) and the files the jobs write."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -16,9 +17,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from common.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
+from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
 from llic import submitter
-from llic.chef import MasterStatus
+from llic.master_core import MasterStatus
 from llic.state import MasterState, load_state
 from llic.taskbook import TaskState
 
@@ -207,7 +208,9 @@ def _slow_nfs(sandbox: Sandbox, name: str, seconds: float) -> Path:
 
 def test_an_agent_killed_mid_run_costs_nothing(sandbox: Sandbox, pool: SandboxPool) -> None:
     """kill -9 of one agent: its tasks run again on other agents, its chef submits a new one,
-    and every task's result is recorded exactly once."""
+    and every task's result is recorded exactly once. Counted from two sides: each run of a
+    task appends its process number to runs.log (the agents' side), and the state file keeps,
+    per task, how many results the master recorded and how often it handed the task out."""
     work = _slow_nfs(sandbox, "kill-agent", 0.3)
     (state_path,) = submit(pool, work)
 
@@ -226,9 +229,22 @@ def test_an_agent_killed_mid_run_costs_nothing(sandbox: Sandbox, pool: SandboxPo
     assert all(t.state is TaskState.DONE for t in state.tasks)
     assert state.chefs[0].recoveries == 1 and state.chefs[0].launches == 2
     assert state.counters["lost"] >= 1
-    runs = (work / "runs.log").read_text().split()
-    assert sorted(set(map(int, runs))) == list(range(N))
-    assert len(runs) > N  # what the killed agent held ran again
+    runs = collections.Counter(map(int, (work / "runs.log").read_text().split()))
+    assert sorted(runs) == list(range(N))  # every task ran
+    ran_again = sorted(p for p, n in runs.items() if n > 1)
+    assert ran_again, "no task ran twice: the kill did not hit an agent at work"
+    # exactly once: one recorded result per task (no failures here), the tasks that ran twice
+    # included, so as many recorded results as tasks
+    tasks = {t.process: t for t in state.tasks}
+    assert sorted(tasks) == list(range(N))
+    assert {p: (t.recorded, t.failures) for p, t in tasks.items()} == {p: (1, 0) for p in range(N)}
+    assert [tasks[p].recorded for p in ran_again] == [1] * len(ran_again)
+    assert sum(t.recorded for t in state.tasks) == N
+    # every run was a hand-out, and every hand-out after a task's first was of a run lost with
+    # its agent (or a failed one retried): the two sides agree
+    assert [p for p in range(N) if tasks[p].attempt < runs[p]] == []
+    assert all(tasks[p].attempt >= 2 for p in ran_again)
+    assert sum(t.attempt for t in state.tasks) == N + state.counters["lost"] + state.counters["retries"]
     for i in range(N):
         assert (work / f"out.{i}").read_text() == f"done {i}\n"
     poll_until("the master to leave the queue", lambda: master_history(pool, state)[:1] == ["0"], timeout=60)

@@ -16,8 +16,11 @@ import trio
 
 from llic import master as m
 from llic import protocol as p
-from llic.chef import MasterStatus
+from llic.agent_job import AGENT_ATTR, agent_job
 from llic.config import LlicConfig
+from llic.master_core import MasterStatus
+from llic.plan import input_blobs
+from llic.runners import AgentRunner, agent_ip, request_attributes, usable_ip
 from llic.state import MasterInfo, initial_state, load_state, save_state
 from llic.submit import parse_submit_file
 from llic.taskbook import TaskState
@@ -91,10 +94,10 @@ class FakeRunner:
         return None
 
     def agent_names(self) -> list[str]:
-        return [json.loads(d[f"MY.{m.AGENT_ATTR}"]) for d in self.submitted]
+        return [json.loads(d[f"MY.{AGENT_ATTR}"]) for d in self.submitted]
 
 
-async def until(what: str, predicate: Callable[[], Any], timeout: float = 10) -> Any:
+async def until(what: str, predicate: Callable[[], Any], timeout: float = 30) -> Any:
     with trio.fail_after(timeout):
         while not (value := predicate()):
             await trio.sleep(0.01)
@@ -110,10 +113,9 @@ class Running:
         self.rc: int | None = None
 
 
-async def start_master(nursery: trio.Nursery, state_path: Path, runner: m.AgentRunner) -> Running:
+async def start_master(nursery: trio.Nursery, state_path: Path, runner: AgentRunner) -> Running:
     state, plan = m.load_plan(state_path)
-    master = m.Master(plan, state, runner, host="127.0.0.1")
-    master.handshake_timeout = 1.0
+    master = m.Master(plan, state, runner, host="127.0.0.1", handshake_timeout=1.0)
     box: list[Running] = []
 
     async def go(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -146,7 +148,7 @@ class FakeAgent:
 
     async def recv(self) -> p.Message | None:
         """The next message; None when the master closed the connection."""
-        with trio.fail_after(10):
+        with trio.fail_after(30):
             while (msg := self.decoder.next()) is None:
                 try:
                     data = await self.stream.receive_some(1 << 16)
@@ -397,7 +399,7 @@ def test_agent_job_carries_the_users_requirements_and_the_master_tag(tmp_path: P
     state_path = make_state(tmp_path, sub)
     _, plan = m.load_plan(state_path)
     pyz = tmp_path / "llic-agent-0.pyz"
-    desc = m.agent_job(plan, "1.0.1", tmp_path / "a", pyz, "10.0.0.5", 2853)
+    desc = agent_job(plan, "1.0.1", tmp_path / "a", pyz, "10.0.0.5", 2853)
     assert desc["requirements"] == "(Memory > 64)" and desc["request_memory"] == "100"
     assert (
         desc["MY.Project"] == '"x"' and desc["MY.LlicMaster"] == '"m1"' and desc["MY.LlicAgent"] == '"1.0.1"'
@@ -411,16 +413,17 @@ def test_input_blobs_follow_condor_transfer_rules(tmp_path: Path) -> None:
     (tmp_path / "d" / "sub").mkdir(parents=True)
     (tmp_path / "d" / "sub" / "x").write_text("x")
     (tmp_path / "f").write_text("f")
-    entries, blobs, notes = m.input_blobs(str(tmp_path), ["f", "d", "d/", "missing", "http://h/u"])
+    entries, blobs, notes = input_blobs(str(tmp_path), ["f", "d", "d/", "missing", "http://h/u"])
     assert [e["path"] for e in entries] == ["f", "d/sub/x", "sub/x"]
     assert blobs == [b"f", b"x", b"x"]
     assert len(notes) == 1 and "missing" in notes[0]
 
 
 def test_address_of_a_sinful_string() -> None:
-    assert m._ip_of_sinful("<10.213.2.10:38399?addrs=10.213.2.10-38399&alias=cm>") == "10.213.2.10"
-    assert m._ip_of_sinful("<cm.example:9618>") is None
-    assert not m._usable("127.0.0.1") and m._usable("10.0.0.1")
+    assert agent_ip("<10.213.2.10:38399?addrs=10.213.2.10-38399&alias=cm>") == "10.213.2.10"
+    assert agent_ip("<cm.example:9618>") is None
+    assert agent_ip("<127.0.0.1:9618>") is None and agent_ip("<[fd00::5]:9618>") is None
+    assert not usable_ip("127.0.0.1") and usable_ip("10.0.0.1")
 
 
 class RefusingRunner(FakeRunner):
@@ -446,8 +449,6 @@ async def test_agents_that_cannot_be_submitted_make_the_master_give_up_with_stat
 
 
 def test_request_attributes_are_named_as_in_the_job_ad() -> None:
-    from llic.master import request_attributes
-
     attrs = {"request_memory": "256", "request_cpus": "1", "Request_GPUs": "0", "request_disk": "1 GB"}
     attrs["rank"] = "1"
     assert request_attributes(attrs) == {"RequestMemory": 256.0, "RequestCpus": 1.0, "RequestGpus": 0.0}

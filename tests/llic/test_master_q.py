@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from llic import cli
-from llic.chef import ChefRecord, ChefState, MasterStatus
+from llic.chef import ChefRecord, ChefState
 from llic.config import CONFIG_ENV, LlicConfig
+from llic.master_core import MasterStatus
 from llic.master_q import main, render_table, summarize
 from llic.state import (
     MasterInfo,
@@ -19,9 +20,8 @@ from llic.state import (
     save_state,
     state_file_name,
 )
-from llic.taskbook import TaskOutcome, TaskRecord, TaskState
-
-OK = TaskOutcome("ok", exit_code=0, host="n")
+from llic.task import TaskResult
+from llic.taskbook import TaskRecord, TaskState
 
 
 def a_state(master_id: str = "12.0", status: MasterStatus = MasterStatus.RUNNING) -> MasterState:
@@ -34,9 +34,17 @@ def a_state(master_id: str = "12.0", status: MasterStatus = MasterStatus.RUNNING
     tasks = []
     for p in range(100):
         if p < 50:
-            tasks.append(TaskRecord(p, TaskState.DONE, 1, outcome=OK, completed=1000.0 + (p + 1) * 2))
+            tasks.append(
+                TaskRecord(
+                    p,
+                    TaskState.DONE,
+                    1,
+                    outcome=TaskResult(p, 1, "ok", exit_code=0, host="n"),
+                    completed=1000.0 + (p + 1) * 2,
+                )
+            )
         elif p < 55:
-            tasks.append(TaskRecord(p, TaskState.FAILED, 3, 3, outcome=TaskOutcome("launch_failed")))
+            tasks.append(TaskRecord(p, TaskState.FAILED, 3, 3, outcome=TaskResult(p, 3, "launch_failed")))
         elif p < 61:
             tasks.append(TaskRecord(p, TaskState.RUNNING, 1, chef=p % 2))
         else:

@@ -16,21 +16,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llic.chef import (
+from llic.chef import ChefState
+from llic.config import LlicConfig
+from llic.events import (
     AgentConnected,
     AgentSubmitted,
     BulkReady,
-    ChefState,
     ConnectionBroken,
     GrantBulk,
-    MasterCore,
     Output,
     ResultReceived,
     SendTasks,
     SubmitAgent,
     TransferDone,
 )
-from llic.config import LlicConfig
+from llic.master_core import MasterCore
 from llic.netadmit import (
     IN,
     OUT,
@@ -45,9 +45,13 @@ from llic.netadmit import (
     parse_capacity,
     parse_rate,
 )
-from llic.taskbook import TaskOutcome
+from llic.task import TaskResult
 
-OK = TaskOutcome("ok", exit_code=0, host="n1")
+
+def ok_result(process: int, attempt: int) -> TaskResult:
+    return TaskResult(process, attempt, "ok", exit_code=0, host="n1")
+
+
 MBPS = 1e6
 
 
@@ -176,8 +180,7 @@ class Sim:
     ) -> None:
         config = LlicConfig(window_size=window, max_chefs_number=len(addresses))
         self.net = NetAdmit(Capacity.parse(capacity), per_subnet=per_subnet, sizes=dict(sizes))
-        self.core = MasterCore.new(range(n_tasks), config)
-        self.core.use_net(self.net)
+        self.core = MasterCore.new(range(n_tasks), config, self.net)
         self.sizes = sizes
         self.run_times = run_times
         self.now = 0.0
@@ -198,6 +201,9 @@ class Sim:
         heapq.heappush(self.events, (when, self.seq, kind, agent, process, attempt))
 
     def act(self, out: Output) -> None:
+        for action in out.actions:  # the rate the driver paces at is the one admission reserved
+            if isinstance(action, SendTasks):
+                assert all(action.rate_of(t.process) == self.net.pace(t.process) for t in action.tasks)
         for agent, process, attempt in _sent(out):
             size = self.sizes.get(process, 0)
             if size:
@@ -242,7 +248,7 @@ class Sim:
             self.act(out)
             self.push(when + self.run_times[process % len(self.run_times)], "ran", agent, process, attempt)
         else:
-            self.act(self.core.handle(ResultReceived(agent, process, attempt, OK), when))
+            self.act(self.core.handle(ResultReceived(agent, ok_result(process, attempt)), when))
         return True
 
 
@@ -312,8 +318,7 @@ def test_limited_subnet_is_paced_while_the_other_runs_free() -> None:
 def test_preference_for_most_spare_capacity() -> None:
     # two agents with room; the one on the subnet with more spare capacity chooses first
     net = NetAdmit(Capacity.parse("10.1.0.0/16:10Mbps, 10.2.0.0/16:100Mbps"), sizes={})
-    core = MasterCore.new(range(4), LlicConfig(window_size=1, max_chefs_number=2))
-    core.use_net(net)
+    core = MasterCore.new(range(4), LlicConfig(window_size=1, max_chefs_number=2), net)
     subs = [a for a in core.start(2, 0.0).actions if isinstance(a, SubmitAgent)]
     for s in subs:
         core.handle(AgentSubmitted(s.agent, f"{s.chef}.0"), 0.0)
@@ -443,8 +448,7 @@ class BulkSim:
         )
         self.flows: list[tuple[str, str, float, float, float]] = []  # agent, subnet, bps, start, end
         self.in_starts: dict[int, float] = {}
-        self.core = MasterCore.new(range(len(out_sizes)), config)
-        self.core.use_net(self.net)
+        self.core = MasterCore.new(range(len(out_sizes)), config, self.net)
         self.out_sizes, self.run_times, self.threshold, self.link = out_sizes, run_times, threshold, link_bps
         self.now = 0.0
         self.events: list[tuple[float, int, str, str, int, int]] = []
@@ -547,7 +551,7 @@ class BulkSim:
     def finish(self, agent: str, process: int, attempt: int, size: int, start: float) -> None:
         if size:
             self.act(self.core.handle(TransferDone(agent, process, OUT, size, start, self.now), self.now))
-        self.act(self.core.handle(ResultReceived(agent, process, attempt, OK), self.now))
+        self.act(self.core.handle(ResultReceived(agent, ok_result(process, attempt)), self.now))
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,11 +1,16 @@
 """llic's network admission on real HTCondor (issue 8): one master, two agents on sandbox hosts in
 two different /24s (`deploy/sandbox up --subnet-per-host`), NETWORK_CAPACITY limiting one of them
-to a few Mbps. Checked: the limited subnet's rate, both as the master timed its transfers and as
-the kernel counted the bytes on that host's link, stays under the limit; the other subnet runs
-far faster; every task's output is right; large results came back through bulk grants; and
-`master_q -net` shows both subnets. The limit covers both directions: the master paces inputs,
-and a granted large result is paced by its agent at the rate the grant reserved, so the rates
-checked here are inputs and results together (small results are not paced: a few bytes each)."""
+to a few Mbps. Checked: the bytes the kernel counted on the limited host's link never ran ahead
+of the limit since that host's agent started; the master's own figures agree (its paced inputs
+never summed over the limit); the other subnet is not held to it (no reservation, no pacing);
+every task's output is right; large results came back through bulk grants; and `master_q -net`
+shows both subnets. The limit covers both directions: the master paces inputs, and a granted
+large result is paced by its agent at the rate the grant reserved, so the rates checked here are
+inputs and results together (small results are not paced: a few bytes each).
+
+Only bounds that hold at any speed: counted from a moment before any transfer, a loaded machine
+delivers later, never more bytes by a given time. How fast the free subnet went is printed, not
+asserted (a benchmark's business)."""
 
 from __future__ import annotations
 
@@ -17,11 +22,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
-from common.sandbox import Sandbox, SandboxPool, sandbox_cli
-from llic.chef import MasterStatus
+from deploy.harness.sandbox import Sandbox, SandboxPool, sandbox_cli
+from llic.master_core import MasterStatus
 from llic.netadmit import IN, OUT
 from llic.taskbook import TaskState
 
@@ -35,7 +41,15 @@ LIMIT = LIMIT_MBPS * 1e6
 N = 15
 SIZE = 2_000_000  # bytes of private input per task: 16 Mbit, 2 s at the limit
 BIG_OUT = 3 << 19  # every task writes this much: over BULK_OUTPUT_THRESHOLD, so paced on ex1's /24
-WINDOW = 3.0  # seconds: the windows the rate is checked over
+WINDOW = 3.0  # seconds: the windows the master's own figures are checked over
+# What the limit does not cover on the limited host's link, beyond llic's paced bytes: HTCondor
+# starting the agent there (claim, the agent's archive and input file, about 50 kB in all) and
+# llic's unpaced messages (handshake, small results)...
+LINK_EXTRA = 256 << 10
+# ...and, in proportion to the paced bytes: Ethernet/IP/TCP headers (about 5% on 1500-byte
+# frames), the ACKs going the other way (about 2.5%), and HTCondor's own traffic to the startd
+# and starter (a few kB/s).
+LINK_OVERHEAD = 1.15
 SCRIPT = """#!/bin/sh
 # $1 = process: a checksum of the task's private input, a second of work, and a large file
 sha256sum "in.$1" | cut -d' ' -f1
@@ -56,19 +70,44 @@ def subnet_of(address: str) -> str:
     return ".".join(address.split(".")[:3]) + ".0/24"
 
 
-class LinkCounter:
-    """Bytes on a sandbox host's link, both directions (tx + rx of its veth on the bridge),
-    sampled every 0.2 s: the kernel's count, independent of anything llic measures."""
+class Sample(NamedTuple):
+    before: float  # the clock before and after the counters were read
+    after: float
+    nbytes: int
+    agent: bool  # an llic agent was running on the host, looked for after the read
 
-    def __init__(self, veth: str) -> None:
-        self.paths = [Path(f"/sys/class/net/{veth}/statistics/{n}_bytes") for n in ("tx", "rx")]
-        self.samples: list[tuple[float, int]] = []
+
+class LinkCounter:
+    """Bytes on a sandbox host's link, both directions (tx + rx of its veth on the bridge), as the
+    kernel counts them, and whether an llic agent runs on the host (a process on its network
+    with the agent's archive on its command line), sampled every 0.2 s: independent of anything
+    llic measures."""
+
+    def __init__(self, host: dict[str, Any]) -> None:
+        self.paths = [Path(f"/sys/class/net/{host['veth']}/statistics/{n}_bytes") for n in ("tx", "rx")]
+        netns = os.stat(f"/run/netns/{host['netns']}")
+        self.netns = (netns.st_dev, netns.st_ino)
+        self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _agent_here(self) -> bool:
+        for entry in Path("/proc").iterdir():
+            try:
+                ns = os.stat(entry / "ns" / "net") if entry.name.isdigit() else None
+                if ns is not None and (ns.st_dev, ns.st_ino) == self.netns:
+                    if b"llic-agent-" in (entry / "cmdline").read_bytes():
+                        return True
+            except OSError:
+                continue
+        return False
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.time(), sum(int(p.read_text()) for p in self.paths)))
+            before = time.time()
+            nbytes = sum(int(p.read_text()) for p in self.paths)
+            after = time.time()
+            self.samples.append(Sample(before, after, nbytes, self._agent_here()))
             self._stop.wait(0.2)
 
     def __enter__(self) -> LinkCounter:
@@ -79,16 +118,25 @@ class LinkCounter:
         self._stop.set()
         self._thread.join(5)
 
-    def max_rate(self, lo: float, hi: float, window: float) -> float:
-        """The highest rate (bits/s) over any span of at least `window` seconds within [lo, hi]."""
-        inside = [(t, b) for t, b in self.samples if lo <= t <= hi]
-        best = 0.0
-        for i, (t0, b0) in enumerate(inside):
-            for t1, b1 in inside[i + 1 :]:
-                if t1 - t0 >= window:
-                    best = max(best, 8 * (b1 - b0) / (t1 - t0))
-                    break
-        return best
+    def before_the_agent(self) -> Sample:
+        """The last sample taken before an agent ran on the host: no llic byte had crossed the
+        link when its counters were read (an agent was looked for after the read, and none was
+        there yet)."""
+        first = next((i for i, s in enumerate(self.samples) if s.agent), None)
+        assert first is not None, "no agent was ever seen running on the host"
+        assert first > 0, "an agent was already running when counting began"
+        return self.samples[first - 1]
+
+    def bytes_ahead_of(self, bps: float) -> float:
+        """The most bytes counted since `before_the_agent` by some sample beyond what `bps`
+        allows over the longest the time between the two reads can have been: <= 0 when the
+        link never carried more than `bps` since then."""
+        start = self.before_the_agent()
+        return max(
+            s.nbytes - start.nbytes - bps / 8 * (s.after - start.before)
+            for s in self.samples
+            if s.before > start.after
+        )
 
 
 def log_rate(log: list[list], subnet: str, lo: float, hi: float) -> float:
@@ -131,7 +179,7 @@ def test_limited_subnet_stays_under_its_limit_while_the_other_runs_free(
         "BULK_OUTPUT_THRESHOLD = 1MB\n"
     )
     env = dict(os.environ, CONDOR_CONFIG=pool.client_config, LLIC_MASTER=MASTER)
-    with LinkCounter(ex1["veth"]) as link:
+    with LinkCounter(ex1) as link:
         res = subprocess.run(
             [str(REPO / ".venv/bin/master_submitter"), "job.sub", "llic.conf", "--name", schedd_name(pool)],
             cwd=work, env=env, capture_output=True, text=True, timeout=120,
@@ -160,25 +208,27 @@ def test_limited_subnet_stays_under_its_limit_while_the_other_runs_free(
     assert any(r[2] == OUT and r[3] >= BIG_OUT for r in lim), "no large result on the limited subnet"
     lo, hi = min(r[4] for r in lim), max(r[5] for r in lim)
     assert hi - lo >= WINDOW, "too little time on the limited subnet to check a rate over windows"
-    # Measured by the master, inputs and results together: each input is written and each granted
-    # large result sent no faster than its reservation (a chunk waits until the pace allows it),
-    # and reservations on the subnet, inputs and the one large return together, sum to at most
-    # the limit, so any window's rate is under it; 2% covers rounding of the logged times and the
-    # small results' few bytes.
+    # Counted by the kernel on ex1's link, both directions: since the last moment no agent ran
+    # there, never more than the limit allows (plus headers, ACKs and HTCondor's own traffic). A
+    # paced chunk waits until its time, never leaves early, and the reservations of the subnet's
+    # transfers sum to at most the limit, so this holds however late anything runs; one unpaced
+    # input (SIZE bytes at once) or large result would be over it.
+    link_paced = sum(r[3] for r in lim)
+    assert link.samples[-1].nbytes - link.before_the_agent().nbytes >= link_paced  # all came by
+    wire_ahead = link.bytes_ahead_of(LINK_OVERHEAD * LIMIT)
+    assert wire_ahead <= LINK_EXTRA, f"{wire_ahead:.0f} bytes on ex1's link ahead of the limit"
+    # The master's own figures: each input written no faster than its reservation, as the master
+    # timed it (its start before the first chunk, its end after the last), and the reservations
+    # sum to at most the limit, so in any window its inputs' rate is under it; 2% covers rounding
+    # of the logged times. (Large results are timed from their first byte's arrival, which a busy
+    # master may read late: their logged rate is not bounded at every speed, so not checked here.)
+    log_in = [r for r in net["log"] if r[2] == IN]
     steps = [lo + k * 0.25 for k in range(int((hi - lo - WINDOW) / 0.25) + 1)]
-    master_peak = max(log_rate(net["log"], limited, t, t + WINDOW) for t in steps)
+    master_peak = max(log_rate(log_in, limited, t, t + WINDOW) for t in steps)
     assert master_peak <= LIMIT * 1.02, master_peak
-    # Measured by the kernel on ex1's link, both directions, over the same span: what went on
-    # the wire also holds Ethernet/IP/TCP headers (about 5% on 1500-byte frames) and the ACKs
-    # going the other way (about 2.5%), llic's task messages and frame headers, and HTCondor's
-    # own traffic to the startd and starter (a few kB/s); a late wake-up of a pacing loop can
-    # send one chunk early. 15% covers all of it; an unpaced transfer would show hundreds of
-    # Mbps here.
-    wire_peak = link.max_rate(lo, hi, WINDOW)
-    assert 0 < wire_peak <= LIMIT * 1.15, wire_peak
-    # the other subnet ran free: its transfers went far faster than the limit
+    # the other subnet is not held to the limit: no reservation there, so nothing is paced
+    assert rows[free]["max_reserved_bps"] == 0, rows[free]
     free_rates = [8 * r[3] / (r[5] - r[4]) for r in ins if r[1] == free and r[5] > r[4]]
-    assert free_rates and statistics.median(free_rates) > LIMIT, free_rates
     assert any(r[2] == OUT for r in net["log"])
 
     # master_q -net shows both subnets' figures
@@ -193,7 +243,9 @@ def test_limited_subnet_stays_under_its_limit_while_the_other_runs_free(
     assert f"large results (over 1MB): {N} returned" in out
     print(out)
     print(
-        f"limited {limited}: master-timed peak (in + out) {master_peak / 1e6:.2f} Mbps, on the wire "
-        f"{wire_peak / 1e6:.2f} Mbps (limit {LIMIT_MBPS}); free {free}: "
-        f"median {statistics.median(free_rates) / 1e6:.0f} Mbps"
+        f"limited {limited}: master-timed peak of inputs {master_peak / 1e6:.2f} Mbps (limit "
+        f"{LIMIT_MBPS}), on ex1's link at most {wire_ahead / 1e3:.0f} kB ahead of the limit; free "
+        f"{free}: median {statistics.median(free_rates) / 1e6:.0f} Mbps"
+        if free_rates
+        else "no timed transfer"
     )

@@ -333,7 +333,8 @@ def test_truncated_stream_is_an_error_only_at_eof() -> None:
             decoder.eof()
     decoder = p.Decoder()
     decoder.feed(data)
-    assert decoder.next() is not None
+    msg = decoder.next()
+    assert msg is not None and (msg.type, msg.body["task"], msg.blobs) == ("task", task().to_dict(), [b"abc"])
     decoder.eof()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -11,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llic.chef import AgentConnected, AgentSubmitted, ChefState, MasterCore, MasterStatus, ResultReceived
+from llic.chef import ChefState
 from llic.config import LlicConfig
+from llic.events import AgentConnected, AgentSubmitted, RemoveAgents, ResultReceived, SaveState
+from llic.master_core import MasterCore, MasterStatus
 from llic.state import (
     MasterInfo,
     MasterState,
@@ -26,22 +29,29 @@ from llic.state import (
     snapshot,
     state_file_name,
 )
-from llic.taskbook import TaskOutcome, TaskState
+from llic.task import TaskResult
+from llic.taskbook import TaskState
 from tests.llic.test_chef import check_end, simulate, tasks_sent
 
 INFO = MasterInfo("1234.0", "alice", 1234, "/home/alice/job.sub", 0)
-OK = TaskOutcome("ok", exit_code=0, run_time=0.25, host="node7", finished=100.5)
+
+
+def ok_result(process: int, attempt: int) -> TaskResult:
+    return TaskResult(process, attempt, "ok", exit_code=0, run_time=0.25, host="node7", finished=100.5)
 
 
 def busy_core() -> MasterCore:
     """A core in mid-run: results done and failed, chefs in several states."""
     core = MasterCore.new(range(8), LlicConfig(window_size=2, max_task_attempts=1))
-    a, _ = core.start(2, 10.0).actions
+    save, a, _ = core.start(2, 10.0).actions
+    assert save == SaveState()
     core.handle(AgentSubmitted(a.agent, "55.0"), 11.0)  # type: ignore[union-attr]
     sent = tasks_sent(core.handle(AgentConnected(a.agent), 12.0), a.agent)  # type: ignore[union-attr]
-    core.handle(ResultReceived(a.agent, sent[0].process, sent[0].attempt, OK), 13.0)  # type: ignore[union-attr]
-    bad = TaskOutcome("launch_failed", error="no such file: ünïcode", host="node8")
-    core.handle(ResultReceived(a.agent, sent[1].process, sent[1].attempt, bad), 14.0)  # type: ignore[union-attr]
+    core.handle(ResultReceived(a.agent, ok_result(sent[0].process, sent[0].attempt)), 13.0)  # type: ignore[union-attr]
+    bad = TaskResult(
+        sent[1].process, sent[1].attempt, "launch_failed", error="no such file: ünïcode", host="node8"
+    )
+    core.handle(ResultReceived(a.agent, bad), 14.0)  # type: ignore[union-attr]
     return core
 
 
@@ -58,6 +68,8 @@ def test_round_trip(tmp_path: Path) -> None:
     assert loaded == state
     assert loaded.counts().done == 1 and loaded.counts().failed == 1 and loaded.counts().running == 2
     assert loaded.extra == {"port": 2853} and loaded.run == 1 and loaded.status is MasterStatus.RUNNING
+    recorded = {r.state: r.recorded for r in loaded.tasks if r.state in (TaskState.DONE, TaskState.FAILED)}
+    assert recorded == {TaskState.DONE: 1, TaskState.FAILED: 1}
     assert [c.state for c in loaded.chefs] == [ChefState.RUNNING, ChefState.LAUNCHED]
 
 
@@ -67,6 +79,7 @@ def test_file_layout_header_checksum_and_one_task_per_line(tmp_path: Path) -> No
     assert header == f"llic-master-state 1 sha256:{hashlib.sha256(body).hexdigest()}".encode()
     assert body.count(b'\n{"process":') == len(state.tasks)
     assert b'{"process":7,"state":"queued"}' in body
+    assert body.count(b'"recorded":1}') == 2  # the done task and the failed one, each recorded once
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
 
 
@@ -76,11 +89,11 @@ def test_restore_requeues_running_and_keeps_results(tmp_path: Path) -> None:
     counts = core.book.counts()
     assert (counts.done, counts.failed, counts.running, counts.queued) == (1, 1, 0, 6)
     done = next(r for r in core.book.records() if r.state is TaskState.DONE)
-    assert done.outcome == OK
+    assert done.outcome == ok_result(done.process, done.attempt)
     assert core.config == LlicConfig(window_size=2, max_task_attempts=1) and core.run == 1
     out = core.start(2, 20.0)
     assert core.run == 2 and core.agent_job_ids() == ["55.0"]
-    assert out.actions[0].job_ids == ("55.0",)  # type: ignore[union-attr]
+    assert out.actions[0] == SaveState() and out.actions[1].job_ids == ("55.0",)  # type: ignore[union-attr]
 
 
 def test_initial_state_then_start(tmp_path: Path) -> None:
@@ -90,7 +103,7 @@ def test_initial_state_then_start(tmp_path: Path) -> None:
     assert state.started is None and state.chefs == [] and state.counts().queued == 4
     core = restore(state)
     out = core.start(10, 2.0)
-    assert len(out.actions) == 4 and core.started == 2.0
+    assert out.actions[0] == SaveState() and len(out.actions) == 5 and core.started == 2.0
 
 
 def test_missing_file_is_a_clear_error_and_creates_nothing(tmp_path: Path) -> None:
@@ -238,3 +251,56 @@ def _through_a_file(directory: Path):  # type: ignore[no-untyped-def]
 def test_restarts_through_the_state_file_lose_nothing_and_record_nothing_twice(data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         check_end(simulate(data, restart_via=_through_a_file(Path(tmp))))
+
+
+# ----------------------------------------------------------------------------- older files
+
+V1_FILE = Path(__file__).parent / "data" / "master.v1.state"
+
+
+def test_a_state_file_of_an_earlier_llic_still_loads_and_resumes(tmp_path: Path) -> None:
+    """data/master.v1.state was written by llic at commit c5200e9, before the task record and
+    its outcome were shared (taskbook.TaskOutcome, a schema of its own in state.py): a MasterCore
+    on 8 tasks and 3 chefs, through submissions, two connections (one on a limited subnet),
+    results (ok with an exit code, ok by a signal with a non-ASCII error, launch_failed), a
+    large-result request and a broken connection, then `save_state(snapshot(...))`. It loads,
+    the master resumes from it, and this llic writes its outcomes back with the same fields."""
+    state = load_state(V1_FILE)
+    assert state.info == MasterInfo("m1", "alice", 1234, "/home/alice/run/master.m1.sub", 0)
+    assert state.status is MasterStatus.RUNNING and state.run == 1 and state.saved == 108.0
+    assert [c.state for c in state.chefs] == [ChefState.RUNNING, ChefState.LAUNCHED, ChefState.LAUNCHED]
+    assert (state.counts().done, state.counts().running, state.counts().queued) == (2, 2, 4)
+    outcomes = {t.process: t.outcome for t in state.tasks if t.outcome is not None}
+    assert outcomes == {
+        0: TaskResult(0, 1, "ok", exit_code=0, run_time=1.25, host="node1", finished=1700000003.5),
+        2: TaskResult(
+            2,
+            1,
+            "ok",
+            signal=9,
+            run_time=0.5,
+            host="node2",
+            finished=1700000004.0,
+            error="output files not placed: ünïcode/ä: No space left on device",
+        ),
+        3: TaskResult(3, 1, "launch_failed", host="node2", error="exec format error"),
+    }
+    assert state.extra["net"]["subnets"]["10.1.0.0/16"]["limit_bps"] == 8e6
+
+    core = restore(state)
+    out = core.start(3, 200.0)
+    assert out.actions[0] == SaveState() and core.run == 2
+    assert out.actions[1] == RemoveAgents(("40.0", "41.0", "42.0"), "left by the previous run of this master")
+    assert core.counts().done == 2 and core.counts().running == 0  # the old run's tasks queued again
+
+    path = tmp_path / "master.m1.state"
+    save_state(path, snapshot(core, state.info, 201.0, state.extra))
+    old = {t["process"]: t.get("outcome") for t in _task_lines(V1_FILE)}
+    new = {t["process"]: t.get("outcome") for t in _task_lines(path)}
+    assert new == old  # the same outcome fields, written the same way
+    assert {t.process: t.outcome for t in load_state(path).tasks if t.outcome} == outcomes
+
+
+def _task_lines(path: Path) -> list[dict[str, object]]:
+    body = path.read_bytes().partition(b"\n")[2]
+    return json.loads(body)["tasks"]

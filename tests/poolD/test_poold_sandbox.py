@@ -20,8 +20,8 @@ from common.condor import PoolLoad
 from common.overlay.auth import Sealer, load_ring_key
 from common.overlay.driver import parse_address
 from common.overlay.messages import Direct, Peer, overlay_codec
-from common.sandbox import SANDBOX, Sandbox, SandboxPool
-from poolD.federation import Federation
+from deploy.harness.federation import Federation
+from deploy.harness.sandbox import SANDBOX, Sandbox, SandboxPool
 from poolD.messages import Announcement
 
 pytestmark = pytest.mark.htcondor
@@ -58,12 +58,18 @@ def test_overloaded_pool_flocks_to_willing_pools_and_withdraws(federation: Feder
 
     federation.wait("fd's willing list without fc, whose offers it refuses", fd_ready)
 
+    # The jobs wait for a file the test writes once one of them runs on another pool's machine:
+    # until then fd's 3 slots stay taken, so the other 9 can run only by flocking. (Plain
+    # `sleep 8` jobs raced flocking: on a slow machine fd's own slots could work through all 12
+    # before FLOCK_TO took effect.)
+    release = federation.workdir / "fd-release"
+
     async def submit() -> int:
         async with fd.gateway() as gw:
             result = await gw.submit(
                 {
-                    "executable": "/bin/sleep",
-                    "arguments": "8",
+                    "executable": "/bin/sh",
+                    "arguments": f"\"-c 'while [ ! -e {release} ]; do sleep 1; done; sleep 2'\"",
                     "should_transfer_files": "NO",
                     "initialdir": "/tmp",
                 },
@@ -71,26 +77,42 @@ def test_overloaded_pool_flocks_to_willing_pools_and_withdraws(federation: Feder
             )
             return result.cluster
 
-    cluster = trio.run(submit)
-    flock_to = federation.wait("FLOCK_TO on fd's schedd", lambda: federation.flock_to("fd"))
-    collectors = {federation.pools[n].collector for n in ("fa", "fb")}
-    assert set(flock_to.replace(",", " ").split()) == collectors
-    assert federation.pools["fc"].collector not in flock_to
-    assert fd.collector not in flock_to
+    try:
+        cluster = trio.run(submit)
+        flock_to = federation.wait("FLOCK_TO on fd's schedd", lambda: federation.flock_to("fd"))
+        collectors = {federation.pools[n].collector for n in ("fa", "fb")}
+        assert set(flock_to.replace(",", " ").split()) == collectors
+        assert federation.pools["fc"].collector not in flock_to
+        assert fd.collector not in flock_to
 
-    def finished() -> list[str]:
+        # fd's schedd now advertises to fa's collector too, but fa counts and configures only its own.
+        federation.wait(
+            "fd's schedd seen at fa", lambda: "cm.fd.sandbox" in _schedds_at(federation.pools["fa"])
+        )
+        fa_load = trio.run(_pool_load, federation.pools["fa"])
+        assert [s.name for s in fa_load.schedds] == ["condor-sandbox@cm.fa.sandbox"]
+        assert fa_load.idle_jobs == 0
+
+        def running_elsewhere() -> list[str]:
+            out = fd.exec(
+                "condor_q", "-constraint", f"ClusterId == {cluster} && JobStatus == 2", "-af", "RemoteHost"
+            )
+            return [h for h in out.stdout.split() if not h.endswith(".fd.sandbox")]
+
+        federation.wait("one of fd's jobs running on another pool's machine", running_elsewhere, timeout=180)
+    finally:
+        release.touch()
+
+    def finished() -> list[list[str]]:
         out = fd.exec(
             "condor_history", "-constraint", f"ClusterId == {cluster}", "-af", "LastRemoteHost", "ExitCode"
         )
         rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
-        return [r[0] for r in rows if r[1] == "0"] if len(rows) == 12 else []
+        return rows if len(rows) == 12 else []
 
-    # fd's schedd now advertises to fa's collector too, but fa counts and configures only its own.
-    federation.wait("fd's schedd seen at fa", lambda: "cm.fd.sandbox" in _schedds_at(federation.pools["fa"]))
-    fa_load = trio.run(_pool_load, federation.pools["fa"])
-    assert [s.name for s in fa_load.schedds] == ["condor-sandbox@cm.fa.sandbox"]
-    assert fa_load.idle_jobs == 0
-    hosts = federation.wait("fd's 12 jobs to finish", finished, timeout=240)
+    rows = federation.wait("fd's 12 jobs to finish", finished, timeout=240)
+    assert [code for _, code in rows] == ["0"] * 12, rows
+    hosts = [host for host, _ in rows]
     elsewhere = [h for h in hosts if not h.endswith(".fd.sandbox")]
     assert elsewhere, f"every job ran at home: {hosts}"
     assert {h.split("@")[1].split(".")[1] for h in elsewhere} <= {"fa", "fb"}
@@ -100,7 +122,7 @@ def test_overloaded_pool_flocks_to_willing_pools_and_withdraws(federation: Feder
         assert not federation.flock_to(other)
         assert not [d for d in federation.status(other)["decisions"] if "flock to" in d]
     assert any("flock intent from fd: accepted" in d for d in federation.status("fa")["decisions"])
-    assert federation.status("fa")["flock_from"]  # fa authorized fd's schedd
+    assert federation.status("fa")["flock_from"] == sorted([federation.address("fd"), "cm.fd.sandbox"])
 
 
 def _schedds_at(pool: SandboxPool) -> str:

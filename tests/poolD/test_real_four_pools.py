@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from poolD.experiments.paper import run_four_pools
-from poolD.experiments.real_four_pools import (
+from deploy.harness.four_pools import (
     JobResult,
     PlannedJob,
     fifo_starts,
@@ -20,6 +19,7 @@ from poolD.experiments.real_four_pools import (
     tables,
     wait_stats,
 )
+from sim.flock_paper import run_four_pools
 
 
 def test_plan_scales_the_simulations_sequences() -> None:

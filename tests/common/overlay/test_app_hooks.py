@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from common.overlay.messages import Peer, app_message
 from common.overlay.node import BroadcastReceived, Delivered, Event, Received
-from common.overlay.sim import SimNetwork
 from common.wire import Message
+from sim.network import SimNetwork
 
 
 @app_message
@@ -82,11 +82,19 @@ def test_forward_hook_sees_each_hop_and_can_rewrite_or_stop() -> None:
     assert len(delivered) == len(keys)
     for d in delivered:  # each intermediate hop appended one '>'; the origin's send is not a hop
         assert isinstance(d.payload, Note) and d.payload.text == "x" + ">" * max(d.hops - 1, 0)
+    assert len(seen) == sum(max(d.hops - 1, 0) for d in delivered)  # one hook call per forward
+
+    # A key the origin's first hop must forward on: that hop's hook stops it, nothing is delivered.
+    def forwarder(key: int) -> int | None:
+        first = net.nodes[0].core.next_hop(key)
+        if first is None or net.nodes[int(first.addr[1:])].core.next_hop(key) is None:
+            return None
+        return int(first.addr[1:])
+
+    far_key, first_hop = next((k, hop) for k in keys if (hop := forwarder(k)) is not None)
     events.clear()
-    far_key = next(k for k in keys if net.nodes[0].core.next_hop(k) is not None)
+    seen.clear()
     net.route(0, far_key, Note(text="stop"))
     net.run_until(net.now + 10)
-    first_hop = net.nodes[0].core.next_hop(far_key)
-    assert first_hop is not None
-    if net.nodes[int(first_hop.addr[1:])].core.next_hop(far_key) is not None:  # it had to forward: stopped
-        assert not [e for _, e in events if isinstance(e, Delivered)]
+    assert seen == [(first_hop, "stop")]
+    assert not [e for _, e in events if isinstance(e, Delivered)]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from common.config import ConfigError, parse_config
-from common.overlay.driver import RingConfig
 from common.overlay.ids import node_id_from_name
+from common.overlay.ring import RingConfig
 
 
 def test_identity_from_name_or_explicit_id() -> None:

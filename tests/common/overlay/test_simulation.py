@@ -9,9 +9,9 @@ import pytest
 from common.overlay.ids import cw_distance
 from common.overlay.messages import app_message
 from common.overlay.node import Delivered, Event
-from common.overlay.sim import SimNetwork
-from common.overlay.topology import Placement, transit_stub
 from common.wire import Message
+from sim.network import SimNetwork
+from sim.topology import Placement, transit_stub
 
 
 @app_message

@@ -31,6 +31,8 @@ EventHook = Callable[[int, Event, float], None]
 
 @dataclass
 class SimNode:
+    """One simulated node: its overlay core, whether it is up, its pending timer and sends."""
+
     index: int
     node_id: int
     core: OverlayNode
@@ -41,6 +43,8 @@ class SimNode:
 
 @dataclass
 class NetworkStats:
+    """Messages sent, by type, and those lost, cut by a partition or sent to a dead node."""
+
     sent: Counter[str] = field(default_factory=Counter)
     lost: int = 0
     partitioned: int = 0
@@ -48,6 +52,8 @@ class NetworkStats:
 
 
 class SimNetwork:
+    """The in-memory network and event heap simulated nodes run on; see the module docstring."""
+
     def __init__(
         self,
         latency: Callable[[int, int], float],
@@ -79,6 +85,7 @@ class SimNetwork:
 
     @staticmethod
     def addr(index: int) -> str:
+        """A simulated node's address: 'n' and its index."""
         return f"n{index}"
 
     def add_node(self, index: int, node_id: int, *, bootstrap: int | None, at: float | None = None) -> None:
@@ -107,6 +114,7 @@ class SimNetwork:
         self._group = {i: g for g, members in enumerate(groups) for i in members}
 
     def heal(self) -> None:
+        """End a partition: every node can reach every other again."""
         self._group = {}
 
     def call(self, at: float, fn: Callable[[], None]) -> None:
@@ -114,20 +122,29 @@ class SimNetwork:
         self._push(at, _CALL, fn, None, None)
 
     def route(self, src: int, key: int, payload: Message) -> None:
+        """Node `src` routes a payload to the live node closest to `key` (OverlayNode.route)."""
         node = self.nodes[src]
         self._apply(node, node.core.route(key, payload, self.now))
 
     def broadcast(self, src: int, payload: Message) -> None:
+        """Node `src` broadcasts a payload to the ring (OverlayNode.broadcast)."""
         node = self.nodes[src]
         self._apply(node, node.core.broadcast(payload))
 
     def send_direct(self, src: int, addr: str, payload: Message) -> None:
+        """Node `src` sends a payload to the node at `addr` (OverlayNode.send_direct)."""
         node = self.nodes[src]
         self._apply(node, node.core.send_direct(addr, payload))
+
+    def measure(self, src: int, peer: Peer) -> None:
+        """Node `src` probes `peer` for its round-trip time, as the daemons' `measure` does."""
+        node = self.nodes[src]
+        self._apply(node, node.core.measure(peer, self.now))
 
     # ------------------------------------------------------------------ queries
 
     def alive(self) -> list[SimNode]:
+        """The nodes that are up and have joined the ring."""
         return [n for n in self.nodes.values() if n.alive and n.core.joined]
 
     def root_oracle(self) -> RootOracle:
@@ -146,6 +163,7 @@ class SimNetwork:
         heapq.heappush(self._heap, (t, self._seq, kind, a, b, c))
 
     def run_until(self, t_end: float) -> None:
+        """Process every event due by virtual time `t_end`, in time order (ties: insertion order)."""
         heap = self._heap
         while heap and heap[0][0] <= t_end:
             t, _, kind, a, b, c = heapq.heappop(heap)
@@ -206,6 +224,7 @@ class RootOracle:
         self.ids = sorted(index_of)
 
     def root(self, key: int) -> int:
+        """The index of the live node whose id is numerically closest to `key`."""
         ids = self.ids
         i = bisect.bisect_left(ids, key)
         around = [ids[(i - 1) % len(ids)], ids[i % len(ids)]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -9,16 +10,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway
 
 T = TypeVar("T")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "deploy" / "sandbox"
 
 
@@ -30,8 +33,12 @@ def poll_until(
     poll: float = 0.5,
     logs: Iterable[Path] = (),
 ) -> T:
-    """Poll until predicate() is truthy (an OSError, e.g. a control socket not there yet, counts
-    as not yet); on timeout, fail with the tails of the daemons' logs."""
+    """Poll until predicate() is truthy and return its value (an OSError, e.g. a control socket not
+    there yet, counts as not yet); on timeout, fail with the tails of the daemons' logs.
+
+    The one way tests wait for a condition: never a fixed sleep followed by an assert, which fails
+    on a loaded machine and wastes time on an idle one. The default deadline is meant for a loaded
+    2-core machine; it is a bound on a failure, not a measurement."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -42,8 +49,36 @@ def poll_until(
         except OSError:
             pass
         time.sleep(poll)
-    tails = {str(f): f.read_text()[-2500:] for f in logs if f.exists()}
-    raise TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(tails, indent=1))
+    raise _poll_timeout(what, last, logs)
+
+
+async def poll_until_async(
+    what: str,
+    predicate: Callable[[], T | Awaitable[T]],
+    *,
+    timeout: float = 90.0,
+    poll: float = 0.05,
+    logs: Iterable[Path] = (),
+) -> T:
+    """poll_until for trio code: `predicate` may be a plain or an async function, and the event
+    loop runs between polls (on trio's clock, so it works under a MockClock too)."""
+    deadline = trio.current_time() + timeout
+    last: Any = None
+    while trio.current_time() < deadline:
+        try:
+            value = predicate()
+            last = await value if inspect.isawaitable(value) else value
+            if last:
+                return last  # type: ignore[no-any-return]
+        except OSError:
+            pass
+        await trio.sleep(poll)
+    raise _poll_timeout(what, last, logs)
+
+
+def _poll_timeout(what: str, last: Any, logs: Iterable[Path]) -> TimeoutError:
+    tails = {str(f): f.read_text(errors="replace")[-2500:] for f in logs if f.exists()}
+    return TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(tails, indent=1))
 
 
 def start_in_netns(netns: str, module: str, config: Path, log_file: Path) -> subprocess.Popen[bytes]:
@@ -57,16 +92,43 @@ def start_in_netns(netns: str, module: str, config: Path, log_file: Path) -> sub
         )  # fmt: skip
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """SIGTERM (a graceful stop: daemons undo what they set), then SIGKILL after `timeout`."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+class GracefulStopFailed(RuntimeError):
+    """A process did not stop gracefully on SIGTERM: it still ran after its timeout (and was
+    killed), or it exited with an error status."""
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float, name: str | None = None) -> None:
+    """SIGTERM (a graceful stop: daemons undo what they set), wait, and check the exit status.
+
+    A process still running after `timeout` is killed, then reported with GracefulStopFailed naming
+    it and the timeout: a graceful stop that hangs is a bug of the process (and what it should have
+    undone on the way out is probably still set), which a silent SIGKILL would hide. So is a
+    non-zero exit status, whether from the stop or from an earlier crash."""
+    args = proc.args if isinstance(proc.args, list | tuple) else [proc.args]
+    what = f"{name or ' '.join(str(a) for a in args)} (pid {proc.pid})"
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise GracefulStopFailed(f"{what} still ran {timeout:g} s after SIGTERM: killed") from None
+    if proc.returncode != 0:
+        raise GracefulStopFailed(f"{what} exited with status {proc.returncode}")
+
+
+def stop_processes(procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> None:
+    """stop_process for each (name -> process), removing it from `procs`; every failure is reported
+    in one GracefulStopFailed once all were stopped, so that one hung daemon leaves none running."""
+    errors = []
+    for name in list(procs):
+        try:
+            stop_process(procs.pop(name), timeout, name)
+        except GracefulStopFailed as e:
+            errors.append(str(e))
+    if errors:
+        raise GracefulStopFailed("; ".join(errors))
 
 
 def netns_pids(netns: str) -> list[int]:
@@ -127,7 +189,8 @@ class SandboxPool:
 
 class Sandbox:
     def __init__(self) -> None:
-        self.started: list[str] = []
+        self.started: list[str] = []  # up now
+        self.used: list[str] = []  # ever started by this Sandbox, down or not: what it must not leave
         self.dirs: list[str] = []
 
     def up(self, name: str, *, slots: int = 2, hosts: int = 1, subnet_per_host: bool = False) -> SandboxPool:
@@ -137,6 +200,8 @@ class Sandbox:
         data = json.loads(res.stdout)
         if name not in self.started:
             self.started.append(name)
+        if name not in self.used:
+            self.used.append(name)
         return SandboxPool(
             name=name,
             collector=data["collector"],

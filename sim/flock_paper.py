@@ -7,19 +7,19 @@ What runs for real, and what is modelled:
   ring for a few virtual minutes, so routing tables and measured RTTs are what the daemons would
   have (proximity neighbour selection included). Then the overlay is frozen: its maintenance
   traffic does not change who hears whom, and it would cost ~100 messages per node per time unit.
-- poolD: per pool the daemon's own `Discovery` (Information Gatherer), `WillingList`, `Policy`
-  and `FlockingManager`, driven as `PoolDaemon` drives them: every time unit each pool with free
-  slots announces along its routing-table rows (TTL 1, valid for 1 unit), receivers check,
-  record and forward the offers (`Discovery.on_announcement`), an offer from a node with no RTT
-  yet gets one as the daemon's probe would, and each Flocking Manager decides FLOCK_TO from its
-  ordered willing list; a pool enters FLOCK_TO once the other pool's policy accepts it (what the
-  FlockIntent/FlockReply handshake asks). Offers are handed to the receiver within the time unit
+- poolD: per pool the daemon's own `PoolCore` (gatherer, willing list, policy, Flocking
+  Manager), driven by `SimulatedPoolDs` as `PoolDaemon` drives it for real: every time unit each
+  pool's core gets its reading and offers free slots along its routing-table rows (TTL 1, valid
+  for 1 unit), receivers check, record and forward the offers, an offer from a node with no RTT
+  yet gets one as the daemon's probe would, and then each core's round decides FLOCK_TO from its
+  ordered willing list, after asking the chosen pools to authorize it (FlockIntent/FlockReply,
+  answered within the round). Offers are handed to the receiver within the time unit
   instead of through the event heap: one-way latencies (<0.4 s) are far below a time unit
   (one Flocking Manager interval, a minute in the prototype), so the order of arrival within a
   unit cannot matter, and skipping the heap and the `Direct` envelope is what makes ~15,000
   offers per time unit affordable. Not modelled: the blacklist of pools whose offers do not
   deliver (in this model an offer always delivers while the slots are free).
-- Pool schedulers: `poolD.models.FifoPool` (m slots, one FIFO queue, local first, flocking only
+- Pool schedulers: `sim.schedulers.FifoPool` (m slots, one FIFO queue, local first, flocking only
   when every local slot is busy; a remote pool runs a flocked job iff it has a free slot, else
   the job stays queued). Times are integers (inter-arrival and length are 1..17 units), so the
   pools are stepped one unit at a time; per unit, in this order: finished jobs free their slots,
@@ -44,11 +44,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import gc
+import math
 import random
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +58,14 @@ import numpy as np
 import poolD.discovery
 from common.condor.types import PoolLoad
 from common.overlay.messages import Peer
-from common.overlay.sim import SimNetwork
-from common.overlay.topology import LatencyMatrix, Placement, transit_stub
-from poolD.config import FlockingSection
-from poolD.discovery import Discovery, DiscoverySettings, peer_host
-from poolD.flocking import FlockingManager
+from poolD.config import DiscoverySection, FlockingSection
+from poolD.core import CoreSettings, PoolCore
 from poolD.messages import Announcement
-from poolD.models import FifoJobs, FifoPool
-from poolD.policy import Direction, Policy, PolicyFile, Subject
-from poolD.willing import WillingList
+from poolD.policy import Policy, PolicyFile
+from sim.network import SimNetwork
+from sim.poold import SimulatedPoolDs
+from sim.schedulers import FifoJobs, FifoPool
+from sim.topology import LatencyMatrix, Placement, transit_stub
 
 JOBS_PER_SEQUENCE = 100
 UNIFORM = (1, 17)  # inter-arrival and length, time units, inclusive
@@ -96,6 +96,7 @@ class Workload:
 
     @property
     def pools(self) -> int:
+        """How many pools the workload has traces for."""
         return len(self.offsets) - 1
 
     @classmethod
@@ -156,6 +157,7 @@ def without_cycle_collector() -> Iterator[None]:
 
 @contextlib.contextmanager
 def quiet_discovery() -> Iterator[None]:
+    """While active, Discovery's debug log calls are dropped (millions per run); other levels log."""
     saved = poolD.discovery.log
     poolD.discovery.log = _NoDebug(saved)
     try:
@@ -179,23 +181,13 @@ def build_overlay(
     return net
 
 
-@dataclass
-class PoolD:
-    """The daemon's decision logic for one pool, as `PoolDaemon` wires it."""
-
-    index: int
-    name: str
-    collector: str
-    discovery: Discovery
-    willing: WillingList
-    policy: Policy
-    flocking: FlockingManager
-    authorized: dict[int, bool] = field(default_factory=dict)
-    targets: list[int] = field(default_factory=list)  # FLOCK_TO as pool indices
-
-
 class PoolDLayer:
-    """poolD on every pool of a frozen simulated overlay; time is in Flocking-Manager intervals."""
+    """poolD on every pool of a frozen simulated overlay; time is in Flocking-Manager intervals.
+
+    Each pool runs the daemon's `PoolCore` (gatherer, willing list, policy, Flocking Manager)
+    under `SimulatedPoolDs`, with the daemon's settings scaled to time units: readings and
+    rounds every unit, offers valid for one unit. Offers are handed to their receivers within
+    the unit (`_offer`, `_deliver`), and a probe's answer is the topology's round-trip time."""
 
     def __init__(
         self,
@@ -210,77 +202,71 @@ class PoolDLayer:
         withdraw_after: float = 1.0,
     ) -> None:
         self.placement = placement
-        self.index_of_addr = {SimNetwork.addr(i): i for i in range(len(names))}
-        self.pools: list[PoolD] = []
-        self.pool_of_collector: dict[str, int] = {}
+        addrs = [SimNetwork.addr(i) for i in range(len(names))]
+        collectors = [f"{name}.sim:9618" for name in names]
+        discovery = DiscoverySection(interval=1.0, ttl=ttl, valid_for=valid_for)
+        # Not modelled: the blacklist of pools whose offers do not deliver (an offer always
+        # delivers here while the slots are free).
+        flocking = FlockingSection(
+            interval=1.0, max_pools=max_pools, withdraw_after=withdraw_after, deliver_timeout=math.inf
+        )
+        cores = []
         for i, name in enumerate(names):
-            core = net.nodes[i].core
-            policy = Policy(PolicyFile(default="allow"))
-            willing = WillingList(random.Random(f"willing-{seed}-{i}"))
-            collector = f"{name}.sim:9618"
-            settings = DiscoverySettings(pool=name, collector=collector, ttl=ttl, valid_for=valid_for)
-            fm = FlockingManager(max_pools=max_pools, withdraw_after=withdraw_after)
-            self.pools.append(
-                PoolD(i, name, collector, Discovery(settings, core, policy, willing), willing, policy, fm)
+            settings = CoreSettings(
+                pool=name, collector=collectors[i], discovery=discovery, flocking=flocking
             )
-            self.pool_of_collector[collector] = i
+            policy = Policy(PolicyFile(default="allow"))
+            cores.append(PoolCore(settings, net.nodes[i].core, policy, random.Random(f"willing-{seed}-{i}")))
+        self.poolds = SimulatedPoolDs(cores, addrs, collectors, self._offer, self._measure)
+        self.poolds.start(0.0)
         self.offers_sent = 0
         self.offers_unread = 0
-        self.flock_changes = 0
+        self._queue: deque[tuple[str, Announcement]] = deque()
+        self._needy: set[str] = set()
 
-    def _deliver(self, sends: list[tuple[str, Any]], now: float, needy: set[str]) -> None:
-        """Hand offers to their receivers' Discovery. With TTL 1 an offer to a pool whose jobs do
-        not wait now (`needy` holds the addresses of those whose jobs do) is left unread: it would
-        not be forwarded, and it expires (valid for one unit) before that pool's Flocking Manager
-        next reads its willing list, so every decision is the same; reading it would cost half of
-        the run."""
-        read = [(addr, msg) for addr, msg in sends if addr in needy or msg.ttl > 1]
-        self.offers_sent += len(sends)
-        self.offers_unread += len(sends) - len(read)
-        queue = deque(read)
+    @property
+    def targets(self) -> list[list[int]]:
+        """FLOCK_TO of every pool, as pool indices."""
+        return self.poolds.targets
+
+    @property
+    def flock_changes(self) -> int:
+        """How many times any pool's FLOCK_TO was set so far."""
+        return self.poolds.flock_changes
+
+    def _offer(self, src: int, addr: str, msg: Announcement, now: float) -> None:
+        """Queue an offer for delivery within the unit (`_deliver`). With TTL 1 an offer to a
+        pool whose jobs do not wait now (`_needy` holds the addresses of those whose jobs do) is
+        left unread: it would not be forwarded, and it expires (valid for one unit) before that
+        pool's Flocking Manager next reads its willing list, so every decision is the same;
+        reading it would cost half of the run."""
+        self.offers_sent += 1
+        if addr in self._needy or msg.ttl > 1:
+            self._queue.append((addr, msg))
+        else:
+            self.offers_unread += 1
+
+    def _deliver(self, now: float) -> None:
+        """Hand the queued offers to their receivers, oldest first; forwards join the queue."""
+        queue, index = self._queue, self.poolds.index_of_addr
         while queue:
             addr, msg = queue.popleft()
-            q = self.index_of_addr[addr]
-            receiver = self.pools[q]
-            forwards = receiver.discovery.on_announcement(msg, now)
-            if forwards:
-                self.offers_sent += len(forwards)
-                read = [(a, m) for a, m in forwards if a in needy or m.ttl > 1]
-                self.offers_unread += len(forwards) - len(read)
-                queue.extend(read)
-            if isinstance(msg, Announcement) and msg.pool in receiver.willing.entries:
-                core = receiver.discovery.overlay
-                if msg.origin.id not in core.rtt:  # the daemon probes such a pool: the probe's answer
-                    core.rtt[msg.origin.id] = 2 * self.placement.latency(
-                        q, self.index_of_addr[msg.origin.addr]
-                    )
+            self.poolds.deliver(index[addr], msg, now)
 
-    def _authorized(self, p: PoolD, q: int, now: float) -> bool:
-        """What the FlockIntent/FlockReply handshake asks: does pool q's policy accept pool p?"""
-        ok = p.authorized.get(q)
-        if ok is None:
-            me: Peer = p.discovery.overlay.me
-            subject = Subject(p.name, peer_host(me))
-            ok = p.authorized[q] = self.pools[q].policy.decide(subject, Direction.ACCEPT, now).allowed
-        return ok
+    def _measure(self, p: int, peer: Peer, now: float) -> None:
+        """The daemon probes a pool that offered slots: the probe's answer."""
+        q = self.poolds.index_of_addr[peer.addr]
+        self.poolds.cores[p].overlay.rtt[peer.id] = 2 * self.placement.latency(p, q)
 
     def step(self, now: float, loads: list[PoolLoad]) -> None:
-        """One time unit: Information Gatherers announce, Flocking Managers decide FLOCK_TO."""
-        needy = {p for p, load in enumerate(loads) if load.idle_jobs > load.free_slots}
-        needy_addrs = {SimNetwork.addr(p) for p in needy}
-        for p, load in zip(self.pools, loads, strict=True):
-            if load.free_slots > 0:
-                self._deliver(p.discovery.announce(load, now), now, needy_addrs)
-        for p, load in zip(self.pools, loads, strict=True):
-            entries = p.willing.ordered(now, p.discovery.overlay.rtt.get) if p.index in needy else []
-            decision = p.flocking.decide(load, entries, now)
-            if decision.flock_to is None:
-                continue
-            target = [c for c in decision.flock_to if self._authorized(p, self.pool_of_collector[c], now)]
-            if p.flocking.changes(target):
-                p.flocking.active = target
-                p.targets = [self.pool_of_collector[c] for c in target]
-                self.flock_changes += 1
+        """One time unit: every pool's reading (its gatherer offers free slots), then every
+        pool's Flocking Manager round on the offers of this unit."""
+        self._needy = {SimNetwork.addr(p) for p, load in enumerate(loads) if load.idle_jobs > load.free_slots}
+        for p, load in enumerate(loads):
+            self.poolds.read(p, load, now)
+            self._deliver(now)
+        for p in range(len(loads)):
+            self.poolds.fire(p, now)
 
 
 # ----------------------------------------------------------------------------- the pools
@@ -326,10 +312,10 @@ def run_pools(
             left -= pool.run_local(t)
         if poold is not None:
             poold.step(float(t), [pool.load() for pool in pools])
-            waiting = [p for p in range(n_pools) if pools[p].queue and poold.pools[p].targets]
+            waiting = [p for p in range(n_pools) if pools[p].queue and poold.targets[p]]
             rng.shuffle(waiting)
             for p in waiting:
-                sent = pools[p].flock([pools[q] for q in poold.pools[p].targets], t)
+                sent = pools[p].flock([pools[q] for q in poold.targets[p]], t)
                 flocked += sent
                 left -= sent
         if left == 0:
@@ -345,6 +331,8 @@ def run_pools(
 
 @dataclass(frozen=True)
 class PaperConfig:
+    """The parameters of `poold simulate paper`: pools, seed, pool sizes, FLOCK_TO length, settling."""
+
     pools: int = 1000
     seed: int = 1
     size_range: tuple[int, int] = (25, 225)  # machines per pool, and sequences per pool's trace

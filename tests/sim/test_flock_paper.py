@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from poolD.cli import main
-from poolD.experiments.paper import (
+from sim.flock_paper import (
     WITHIN,
     PaperConfig,
     Workload,

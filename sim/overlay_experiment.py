@@ -23,9 +23,9 @@ from typing import Any
 
 from common.overlay.messages import app_message
 from common.overlay.node import Delivered, Event, OverlayParams
-from common.overlay.sim import SimNetwork, route_latency_tracker
-from common.overlay.topology import LatencyMatrix, Placement, load_matrix, transit_stub
 from common.wire import Message
+from sim.network import SimNetwork, route_latency_tracker
+from sim.topology import LatencyMatrix, Placement, load_matrix, transit_stub
 
 
 @app_message
@@ -38,6 +38,8 @@ class LookupProbe(Message):
 
 @dataclass(frozen=True)
 class ExperimentConfig:
+    """The parameters of `poold simulate overlay`; the module docstring describes the phases."""
+
     nodes: int
     seed: int = 1
     topology: str = "transit-stub"
@@ -52,6 +54,7 @@ class ExperimentConfig:
 
 
 def load_topology(spec: str, seed: int) -> LatencyMatrix:
+    """A seeded transit-stub topology, or a latency matrix read from a file (ms)."""
     return transit_stub(seed) if spec == "transit-stub" else load_matrix(spec)
 
 
@@ -63,6 +66,8 @@ def _p99(values: list[float]) -> float:
 
 
 class OverlayExperiment:
+    """One run of the overlay benchmark on a seeded placement of nodes."""
+
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
@@ -120,6 +125,7 @@ class OverlayExperiment:
         }
 
     def run(self) -> dict[str, Any]:
+        """Run the phases and return the measurements `poold simulate overlay` prints as JSON."""
         cfg, net = self.config, self.net
         started = time.perf_counter()
         for i in range(cfg.nodes):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from poolD.models import NOT_STARTED, EasySite, FifoJobs, FifoPool, ParallelJobs
+from sim.schedulers import NOT_STARTED, EasySite, FifoJobs, FifoPool, ParallelJobs
 
 # ----------------------------------------------------------------------------- EASY
 

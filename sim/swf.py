@@ -25,6 +25,8 @@ class SwfError(ValueError):
 
 @dataclass
 class SwfTrace:
+    """One site's jobs read from an SWF file, in submit order, and the count dropped by reason."""
+
     name: str  # file name without .swf/.gz
     max_procs: int | None
     max_nodes: int | None
@@ -37,10 +39,12 @@ class SwfTrace:
 
     @property
     def jobs(self) -> int:
+        """How many jobs were kept."""
         return len(self.submit)
 
 
 def trace_name(path: str | Path) -> str:
+    """A trace's name: its file name without .gz and .swf."""
     name = Path(path).name
     for suffix in (".gz", ".swf"):
         name = name.removesuffix(suffix)

@@ -24,9 +24,9 @@ from common.overlay.node import (
     OverlayParams,
     Received,
 )
-from common.overlay.sim import SimNetwork
 from faultD.messages import StateFile
 from faultD.role import PointTo, Role, RoleMachine, RoleOutput, RoleParams, StartManager, StopManager
+from sim.network import SimNetwork
 
 # A pool's machines share a LAN: the overlay can afford short timeouts there.
 POOL_OVERLAY = OverlayParams(
@@ -44,6 +44,7 @@ POOL_OVERLAY = OverlayParams(
 
 
 def collector_of(index: int) -> str:
+    """The collector address of simulated machine `index` (its sim name, HTCondor's port)."""
     return f"n{index}:9618"
 
 
@@ -60,12 +61,16 @@ class Machine:
 
 @dataclass
 class Violation:
+    """A safety invariant found broken at virtual time `at`, said in words."""
+
     at: float
     what: str
 
 
 @dataclass
 class SimReport:
+    """What a FaultSim run found: violations, takeovers, failover times, replica staleness, traffic."""
+
     seed: int
     violations: list[Violation] = field(default_factory=list)
     takeovers: int = 0
@@ -75,6 +80,8 @@ class SimReport:
 
 
 class FaultSim:
+    """One pool's machines, each running faultD's RoleMachine, on the overlay simulator."""
+
     def __init__(
         self,
         size: int,
@@ -125,6 +132,7 @@ class FaultSim:
             self.net.add_node(index, self.ids[index], bootstrap=bootstrap, at=at)
 
     def crash(self, index: int) -> None:
+        """Crash a machine and its HTCondor daemons; a crashed manager starts the failover clock."""
         m = self.machines[index]
         if m.role is not None and m.role.role is Role.MANAGER:
             self.crashed_manager_at = self.net.now
@@ -134,13 +142,16 @@ class FaultSim:
         m.timer_at = None
 
     def restart(self, index: int) -> None:
+        """Boot a crashed machine again, joining through the first other live machine."""
         alive = [n.index for n in self.net.alive() if n.index != index]
         self._boot(index, at=self.net.now, bootstrap=alive[0] if alive else None)
 
     def at(self, t: float, fn: object) -> None:
+        """Run `fn` (a scenario step) at virtual time `t`."""
         self.net.call(t, fn)  # type: ignore[arg-type]
 
     def run_until(self, t_end: float, *, sample_every: float = 0.25) -> None:
+        """Advance virtual time to `t_end`, checking the invariants every `sample_every` seconds."""
         t = self.net.now
         while t < t_end:
             t = min(t_end, t + sample_every)
@@ -232,12 +243,16 @@ class FaultSim:
     # ------------------------------------------------------------------ invariants
 
     def live(self) -> list[int]:
+        """Machines that are up, joined and running faultD."""
         return [n.index for n in self.net.alive() if self.machines[n.index].role is not None]
 
     def managers(self) -> list[int]:
+        """Live machines whose role machine is manager (more than one is split brain)."""
         return [i for i in self.live() if (r := self.machines[i].role) is not None and r.role is Role.MANAGER]
 
     def check(self) -> None:
+        """Record broken invariants: an epoch claimed twice, or a stable manager's replica holder
+        more than one replication interval behind."""
         now = self.net.now
         for epoch, holders in self.epoch_holders.items():
             if len(holders) > 1:
@@ -285,5 +300,6 @@ class FaultSim:
         self.report.violations.append(Violation(at, what))
 
     def finish(self) -> SimReport:
+        """The run's report, with the messages sent counted."""
         self.report.messages = sum(self.net.stats.sent.values())
         return self.report

@@ -21,6 +21,7 @@ Every site's trace starts at time 0 (the paper aligned its traces the same way).
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,16 +29,18 @@ from typing import Any
 
 import numpy as np
 
+from common.overlay.messages import Peer
 from common.overlay.node import Event, OverlayParams, Received
-from common.overlay.sim import SimNetwork
-from common.overlay.topology import Placement, transit_stub
-from poolD.discovery import Discovery, DiscoverySettings
-from poolD.flocking import FlockingManager
+from common.wire import Message
+from poolD.config import DiscoverySection, FlockingSection
+from poolD.core import CoreSettings, PoolCore
 from poolD.messages import Announcement
-from poolD.models import EasySite, ParallelJobs
 from poolD.policy import Policy
-from poolD.swf import SwfTrace, read_swf
-from poolD.willing import WillingList
+from sim.network import SimNetwork
+from sim.poold import SimulatedPoolDs
+from sim.schedulers import EasySite, ParallelJobs
+from sim.swf import SwfTrace, read_swf
+from sim.topology import Placement, transit_stub
 
 POLICIES = ("none", "poold", "pull")
 
@@ -56,6 +59,8 @@ WARMUP = 600.0  # virtual seconds for the overlay to form before the traces star
 
 @dataclass(frozen=True)
 class TracesConfig:
+    """The parameters of `poold simulate traces`: the traces, months kept, seed, poolD's settings."""
+
     traces: list[tuple[Path, int | None]]  # (file, slots or None: from the header)
     months: float | None = 11
     seed: int = 1
@@ -108,11 +113,12 @@ class _Pull:
 
 
 class _Poold:
-    """poolD's discovery and flocking, the daemon's code, on the overlay simulator."""
+    """poolD, the daemon's `PoolCore` per site under `SimulatedPoolDs`, on the overlay simulator:
+    offers and RTT probes travel through `SimNetwork`; authorization is answered within the
+    round; each step hands every site's core its reading and fires its timer."""
 
     def __init__(self, sites: list[EasySite], config: TracesConfig) -> None:
         self.sites = sites
-        self.config = config
         seed = config.seed
         n = len(sites)
         placement = Placement(transit_stub(seed), n, seed)
@@ -120,61 +126,57 @@ class _Poold:
         rng = random.Random(f"poold-ids-{seed}")
         for k in range(n):
             self.net.add_node(k, rng.getrandbits(128), bootstrap=None if k == 0 else 0, at=k * 1.0)
-        self.collector_of = {k: f"{s.name}.sim:9618" for k, s in enumerate(sites)}
-        self.site_of = {c: k for k, c in self.collector_of.items()}
-        self.discovery: list[Discovery] = []
-        self.willing: list[WillingList] = []
-        self.flocking = [FlockingManager(max_pools=config.max_pools) for _ in sites]
+        collectors = [f"{s.name}.sim:9618" for s in sites]
+        self.site_of = {c: k for k, c in enumerate(collectors)}
+        discovery = DiscoverySection(
+            interval=config.announce_interval, ttl=config.ttl, valid_for=config.valid_for
+        )
+        # Not modelled: the blacklist of sites whose offers do not deliver.
+        flocking = FlockingSection(
+            interval=config.flocking_interval, max_pools=config.max_pools, deliver_timeout=math.inf
+        )
+        cores = []
         for k, s in enumerate(sites):
-            willing = WillingList(random.Random(f"willing-{seed}-{k}"))
-            settings = DiscoverySettings(
-                pool=_pool_name(s.name),
-                collector=self.collector_of[k],
-                ttl=config.ttl,
-                valid_for=config.valid_for,
+            settings = CoreSettings(
+                pool=_pool_name(s.name), collector=collectors[k], discovery=discovery, flocking=flocking
             )
-            self.willing.append(willing)
-            self.discovery.append(Discovery(settings, self.net.nodes[k].core, Policy.allow_all(), willing))
+            node = self.net.nodes[k].core
+            cores.append(PoolCore(settings, node, Policy.allow_all(), random.Random(f"willing-{seed}-{k}")))
+        addrs = [SimNetwork.addr(k) for k in range(n)]
+        self.poolds = SimulatedPoolDs(cores, addrs, collectors, self._send, self._measure)
+        self.poolds.start(0.0)
         self.net.run_until(WARMUP)
-        self.last_announce = [-(10**12)] * n
-        self.last_round = [-(10**12)] * n
         self.flocked = 0
+
+    def _send(self, src: int, addr: str, msg: Message, now: float) -> None:
+        self.net.send_direct(src, addr, msg)
+
+    def _measure(self, src: int, peer: Peer, now: float) -> None:
+        self.net.measure(src, peer)
 
     def _on_event(self, src: int, event: Event, now: float) -> None:
         if isinstance(event, Received) and isinstance(event.payload, Announcement):
-            for addr, msg in self.discovery[src].on_announcement(event.payload, now):
-                self.net.send_direct(src, addr, msg)
+            self.poolds.deliver(src, event.payload, now)
 
     def step(self, t: int, active: set[int]) -> None:
-        del active  # announcements and flocking rounds run on their own intervals
+        del active  # readings and rounds are every site's, every step; the core keeps the pace
         now = WARMUP + t
         self.net.run_until(now)
-        cfg = self.config
         for k, site in enumerate(self.sites):
-            if site.free > 0 and t - self.last_announce[k] >= cfg.announce_interval:
-                self.last_announce[k] = t
-                for addr, msg in self.discovery[k].announce(site.load(), now):
-                    self.net.send_direct(k, addr, msg)
-            if t - self.last_round[k] >= cfg.flocking_interval:
-                self.last_round[k] = t
-                fm = self.flocking[k]
-                core = self.net.nodes[k].core
-                entries = self.willing[k].ordered(now, core.rtt.get)
-                decision = fm.decide(site.load(), entries, now)
-                if decision.flock_to is not None and fm.changes(decision.flock_to):
-                    fm.active = decision.flock_to
+            self.poolds.read(k, site.load(), now)
+            self.poolds.fire(k, now)
         self._flock(t)
 
     def _flock(self, t: int) -> None:
         """The schedds of sites with FLOCK_TO offer their waiting jobs to those sites, in order."""
         nodes = self.sites[0].jobs.nodes
         for k, site in enumerate(self.sites):
-            active = self.flocking[k].active
+            active = self.poolds.targets[k]
             if not active or not site.queue:
                 continue
             moved = False
-            for collector in active:
-                target = self.sites[self.site_of[collector]]
+            for q in active:
+                target = self.sites[q]
                 if target.free == 0:
                     continue
                 for job in list(site.queue):
@@ -271,6 +273,7 @@ def metrics(traces: list[SwfTrace], jobs: ParallelJobs) -> dict[str, Any]:
 
 
 def run(config: TracesConfig) -> dict[str, Any]:
+    """Run every exchange policy on the traces; the result `poold simulate traces` prints as JSON."""
     traces = [read_swf(path, slots=slots, months=config.months) for path, slots in config.traces]
     results = {policy: metrics(traces, simulate(traces, policy, config)) for policy in POLICIES}
     sites = []
@@ -311,7 +314,7 @@ def cli_main(trace_args: list[str], months: float, seed: int) -> int:
     import structlog
 
     from common.config import ConfigError
-    from poolD.swf import SwfError
+    from sim.swf import SwfError
 
     config = TracesConfig(traces=[parse_trace_arg(t) for t in trace_args], months=months or None, seed=seed)
     # Discovery logs every decision at debug level: millions of lines here. Warnings only, on

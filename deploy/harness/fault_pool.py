@@ -17,16 +17,16 @@ from typing import Any, TypeVar
 
 from common.condor import DaemonKind, DaemonRef
 from common.overlay.auth import generate_key_file
-from common.sandbox import (
+from common.service import query_control
+from deploy.harness.sandbox import (
     Sandbox,
     SandboxPool,
     netns_pids,
     poll_until,
     sandbox_cli,
     start_in_netns,
-    stop_process,
+    stop_processes,
 )
-from common.service import query_control
 
 PORT = 7641
 T = TypeVar("T")
@@ -117,14 +117,20 @@ log_level = "info"
         self.procs[j] = start_in_netns(netns, "faultD", self.config_file(j), self.log_file(j))
 
     def start_all(self) -> None:
-        for j in range(self.nhosts):
+        self.start(0)
+        # Host 0 founds the ring before the others ask to join it: its control socket answers
+        # once its overlay listens.
+        self.wait("host 0's faultd founded the ring", lambda: self.status(0)["overlay"])
+        for j in range(1, self.nhosts):
             self.start(j)
-            time.sleep(0.2)  # host 0 founds the ring before the others ask to join it
         self.wait("host 0 manages and every host follows it", lambda: self.follow_count(0) == self.nhosts)
 
     def stop_all(self) -> None:
-        for j in list(self.procs):
-            stop_process(self.procs.pop(j), timeout=15)
+        """SIGTERM every faultd still running; one whose stop hangs or fails is reported
+        (GracefulStopFailed, with the faultds' log files named) once all were stopped."""
+        procs = {f"faultd of host {j} (log {self.log_file(j)})": p for j, p in self.procs.items()}
+        self.procs.clear()
+        stop_processes(procs, timeout=30)
 
     def kill_host(self, j: int) -> float:
         """kill -9 of everything on a host (its HTCondor daemons, its faultd); returns the time."""

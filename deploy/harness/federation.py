@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from common.overlay.auth import generate_key_file
-from common.sandbox import Sandbox, SandboxPool, poll_until, start_in_netns, stop_process
 from common.service import query_control
+from deploy.harness.sandbox import (
+    Sandbox,
+    SandboxPool,
+    poll_until,
+    start_in_netns,
+    stop_process,
+    stop_processes,
+)
 
 T = TypeVar("T")
 
@@ -99,11 +106,18 @@ control_socket = "{self.socket(name)}"
         self.wait("every poold joined", lambda: all(self.status(n)["joined"] for n in self.names))
 
     def stop(self, name: str) -> None:
-        stop_process(self.procs.pop(name), timeout=30)
+        """SIGTERM one poold and wait for it: it withdraws the FLOCK_TO it set on the way out. A stop
+        that hangs (killed after 30 s) or exits with an error raises GracefulStopFailed."""
+        stop_process(self.procs.pop(name), timeout=30, name=self._describe(name))
 
     def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
+        """Stop every poold still running; failures are reported once all were stopped."""
+        procs = {self._describe(name): proc for name, proc in self.procs.items()}
+        self.procs.clear()
+        stop_processes(procs, timeout=30)
+
+    def _describe(self, name: str) -> str:
+        return f"poold of {name} (log {self.log_file(name)})"
 
     def status(self, name: str) -> dict[str, Any]:
         return query_control(self.socket(name), {"cmd": "status"})
@@ -114,7 +128,7 @@ control_socket = "{self.socket(name)}"
         return poll_until(what, predicate, timeout=timeout, logs=logs)
 
     def flock_to(self, name: str) -> str:
-        """FLOCK_TO as the pool's schedd sees it, read with condor_config_val ('' if none)."""
-        res = self.pools[name].exec("condor_config_val", "-schedd", "FLOCK_TO", check=False)
-        value = res.stdout.strip()
-        return "" if res.returncode != 0 or value.startswith("Not defined") else value
+        """FLOCK_TO as the pool's schedd sees it, read with condor_config_val ('' if none). A
+        query that fails raises SandboxError: it must not read as 'no FLOCK_TO'."""
+        value = self.pools[name].exec("condor_config_val", "-schedd", "FLOCK_TO").stdout.strip()
+        return "" if value.startswith("Not defined") else value

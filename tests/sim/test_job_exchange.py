@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from poolD.cli import main
-from poolD.swf import MONTH_SECONDS, read_swf, trace_name
+from sim.swf import MONTH_SECONDS, read_swf, trace_name
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 

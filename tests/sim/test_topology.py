@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from common.overlay.topology import LatencyMatrix, Placement, TopologyError, load_matrix, transit_stub
+from sim.topology import LatencyMatrix, Placement, TopologyError, load_matrix, transit_stub
 
 STUB_DOMAIN = 10  # routers per stub domain (default)
 TRANSIT_DOMAIN = 10 * 2 * 10  # stub routers per transit domain (default)
@@ -111,7 +111,7 @@ def test_latency_matrix_copies_and_freezes_input() -> None:
     m = LatencyMatrix(source, name="two")
     source[0, 1] = 5.0
     assert m.latency(0, 1) == 1.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="read-only"):
         m.matrix[0, 1] = 3.0
 
 
@@ -234,7 +234,7 @@ def test_placement_diameter_bounds_every_pair() -> None:
 
 def test_placement_rejects_bad_arguments() -> None:
     topo = small_matrix(5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n_nodes must be >= 1, got 0"):
         Placement(topo, 0, seed=1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"access_delay must be \(low, high\) with 0 <= low <= high"):
         Placement(topo, 3, seed=1, access_delay=(0.002, 0.001))

@@ -83,6 +83,7 @@ class FifoJobs:
         self.ran_on: list[int] = []
 
     def add(self, submit: int, length: int, origin: int) -> int:
+        """Add one job, not started yet; returns its id."""
         self.submit.append(submit)
         self.length.append(length)
         self.origin.append(origin)
@@ -124,20 +125,25 @@ class FifoPool:
 
     @property
     def busy(self) -> int:
+        """Slots running a job, ours or flocked in."""
         return len(self._ends)
 
     @property
     def free_slots(self) -> int:
+        """Slots running no job."""
         return self.slots - len(self._ends)
 
     @property
     def queue_length(self) -> int:
+        """Jobs waiting in our queue."""
         return len(self.queue)
 
     def next_end(self) -> int | None:
+        """The earliest end of a running job (the caller's next event here), or None."""
         return self._ends[0] if self._ends else None
 
     def release(self, now: int) -> int:
+        """Free the slots of jobs ending at or before `now`; returns how many."""
         ends, freed = self._ends, 0
         while ends and ends[0] <= now:
             heapq.heappop(ends)
@@ -145,6 +151,7 @@ class FifoPool:
         return freed
 
     def submit(self, job: int) -> None:
+        """Queue a job at the tail; run_local or flock starts it."""
         self.queue.append(job)
 
     def _run(self, job: int, now: int) -> None:
@@ -154,6 +161,7 @@ class FifoPool:
         heapq.heappush(self._ends, now + jobs.length[job])
 
     def run_local(self, now: int) -> int:
+        """Start queued jobs on free local slots, in queue order; returns how many."""
         queue, started = self.queue, 0
         free = self.slots - len(self._ends)
         while queue and started < free:
@@ -184,6 +192,7 @@ class FifoPool:
         return sent
 
     def load(self) -> PoolLoad:
+        """The pool as the gateway would report it, for poolD's core."""
         return _load(self.slots, self.free_slots, len(self.queue), len(self._ends), self.name)
 
 
@@ -205,6 +214,7 @@ class ParallelJobs:
         self.ran_on: list[int] = []
 
     def add(self, submit: int, nodes: int, runtime: int, estimate: int, origin: int) -> int:
+        """Add one job, its runtime cut at its estimate; returns its id."""
         if nodes < 1 or estimate < 0 or runtime < 0:
             raise ValueError(f"bad job: nodes {nodes}, runtime {runtime}, estimate {estimate}")
         self.submit.append(submit)
@@ -244,6 +254,7 @@ class EasySite:
 
     @property
     def running(self) -> int:
+        """Jobs running here, ours or foreign."""
         return len(self._running)
 
     @property
@@ -252,14 +263,17 @@ class EasySite:
         return bool(self.queue)
 
     def next_end(self) -> int | None:
+        """The earliest actual end of a running job, or None."""
         return self._ends[0][0] if self._ends else None
 
     def load(self) -> PoolLoad:
+        """The site as the gateway would report it (nodes as slots), for poolD's core."""
         return _load(self.nodes, self.free, len(self.queue), len(self._running), self.name)
 
     # -------------------------------------------------------------- events
 
     def release(self, now: int) -> int:
+        """Free the nodes of jobs ending at or before `now`; returns how many ended."""
         ends, done = self._ends, 0
         nodes = self.jobs.nodes
         while ends and ends[0][0] <= now:

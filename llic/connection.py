@@ -1,0 +1,389 @@
+"""The master's side of its agents' connections (protocol.py over trio streams).
+
+`Connections` accepts each agent, runs protocol.py's handshake with the run's secret (a wrong
+master, an unknown agent name, a wrong MAC, a second connection of the same agent: refused and
+counted), tells the core (`AgentConnected`) and then serves the connection with a sending and a
+receiving task, so that a large result never blocks a task on its way (and the reverse). What
+the core decides for an agent (welcome, tasks, no_more_tasks, bulk_go, close, refuse) arrives
+through `deliver`, `close` and `refuse` and goes out in order. In TRANSFER modes a task's private
+inputs travel with it as blobs, written no faster than the rate admission reserved for them;
+returned files are placed with `files.place_outputs` when `wants_result` says the result counts.
+What arrives becomes events for the core (`ResultReceived`, `BulkReady`, `TransferDone`,
+`ConnectionBroken`) through `feed`.
+
+Malformed input from the network (garbage, unknown or oversized frames, a wrong secret, a
+handshake that stalls) is dropped with its connection and counted in `counters`; it never stops
+the master.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+import trio
+
+from llic import protocol
+from llic.chef import parse_agent_name
+from llic.events import (
+    Action,
+    AgentConnected,
+    BulkReady,
+    ConnectionBroken,
+    GrantBulk,
+    MasterEvent,
+    ResultReceived,
+    SendNoMoreTasks,
+    SendTasks,
+    TransferDone,
+    WelcomeAgent,
+)
+from llic.files import OutputPlacementError, place_outputs
+from llic.netadmit import IN, OUT
+from llic.plan import Plan, input_blobs
+from llic.state import StateFileError
+from llic.task import STATUS_PREPARE_FAILED, TaskResult
+from llic.taskbook import Assignment
+
+HANDSHAKE_TIMEOUT = 30.0  # an authenticated agent answers in milliseconds
+CLOSE_TIMEOUT = 10.0  # a closing connection gets this long to deliver what is queued for it
+RECV_SIZE = 1 << 18
+
+
+@dataclass
+class AgentConnection:
+    """One authenticated agent's connection: what the core says goes into `outbox`, in order."""
+
+    agent: str
+    chef: int
+    peer: str
+    stream: trio.SocketStream
+    send: trio.MemorySendChannel[Action | None] = field(init=False)
+    outbox: trio.MemoryReceiveChannel[Action | None] = field(init=False)
+    refusal: str | None = None
+    closing: str | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    recv_started: float | None = None  # when the first bytes of the message being received came
+
+    def __post_init__(self) -> None:
+        self.send, self.outbox = trio.open_memory_channel(math.inf)
+
+    def close(self, reason: str) -> None:
+        """Deliver what is queued, then close (within CLOSE_TIMEOUT)."""
+        if self.closing is None:
+            self.closing = reason
+            self.send.send_nowait(None)
+            self.scope.deadline = min(self.scope.deadline, trio.current_time() + CLOSE_TIMEOUT)
+
+
+class _Closed(Exception):
+    """The peer closed the connection between messages."""
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "?"
+
+
+class Connections:
+    """Every agent connection of one run of a master, by agent name."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        secret: bytes,
+        feed: Callable[[MasterEvent], None],
+        wants_result: Callable[[str, int, int], bool],
+        counters: Counter[str],
+        *,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        log: Any = None,
+    ) -> None:
+        self.plan = plan
+        self.secret = secret
+        self.feed = feed  # an event for the core (and the driver carries out its output)
+        self.wants_result = wants_result  # the core's answer: would this result be recorded?
+        self.counters = counters
+        self.handshake_timeout = handshake_timeout
+        self.log = log if log is not None else structlog.get_logger("llic.master")
+        self.conns: dict[str, AgentConnection] = {}
+
+    def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk) -> None:
+        """Queue what the core says to its agent (dropped when it is not connected or closing)."""
+        conn = self.conns.get(action.agent)
+        if conn is not None and conn.closing is None:
+            conn.send.send_nowait(action)
+
+    def close(self, agent: str, reason: str) -> None:
+        """Deliver what is queued for `agent`, then close its connection."""
+        conn = self.conns.get(agent)
+        if conn is not None:
+            conn.close(reason)
+
+    def close_all(self, reason: str) -> None:
+        """The master ends: every connection delivers what is queued and closes."""
+        for conn in list(self.conns.values()):
+            conn.close(reason)
+
+    def refuse(self, agent: str, reason: str) -> None:
+        """The core refused the agent that is being welcomed: its handshake ends in `refused`."""
+        conn = self.conns.get(agent)
+        if conn is not None and conn.refusal is None:
+            conn.refusal = reason
+
+    async def serve(self, listeners: list[trio.SocketListener], nursery: trio.Nursery) -> None:
+        """Accept agents' connections on `listeners` forever, each served in `nursery`."""
+        await trio.serve_listeners(self._serve_agent, listeners, handler_nursery=nursery)
+
+    async def _serve_agent(self, stream: trio.SocketStream) -> None:
+        peer = _peer(stream)
+        self.counters["connections"] += 1
+        conn: AgentConnection | None = None
+        try:
+            decoder = protocol.Decoder({protocol.HELLO})
+            try:
+                with trio.fail_after(self.handshake_timeout):
+                    conn = await self._handshake(stream, decoder, peer)
+            except trio.TooSlowError:
+                self.counters["handshake_timeouts"] += 1
+                self.log.warning("handshake timed out", peer=peer)
+                return
+            if conn is None:
+                return
+            await self._serve_connection(conn, decoder)
+        except protocol.ProtocolError as e:
+            self.counters["malformed"] += 1
+            self.log.warning(
+                "malformed message: connection dropped",
+                peer=peer,
+                agent=conn.agent if conn else None,
+                error=str(e),
+            )
+            if conn is not None:
+                self.feed(ConnectionBroken(conn.agent, f"protocol error: {e}"))
+        except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
+            if conn is not None and conn.closing is None:
+                reason = "agent closed the connection" if isinstance(e, _Closed) else f"connection lost: {e}"
+                self.feed(ConnectionBroken(conn.agent, reason))
+        except StateFileError:
+            raise
+        except Exception as e:  # a bug met on one connection must not stop the master
+            self.counters["connection_errors"] += 1
+            self.log.exception("connection failed", peer=peer, agent=conn.agent if conn else None)
+            if conn is not None and conn.closing is None:
+                self.feed(ConnectionBroken(conn.agent, f"master error: {type(e).__name__}: {e}"))
+        finally:
+            if conn is not None and self.conns.get(conn.agent) is conn:
+                del self.conns[conn.agent]
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _read(self, stream: trio.SocketStream, decoder: protocol.Decoder) -> protocol.Message:
+        while True:
+            msg = decoder.next()
+            if msg is not None:
+                return msg
+            data = await stream.receive_some(RECV_SIZE)
+            if not data:
+                decoder.eof()
+                raise _Closed
+            decoder.feed(data)
+
+    async def _send(
+        self, stream: trio.SocketStream, msg: dict[str, Any], blobs: list[bytes] | None = None
+    ) -> None:
+        for frame in protocol.encode_frames(msg, blobs):
+            await stream.send_all(frame)
+
+    async def _refuse(self, stream: trio.SocketStream, reason: str, counter: str, peer: str) -> None:
+        self.counters[counter] += 1
+        self.log.warning("agent refused", peer=peer, reason=reason)
+        with trio.move_on_after(5):
+            await self._send(stream, {"t": protocol.REFUSED, "reason": reason})
+
+    async def _handshake(
+        self, stream: trio.SocketStream, decoder: protocol.Decoder, peer: str
+    ) -> AgentConnection | None:
+        """protocol.py's handshake; an AgentConnection registered with the core, or None after
+        a refusal."""
+        hello = await self._read(stream, decoder)
+        agent = hello.body["agent"]
+        if hello.body["master"] != self.plan.info.master_id:
+            await self._refuse(
+                stream, f"this is master {self.plan.info.master_id}", "refused_wrong_master", peer
+            )
+            return None
+        parsed = parse_agent_name(agent)
+        if parsed is None:
+            await self._refuse(stream, f"{agent!r} is not an agent name", "refused_unknown_agent", peer)
+            return None
+        nonce_m = protocol.make_nonce()
+        mac_m = protocol.master_mac(self.secret, hello.body["nonce_a"], agent)
+        await self._send(stream, {"t": protocol.CHALLENGE, "nonce_m": nonce_m, "mac_m": mac_m})
+        decoder.allowed = frozenset({protocol.AUTH})
+        auth = await self._read(stream, decoder)
+        if not protocol.check_agent_mac(self.secret, nonce_m, agent, auth.body["mac_a"]):
+            await self._refuse(stream, "authentication failed", "auth_failures", peer)
+            return None
+        decoder.allowed = frozenset({protocol.RESULT, protocol.BULK_READY})
+        if agent in self.conns:
+            await self._refuse(stream, "already connected", "refused_duplicate", peer)
+            return None
+        conn = AgentConnection(agent, parsed[1], peer, stream)
+        self.conns[agent] = conn
+        self.feed(AgentConnected(agent, peer.rsplit(":", 1)[0].strip("[]")))
+        if conn.refusal is not None:
+            del self.conns[agent]
+            await self._refuse(stream, conn.refusal, "refused_by_chef", peer)
+            return None
+        self.log.info("agent connected", agent=agent, peer=peer)
+        return conn
+
+    async def _serve_connection(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
+        failure: list[BaseException] = []
+
+        async def guarded(part: Any, *args: Any) -> None:
+            # The first failure of either half ends both; it is re-raised below as itself, not
+            # wrapped in the nursery's ExceptionGroup, so _serve_agent can tell what happened.
+            try:
+                await part(conn, *args)
+            except Exception as e:
+                failure.append(e)
+            nursery.cancel_scope.cancel()
+
+        with conn.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(guarded, self._sender)
+                nursery.start_soon(guarded, self._receiver, decoder)
+        if failure:
+            raise failure[0]
+
+    async def _sender(self, conn: AgentConnection) -> None:
+        async for action in conn.outbox:
+            match action:
+                case None:
+                    await conn.stream.send_eof()
+                    return
+                case WelcomeAgent(window=window, bulk_threshold=threshold):
+                    welcome: dict[str, Any] = {"t": protocol.WELCOME, "window": window}
+                    if threshold > 0:
+                        welcome["bulk_threshold"] = threshold  # agents ask before large returns
+                    await self._send(conn.stream, welcome)
+                case SendTasks(tasks=tasks):
+                    for assignment in tasks:
+                        await self._send_task(conn, assignment, action.rate_of(assignment.process))
+                case SendNoMoreTasks():
+                    await self._send(conn.stream, {"t": protocol.NO_MORE_TASKS})
+                case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
+                    go: dict[str, Any] = {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
+                    if rate_bps > 0:
+                        go["rate_bps"] = max(1, math.floor(rate_bps))  # the agent paces at this
+                    await self._send(conn.stream, go)
+
+    async def _send_task(self, conn: AgentConnection, assignment: Assignment, pace: float | None) -> None:
+        spec = self.plan.specs[assignment.process]
+        task = spec.with_attempt(assignment.attempt)
+        entries: list[dict[str, Any]] = []
+        blobs: list[bytes] = []
+        if self.plan.transfer:
+            private = self.plan.private_inputs(spec)
+            if private:
+                entries, blobs, notes = await trio.to_thread.run_sync(input_blobs, spec.initialdir, private)
+                for note in notes:
+                    self.log.warning("task input not readable", process=spec.process, note=note)
+        msg: dict[str, Any] = {"t": protocol.TASK, "task": task}
+        if entries:
+            msg["files"] = entries
+        try:
+            frames = protocol.encode_frames(msg, blobs)
+        except protocol.ProtocolError as e:
+            # Too large to send (message or blob limit): the task fails as if it could not be
+            # prepared, so it is retried and, past MAX_TASK_ATTEMPTS, failed for good.
+            self.counters["unsendable_tasks"] += 1
+            self.log.warning("task cannot be sent", process=spec.process, error=str(e))
+            why = f"master cannot send the task: {e}"
+            failed = TaskResult(assignment.process, assignment.attempt, STATUS_PREPARE_FAILED, error=why)
+            self.feed(ResultReceived(conn.agent, failed))
+            return
+        start = time.time()
+        written = [False]
+        try:
+            if pace is None:
+                for frame in frames:
+                    await conn.stream.send_all(frame)
+                written[0] = True
+            else:
+                await self._send_paced(conn.stream, frames, pace, start, written)
+        finally:
+            # only a transfer that was written whole counts (a broken one ends with its agent)
+            if entries and written[0]:
+                nbytes = sum(e["size"] for e in entries)
+                self.feed(TransferDone(conn.agent, assignment.process, IN, nbytes, start, time.time()))
+
+    async def _send_paced(
+        self, stream: trio.SocketStream, frames: list[bytes], pace: float, start: float, written: list[bool]
+    ) -> None:
+        """Write at most `pace` bits per second (the rate admission reserved for this transfer),
+        so that a subnet's measured rate stays under its limit. Each chunk waits until the rate
+        allows it, never after: no byte is ahead of the pace at any moment, and the last one
+        leaves when the reservation's time is up. (Pausing after a chunk instead let the agent
+        have a whole small input, run it and answer while the master still sat in its pause, so
+        the result, not the transfer's end, freed the reservation, always for that agent.)"""
+        total = sum(len(frame) for frame in frames)
+        sent = 0
+        for chunk, due in protocol.paced_chunks(frames, pace):
+            wait = due - (time.time() - start)
+            if wait > 0:
+                await trio.sleep(wait)
+            await stream.send_all(chunk)
+            sent += len(chunk)
+            written[0] = sent == total
+
+    async def _receiver(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
+        while True:
+            msg = decoder.next()
+            if msg is None:
+                data = await conn.stream.receive_some(RECV_SIZE)
+                if not data:
+                    decoder.eof()
+                    raise _Closed
+                if decoder.idle:
+                    conn.recv_started = time.time()
+                decoder.feed(data)
+                continue
+            started = conn.recv_started if conn.recv_started is not None else time.time()
+            conn.recv_started = None if decoder.idle else time.time()
+            if msg.type == protocol.BULK_READY:
+                self.counters["bulk_requests"] += 1
+                body = msg.body
+                self.feed(BulkReady(conn.agent, body["process"], body["attempt"], body["size"]))
+                continue
+            await self._on_result(conn, msg, started)
+
+    async def _on_result(self, conn: AgentConnection, msg: protocol.Message, started: float) -> None:
+        result = msg.result()
+        if msg.files:
+            nbytes = sum(e["size"] for e in msg.files)
+            self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, time.time()))
+        self.counters["results"] += 1
+        current = self.wants_result(conn.agent, result.process, result.attempt)
+        error = result.error
+        if current and msg.files:
+            spec = self.plan.specs[result.process]
+            style = str(self.plan.config.files_style_mode)
+            try:
+                await trio.to_thread.run_sync(place_outputs, spec, msg.file_pairs(), style)
+            except (OutputPlacementError, OSError, ValueError) as e:
+                self.counters["placement_errors"] += 1
+                self.log.warning("output files not placed", process=result.process, error=str(e))
+                error = f"{error + '; ' if error else ''}output files not placed: {e}"
+        self.feed(ResultReceived(conn.agent, dataclasses.replace(result, error=error)))

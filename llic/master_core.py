@@ -1,0 +1,476 @@
+"""The master's decisions (seed §3.7, §3.10), as a pure state machine: `MasterCore`.
+
+It owns the chefs (llic/chef.py), the `TaskBook` and the network admission (llic/netadmit.py)
+and makes §3.7's main-loop decisions: how many agents, which chef gets which event, relaunching
+when tasks are left and no chef can take them, giving up, the final removal of every agent job
+ever submitted, and when to save the state file, ask for a negotiation cycle or read the schedd
+queue. The trio driver (llic/master.py) is a thin loop around it: it feeds events
+(llic/events.py) with the current time to `handle`, calls `on_timer` when the last output's
+`wakeup` comes, and carries out the returned actions in order. Nothing here reads a clock,
+sleeps, touches a socket or calls HTCondor, so every interleaving can be tested directly.
+
+Saving, for the guarantees to hold across master crashes: the core puts `SaveState` first in
+an output when the save must come before acting (after `start`, so that a run number is never
+used twice; as soon as an agent's job id is learned, so that no agent job is forgotten), and
+otherwise asks for its timer so that changes wait at most STATE_SAVE_INTERVAL. An agent job
+whose submission was under way when the master died is unknown to the saved state: the driver
+submits agents with an attribute naming the master and also removes by it, to catch those.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from enum import StrEnum
+
+from llic.chef import (
+    AgentVanished,
+    Chef,
+    ChefEvent,
+    ChefRecord,
+    ChefState,
+    Launch,
+    Terminate,
+    parse_agent_name,
+)
+from llic.config import LlicConfig
+from llic.events import (
+    AgentConnected,
+    AgentSubmitted,
+    BulkReady,
+    ConnectionBroken,
+    GrantBulk,
+    MasterEvent,
+    Output,
+    PollQueue,
+    QueuePollFailed,
+    QueueSnapshot,
+    RefuseAgent,
+    RemoveAgents,
+    Reschedule,
+    ResultReceived,
+    SaveState,
+    TransferDone,
+)
+from llic.netadmit import IN, NetAdmit, Transfer
+from llic.taskbook import TaskBook, TaskCounts, TaskState
+
+RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
+
+
+class MasterStatus(StrEnum):
+    """How far the master has got, as its state file and master_q say it."""
+
+    RUNNING = "running"
+    DONE = "done"  # every task done or failed for good
+    GAVE_UP = "gave_up"  # tasks left, every chef unrecoverable
+    STOPPED = "stopped"  # finish() before either (the master was told to stop)
+
+
+class MasterCore:
+    """The master's decisions (§3.7). Entry points, each returning an `Output`: `start` (once per
+    run), `handle` (an event), `on_timer` (the wakeup came), `finish` (the end). The driver
+    reads it only through its properties and query methods; it never sets its fields."""
+
+    def __init__(
+        self,
+        book: TaskBook,
+        config: LlicConfig,
+        chefs: Iterable[ChefRecord] = (),
+        started: float | None = None,
+        run: int = 0,
+        net: NetAdmit | None = None,
+    ) -> None:
+        self.book = book
+        self.config = config
+        self._run = run  # starts so far; start() counts one more
+        self._net = net if net is not None else NetAdmit()  # accounting always; limits if configured
+        self.chefs = [Chef(rec, config, run, self._net) for rec in chefs]
+        self._accepting = _Accepting(self.chefs)
+        if [c.index for c in self.chefs] != list(range(len(self.chefs))):
+            raise ValueError("chef records must be numbered 0, 1, ... in order")
+        self._started = started
+        self._stopped = False
+        self._dirty = True  # something changed since the last SaveState
+        self._last_save = -math.inf
+        self._next_reschedule: float | None = None  # set by start()
+        self._next_poll: float | None = None  # None while a PollQueue is unanswered
+        self._poll_known: frozenset[str] | None = None  # agent jobs known when PollQueue went out
+
+    @classmethod
+    def new(cls, processes: Iterable[int], config: LlicConfig, net: NetAdmit | None = None) -> MasterCore:
+        """A core for a master that has not started yet: every task queued, no chef."""
+        return cls(TaskBook(processes, config.max_task_attempts), config, net=net)
+
+    # ------------------------------------------------------------------ status
+
+    @property
+    def run(self) -> int:
+        """How many times this master has started (part of its agents' names)."""
+        return self._run
+
+    @property
+    def started(self) -> float | None:
+        """When the master first started (None: not yet)."""
+        return self._started
+
+    @property
+    def stopped(self) -> bool:
+        """`finish` was called: actions still under way for the driver are moot."""
+        return self._stopped
+
+    @property
+    def finished(self) -> bool:
+        """Every task is done or failed for good."""
+        return self.book.finished
+
+    @property
+    def gave_up(self) -> bool:
+        """Tasks left and every chef unrecoverable (§3.7): nothing can run them."""
+        return (
+            not self.book.finished
+            and bool(self.chefs)
+            and all(c.state is ChefState.UNRECOVERABLE for c in self.chefs)
+        )
+
+    @property
+    def over(self) -> bool:
+        """The driver's loop ends: call finish()."""
+        return self.finished or self.gave_up or self._stopped
+
+    @property
+    def status(self) -> MasterStatus:
+        """RUNNING, or how it ended."""
+        if self.finished:
+            return MasterStatus.DONE
+        if self.gave_up:
+            return MasterStatus.GAVE_UP
+        return MasterStatus.STOPPED if self._stopped else MasterStatus.RUNNING
+
+    def counts(self) -> TaskCounts:
+        """How many tasks are in each state."""
+        return self.book.counts()
+
+    def unfinished(self) -> list[int]:
+        """Processes neither done nor failed for good (for the give-up report)."""
+        return [r.process for r in self.book.records() if r.state in (TaskState.QUEUED, TaskState.RUNNING)]
+
+    def agent_job_ids(self) -> list[str]:
+        """Every agent job any chef ever submitted, in submission order per chef."""
+        return [job for chef in self.chefs for job in chef.rec.job_ids]
+
+    def exiting_agent_jobs(self) -> list[str]:
+        """The jobs of agents that finished their tasks: they exit by themselves."""
+        return [c.rec.job_id for c in self.chefs if c.state is ChefState.TERMINATED and c.rec.job_id]
+
+    def agents_by_state(self) -> dict[str, int]:
+        """How many chefs are in each ChefState."""
+        counts = dict.fromkeys((s.value for s in ChefState), 0)
+        for chef in self.chefs:
+            counts[chef.state.value] += 1
+        return counts
+
+    def chef_records(self) -> list[ChefRecord]:
+        """The chefs' persistent facts (what the state file keeps)."""
+        return [c.rec for c in self.chefs]
+
+    def net_figures(self, now: float) -> dict[str, object]:
+        """The network accounting as the state file's `extra.net` and master_q show it."""
+        return self._net.snapshot(now)
+
+    def wants_result(self, agent: str, process: int, attempt: int) -> bool:
+        """Would `agent`'s result for (process, attempt) be recorded now? The driver asks before
+        placing the files a result returns: those of a stale or duplicate result must not
+        overwrite the ones already placed."""
+        chef, current = self._chef_of(agent)
+        return (
+            chef is not None
+            and current
+            and chef.state is ChefState.RUNNING
+            and self.book.check(chef.index, process, attempt) is None
+        )
+
+    # ------------------------------------------------------------------ entry points
+
+    def start(self, matching_slots: int, now: float, input_sizes: Mapping[int, int] | None = None) -> Output:
+        """Begin, or go on after a restart. Fresh: min(matching slots, MAX_CHEFS_NUMBER, tasks)
+        chefs (at least one while tasks are queued: a busy pool frees a slot eventually), all
+        launched. After a restart: every agent job of the previous run is removed (its
+        connection died with the old master) and the chefs that were active are launched again,
+        without counting a recovery. `input_sizes`: bytes of each task's private inputs (what
+        admission must fit on an agent's subnet), as the driver measured them."""
+        out = Output()
+        if input_sizes is not None:
+            self._net.sizes = dict(input_sizes)
+        if self._started is None:
+            self._started = now
+        self._dirty = True
+        self._run += 1
+        self._next_reschedule = now + self.config.reschedule_interval
+        self._next_poll = now + self.config.queue_poll_interval
+        for chef in self.chefs:
+            chef.run = self._run
+        if not self.chefs:
+            wanted = min(max(matching_slots, 1), self.config.max_chefs_number, self.book.queued)
+            self.chefs[:] = [Chef(ChefRecord(i), self.config, self._run, self._net) for i in range(wanted)]
+            out.notes.append(
+                f"{len(self.book)} tasks, {self.book.queued} to run, {matching_slots} matching slots:"
+                f" {wanted} agents"
+            )
+            for chef in self.chefs:
+                out.extend(self._to_chef(chef, Launch("start"), now))
+        else:
+            old = self.agent_job_ids()
+            if old:
+                out.actions.append(RemoveAgents(tuple(old), "left by the previous run of this master"))
+            again = 0
+            for chef in self.chefs:
+                if chef.state in (ChefState.LAUNCHED, ChefState.RUNNING, ChefState.CREATED):
+                    chef.rec.state = ChefState.CREATED
+                    chef.rec.job_id = None
+                    if again < self.book.queued:
+                        again += 1
+                        out.extend(self._to_chef(chef, Launch("master restarted"), now))
+            out.notes.append(f"resumed: {self.book.counts()}, {again} agents launched again")
+        out.extend(self._balance(now))
+        return self._done(out, now, save_first=True)
+
+    def handle(self, event: MasterEvent, now: float) -> Output:
+        """One event, at `now` (the master's clock)."""
+        if isinstance(event, TransferDone):
+            return self._done(self._transfer_done(event, now), now)
+        if isinstance(event, BulkReady):
+            out = Output()
+            if self._current(event.agent):  # else a superseded agent: its connection is being closed
+                self._net.bulk_ready(event.agent, event.process, event.attempt, event.nbytes, now)
+                self._dirty = True
+                self._grants(out, now)
+            return self._done(out, now)
+        if isinstance(event, QueueSnapshot | QueuePollFailed):
+            return self._done(self._queue_read(event, now), now)
+        self._dirty = True
+        out = Output()
+        chef, current = self._chef_of(event.agent)
+        if chef is None or not current:
+            out = self._stale(chef, event)
+        else:
+            match event:
+                case AgentConnected(address=address) if address:
+                    self._net.connect(event.agent, address)
+                case ConnectionBroken():
+                    self._net.forget(event.agent, now)
+                case ResultReceived(process=process):
+                    self._net.release(process)  # its inputs arrived, or it never started
+                    self._net.bulk_done(event.agent, process, now)
+            out.extend(self._to_chef(chef, event, now))
+            out.extend(self._balance(now))
+        if isinstance(event, AgentSubmitted):
+            self._submitted(out, now)
+        # a job id must be in the state file before anything else happens (no agent job forgotten)
+        return self._done(out, now, save_first=isinstance(event, AgentSubmitted))
+
+    def on_timer(self, now: float) -> Output:
+        """The wakeup came: a save that is due, a negotiation cycle while agents wait for slots,
+        a read of the schedd queue."""
+        out = Output()
+        if not self.over:
+            if self._next_reschedule is not None and now >= self._next_reschedule:
+                if self._waiting_for_slots():
+                    out.actions.append(Reschedule())
+                self._next_reschedule = now + self.config.reschedule_interval
+            if self._next_poll is not None and now >= self._next_poll:
+                out.actions.append(PollQueue())
+                self._poll_known = frozenset(self.agent_job_ids())
+                self._next_poll = None
+        save = self._dirty and (
+            now >= self._last_save + self.config.state_save_interval or now < self._last_save
+        )
+        return self._done(out, now, save_first=save)
+
+    def finish(self, now: float, reason: str = "all tasks done") -> Output:
+        """The end (all done, gave up, or told to stop): close every connection, put unfinished
+        tasks back in the queue (a restarted master runs them), remove every agent job ever
+        submitted, and save, last. Events after this only get refusals and removals."""
+        out = Output()
+        self._stopped = True
+        self._dirty = True
+        for chef in self.chefs:
+            out.extend(chef.handle(Terminate(reason), now, self.book, ()))
+        jobs = self.agent_job_ids()
+        if jobs:
+            out.actions.append(RemoveAgents(tuple(jobs), f"final cleanup: {reason}"))
+        out.notes.append(f"finished ({self.status}): {self.book.counts()}; removing {len(jobs)} agent jobs")
+        out.actions.append(SaveState())
+        self._saved(now)
+        out.wakeup = self._wakeup()
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _done(self, out: Output, now: float, *, save_first: bool = False) -> Output:
+        """Seal an entry point's output: a save first when it must precede acting, and the
+        time the core next wants its timer."""
+        if save_first:
+            out.actions.insert(0, SaveState())
+            self._saved(now)
+        out.wakeup = self._wakeup()
+        return out
+
+    def _saved(self, now: float) -> None:
+        self._dirty = False
+        self._last_save = now
+
+    def _wakeup(self) -> float | None:
+        """The earliest of: a save of changes not saved yet, the next negotiation cycle, the next
+        queue read (none once the master is over, but for a save)."""
+        times = []
+        if self._dirty:
+            times.append(self._last_save + self.config.state_save_interval)
+        if not self.over:
+            times += [t for t in (self._next_reschedule, self._next_poll) if t is not None]
+        return min(times) if times else None
+
+    def _waiting_for_slots(self) -> bool:
+        """Some agent is submitted and has not connected yet: negotiation cycles help it start."""
+        return any(c.state is ChefState.LAUNCHED for c in self.chefs)
+
+    def _submitted(self, out: Output, now: float) -> None:
+        """An agent job was accepted: once no other submission is under way, ask for a
+        negotiation cycle at once and once more RESCHEDULE_FOLLOW_UP later (the first cycle often
+        starts before the schedd's submitter ad shows the new idle jobs)."""
+        if self._stopped or any(c.state is ChefState.LAUNCHED and c.rec.job_id is None for c in self.chefs):
+            return
+        if self._waiting_for_slots():
+            out.actions.append(Reschedule())
+        self._next_reschedule = now + min(RESCHEDULE_FOLLOW_UP, self.config.reschedule_interval)
+
+    def _transfer_done(self, event: TransferDone, now: float) -> Output:
+        """Accounting; an input's end frees its reservation, a result's end its subnet's turn
+        for large returns."""
+        net = self._net
+        subnet = net.agents.get(event.agent) or net.stats.agent_subnet.get(event.agent, "unknown")
+        transfer = Transfer(event.agent, subnet, event.direction, event.nbytes, event.start, event.end)
+        net.transfer_done(transfer, event.process if event.direction == IN else None)
+        self._dirty = True
+        if event.direction == IN:
+            return self._balance(now)  # its reservation ended: room for inputs or a large return
+        net.bulk_done(event.agent, event.process, now)  # its result is in: the next one's turn
+        return self._grants(Output(), now)
+
+    def _queue_read(self, event: QueueSnapshot | QueuePollFailed, now: float) -> Output:
+        """The answer to PollQueue. Jobs learned while the query ran count as alive (the answer
+        may predate them)."""
+        out = Output()
+        known, self._poll_known = self._poll_known, None
+        if not self.over:
+            self._next_poll = now + self.config.queue_poll_interval
+        if isinstance(event, QueuePollFailed):
+            out.notes.append(f"queue poll failed: {event.reason}")
+            return out
+        alive = event.alive_job_ids
+        if known is not None:
+            alive = alive | (set(self.agent_job_ids()) - known)
+        for chef in self.chefs:
+            job = chef.rec.job_id
+            if chef.active and job is not None and job not in alive:
+                out.extend(self._to_chef(chef, AgentVanished(chef.agent), now))
+        out.extend(self._balance(now))
+        self._dirty = self._dirty or bool(out.actions)  # a quiet poll changes nothing
+        return out
+
+    def _to_chef(self, chef: Chef, event: ChefEvent, now: float) -> Output:
+        return chef.handle(event, now, self.book, self._accepting)
+
+    def _chef_of(self, agent: str) -> tuple[Chef | None, bool]:
+        """The chef an agent's name points to (None: not one of ours), and whether the agent is
+        that chef's latest launch in this run (else its events are stale)."""
+        parsed = parse_agent_name(agent)
+        if parsed is None or parsed[1] >= len(self.chefs):
+            return None, False
+        chef = self.chefs[parsed[1]]
+        return chef, parsed[0] == self._run and parsed[2] == chef.rec.launches and not self._stopped
+
+    def _current(self, agent: str) -> bool:
+        """`agent` is the running launch of its chef in this run."""
+        chef, current = self._chef_of(agent)
+        return chef is not None and current and chef.state is ChefState.RUNNING
+
+    def _grants(self, out: Output, now: float) -> Output:
+        """Bulk returns granted since the last look (and any that capacity freed just now for)
+        become messages to their agents."""
+        self._net.bulk.retry(now)
+        for g in self._net.bulk.take_grants():
+            out.actions.append(GrantBulk(g.agent, g.process, g.attempt, g.bps))
+            out.notes.append(f"agent {g.agent}: large result of {g.process} ({g.nbytes} bytes) may go now")
+        return out
+
+    def _stale(self, chef: Chef | None, event: MasterEvent) -> Output:
+        """An event from an agent of an earlier launch (or an unknown one, or after finish)."""
+        out = Output()
+        assert not isinstance(event, QueueSnapshot | QueuePollFailed | TransferDone | BulkReady)
+        match event:
+            case AgentConnected():
+                out.actions.append(RefuseAgent(event.agent, "unknown or superseded agent"))
+            case AgentSubmitted(job_id=job_id):
+                if chef is not None and job_id not in chef.rec.job_ids:
+                    chef.rec.job_ids.append(job_id)
+                out.actions.append(RemoveAgents((job_id,), f"agent {event.agent} is superseded"))
+            case ResultReceived():
+                self.book.ignored += 1
+                out.notes.append(f"result from superseded agent {event.agent}: ignored")
+            case _:
+                pass
+        return out
+
+    def _balance(self, now: float) -> Output:
+        """After every event: running agents with room get queued tasks; if tasks are queued but
+        no chef can take them, launch created or terminated chefs again (§3.7)."""
+        out = Output()
+        if self.over:
+            return out
+        net = self._net
+        net.keep_only((c.agent for c in self.chefs if c.state is ChefState.RUNNING), now)
+        if net.heads:
+            net.settle(self.book.queue())
+        if self.book.queued:
+            # issue 8 item 4: agents on the subnet with the most spare capacity choose first; among
+            # equals, the one holding fewest tasks (else the lowest-numbered free agent would take
+            # every transfer capacity frees, and the others on its subnet would idle)
+            ready = [c for c in self.chefs if c.state is ChefState.RUNNING and c.accepting]
+            ready.sort(key=lambda c: (-net.spare_of_agent(c.agent), self.book.held(c.index)))
+            for chef in ready:
+                chef.now = now
+                chef.fill(self.book, self._accepting, out)
+        queued = self.book.queued
+        if queued and not any(c.accepting for c in self.chefs):
+            for chef in self._relaunchable():
+                if queued <= 0:
+                    break
+                queued -= 1
+                out.extend(self._to_chef(chef, Launch("tasks left and no agent to take them"), now))
+        return self._grants(out, now)
+
+    def _relaunchable(self) -> Iterator[Chef]:
+        """Created chefs, then terminated ones, those whose agents did not fail the queued tasks
+        first (a new agent of the same chef may well land on the same machine)."""
+        everyone = [c.index for c in self.chefs]
+        yield from (c for c in self.chefs if c.state is ChefState.CREATED)
+        done = [c for c in self.chefs if c.state is ChefState.TERMINATED]
+        yield from sorted(done, key=lambda c: not self.book.can_take(c.index, everyone))
+
+
+class _Accepting(Collection[int]):
+    """The chefs that can take tasks, as of the moment it is read (TaskBook.take reads it only
+    for a task the taking chef has failed, which is rare, so it is not kept up to date)."""
+
+    def __init__(self, chefs: Sequence[Chef]) -> None:
+        self._chefs = chefs
+
+    def __iter__(self) -> Iterator[int]:
+        return (c.index for c in self._chefs if c.accepting)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, index: object) -> bool:
+        return any(i == index for i in self)

@@ -1,0 +1,234 @@
+"""What one llic master works from: its `Plan`, read from its state file and its queue block.
+
+`load_plan` reads the state file (llic/state.py) and the submit description master_submitter left
+next to it, resolves the tasks with `$(Cluster)` = `MasterInfo.cluster`, and checks that both name
+the same tasks; whatever is wrong is one line (StateFileError or PlanError) naming the file, and
+nothing is written. The plan then says, for the driver: each task's Task, the block's mode,
+which input files are common to every task (they travel with each agent job) and which are a
+task's own (the master sends them with the task), and how the submit file limits the network
+(`+LlicMinMbps`). Reading files is blocking: the driver calls these from a thread.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.config import ConfigError
+from llic import protocol
+from llic.config import LlicConfig
+from llic.netadmit import Capacity, NetAdmit
+from llic.state import MasterInfo, MasterState, load_state
+from llic.submit import SubmitFileError, parse_submit_file
+from llic.task import Task
+
+MIN_RATE_ATTR = "llicminmbps"  # +LlicMinMbps = 8 in the submit file (issue 8 item 4)
+
+
+class PlanError(Exception):
+    """The master cannot start from this state file / submit description; one line."""
+
+
+@dataclass
+class Plan:
+    """Everything fixed for one master: from its state file and its queue block."""
+
+    state_path: Path
+    info: MasterInfo
+    config: LlicConfig
+    mode: str
+    specs: dict[int, Task]
+    common_inputs: list[str]  # as named in the submit file, relative to the initialdir
+    executable: str | None  # TRANSFER modes: the executable HTCondor transfers with each agent
+    agent_attributes: dict[str, str]
+
+    @property
+    def outdir(self) -> Path:
+        """The master's output directory: its state file, the agents' directories, logs."""
+        return self.state_path.parent
+
+    @property
+    def transfer(self) -> bool:
+        """A TRANSFER mode: the master sends inputs and receives outputs (else a shared file
+        system holds them)."""
+        return self.mode in protocol.TRANSFER_MODES
+
+    @property
+    def common_dir(self) -> str:
+        """The directory the common inputs are named relative to (the tasks' initialdir)."""
+        return next(iter(self.specs.values())).initialdir if self.specs else str(self.outdir)
+
+    @property
+    def min_bps(self) -> float:
+        """The submit file's `+LlicMinMbps` in bits per second (0: none, or not a number)."""
+        for key, value in self.agent_attributes.items():
+            name = key.lower().removeprefix("my.").removeprefix("+")
+            if name == MIN_RATE_ATTR:
+                try:
+                    mbps = float(value.strip().strip('"'))
+                except ValueError:
+                    return 0.0
+                return mbps * 1e6 if math.isfinite(mbps) and mbps > 0 else 0.0
+        return 0.0
+
+    def input_sizes(self) -> dict[int, int]:
+        """Bytes of each task's private inputs (what travels with it; 0: nothing). Blocking."""
+        if not self.transfer:
+            return {}
+        sizes: dict[int, int] = {}
+        for process, spec in self.specs.items():
+            total = 0
+            for name in self.private_inputs(spec):
+                if _is_url(name):
+                    continue
+                src = source_path(spec.initialdir, name)
+                if os.path.isdir(src):
+                    for root, _dirs, files in os.walk(src):
+                        total += sum(_size(os.path.join(root, f)) for f in files)
+                else:
+                    total += _size(src)
+            sizes[process] = total
+        return sizes
+
+    def private_inputs(self, spec: Task) -> list[str]:
+        """The input files that are this task's own (its `input` too): they travel with it."""
+        common = set(self.common_inputs)
+        names = list(spec.transfer_input_files)
+        if spec.input is not None and spec.input not in names:
+            names.append(spec.input)
+        return [n for n in names if n not in common]
+
+    def net_admission(self, figures: Any = None) -> NetAdmit:
+        """The network admission this master runs with: the limits of its config, the submit
+        file's `+LlicMinMbps`, serialized large returns in TRANSFER modes, and the totals of an
+        earlier run (`figures`, the state file's `extra.net`) carried on."""
+        net = NetAdmit(
+            Capacity.parse(self.config.network_capacity),
+            per_subnet=self.config.network_transfers_per_subnet,
+            min_bps=self.min_bps,
+            bulk_threshold=self.config.bulk_output_threshold if self.transfer else 0,
+        )
+        net.stats.restore(figures)
+        return net
+
+
+def load_plan(state_path: Path) -> tuple[MasterState, Plan]:
+    """The state and plan of the master at `state_path`; StateFileError or PlanError (one line,
+    naming the file) when they cannot be used. Reads only."""
+    state_path = Path(state_path).absolute()
+    state = load_state(state_path)
+    info = state.info
+    try:
+        config = LlicConfig.from_snapshot(state.config, source=f"{state_path}: config")
+    except ConfigError as e:
+        raise PlanError(str(e)) from None
+    submit_path = Path(info.submit_file)
+    if not submit_path.is_absolute():
+        submit_path = state_path.parent / submit_path
+    try:
+        submit = parse_submit_file(submit_path)
+    except SubmitFileError as e:
+        raise PlanError(f"{state_path}: submit description: {e}") from None
+    if len(submit.blocks) != 1:
+        raise PlanError(
+            f"{submit_path}: a master's submit description has one queue statement, not {len(submit.blocks)}"
+        )
+    block = submit.blocks[0]
+    try:
+        specs = {spec.process: spec for spec in block.tasks(info.cluster)}
+        mode = str(block.mode)
+        attributes = block.agent_attributes()
+        common = block.common_input_files(info.cluster) if mode in protocol.TRANSFER_MODES else []
+    except SubmitFileError as e:
+        raise PlanError(f"{state_path}: submit description: {e}") from None
+    in_state = {t.process for t in state.tasks}
+    if set(specs) != in_state:
+        missing = sorted(in_state - set(specs))[:5]
+        extra = sorted(set(specs) - in_state)[:5]
+        raise PlanError(
+            f"{state_path}: the state file's tasks and {submit_path}'s jobs differ "
+            f"(only in the state file: {missing}; only in the description: {extra})"
+        )
+    executable = None
+    if mode in protocol.TRANSFER_MODES:
+        names = {spec.executable for spec in specs.values()}
+        if len(names) == 1:
+            (name,) = names
+            if os.path.isabs(name) and os.path.isfile(name):
+                executable = name
+    plan = Plan(state_path, info, config, mode, specs, common, executable, attributes)
+    return state, plan
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _is_url(name: str) -> bool:
+    return "://" in name
+
+
+def source_path(iwd: str, name: str) -> str:
+    """Where the submit file's input `name` is on this machine (relative to `iwd` unless absolute)."""
+    return os.path.normpath(name if os.path.isabs(name) else os.path.join(iwd, name))
+
+
+def input_blobs(iwd: str, names: Sequence[str]) -> tuple[list[dict[str, Any]], list[bytes], list[str]]:
+    """The files `names` (relative to `iwd`) as blobs at the paths HTCondor would give them in an
+    execution directory: a file at its base name, a directory `d` as `d/...`, `d/` as its
+    contents. A file that cannot be read is left out (the agent then reports the task as
+    prepare_failed, naming it) and noted. Blocking: run in a thread."""
+    entries: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+
+    def add(path: str, rel: str) -> None:
+        if rel in seen:
+            return
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            mode = os.stat(path).st_mode & 0o777
+        except OSError as e:
+            notes.append(f"{path}: {e.strerror or e}")
+            return
+        seen.add(rel)
+        entries.append(protocol.file_entry(rel, data, mode=mode))
+        blobs.append(data)
+
+    for name in names:
+        if _is_url(name):
+            continue
+        src = source_path(iwd, name)
+        if os.path.isdir(src):
+            prefix = "" if name.endswith("/") else os.path.basename(src.rstrip("/")) + "/"
+            for root, dirs, files in os.walk(src):
+                dirs.sort()
+                for file in sorted(files):
+                    full = os.path.join(root, file)
+                    add(full, prefix + os.path.relpath(full, src).replace(os.sep, "/"))
+        else:
+            add(src, os.path.basename(name.rstrip("/")))
+    return entries, blobs, notes
+
+
+def common_names(iwd: str, names: Sequence[str]) -> list[str]:
+    """Where common inputs land next to the agent's input file (HTCondor's transfer rules)."""
+    out: list[str] = []
+    for name in names:
+        if _is_url(name):
+            continue
+        src = source_path(iwd, name)
+        if name.endswith("/") and os.path.isdir(src):
+            out += sorted(os.listdir(src))
+        else:
+            out.append(os.path.basename(name.rstrip("/")))
+    return out

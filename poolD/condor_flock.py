@@ -1,0 +1,70 @@
+"""What poolD changes in HTCondor, through the gateway: FLOCK_TO on the pool's schedds and
+FLOCK_FROM on its collector and startds. The core decides; these carry it out and report back.
+
+FLOCK_TO is applied schedd by schedd: read the old value, set the new one, read it back; a
+schedd that refuses, or reads back something else, gets its old value restored, and the whole
+change counts as not applied (the core then decides again next round)."""
+
+from __future__ import annotations
+
+import structlog
+
+from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
+from common.hostport import parse_address
+from poolD.core import FlockFromApplied, FlockToApplied, SetFlockFrom, SetFlockTo
+from poolD.flocking import format_flock_to, parse_flock_to
+
+log = structlog.get_logger("poold")
+
+
+async def apply_flock_to(gateway: Gateway, action: SetFlockTo) -> FlockToApplied:
+    """FLOCK_TO on every schedd of the pool: validate, apply, read back, restore on failure.
+    An empty list removes our runtime value, so each schedd's own configuration returns."""
+    target = list(action.collectors)
+    for collector in target:
+        parse_address(collector)  # offers were validated; this guards the invariant
+    try:
+        schedds = await gateway.list_schedds()
+    except GatewayError as e:
+        log.warning("cannot list schedds", error=str(e))
+        return FlockToApplied(action, applied=False, seen={})
+    value = format_flock_to(target) if target else None
+    seen: dict[str, list[str]] = {}
+    all_ok = True
+    for schedd in schedds:
+        name = schedd.name or schedd.describe()
+        previous: str | None = None
+        try:
+            previous = await gateway.get_config(schedd, "FLOCK_TO")
+            await gateway.set_config(schedd, {"FLOCK_TO": value})
+            seen[name] = parse_flock_to(await gateway.get_config(schedd, "FLOCK_TO"))
+            if target and seen[name] != target:
+                raise GatewayError("set_config", f"read back {seen[name]}, expected {target}")
+        except GatewayError as e:
+            all_ok = False
+            log.error("FLOCK_TO not applied; restoring", schedd=name, error=str(e))
+            try:
+                await gateway.set_config(schedd, {"FLOCK_TO": previous if previous else None})
+                seen[name] = parse_flock_to(previous)
+            except GatewayError as again:
+                log.error("FLOCK_TO restore failed", schedd=name, error=str(again))
+    if all_ok:
+        log.info(
+            "FLOCK_TO applied", flock_to=value or "(withdrawn)", schedds=len(schedds), reason=action.reason
+        )
+    return FlockToApplied(action, applied=all_ok, seen=seen)
+
+
+async def apply_flock_from(gateway: Gateway, action: SetFlockFrom) -> FlockFromApplied:
+    """FLOCK_FROM on the collector and every startd: the host-based ALLOW lists use it."""
+    value = ", ".join(action.hosts)
+    try:
+        targets: dict[str, DaemonRef] = {}
+        for kind in (DaemonKind.COLLECTOR, DaemonKind.STARTD):
+            for ref in await gateway.list_daemons(kind):
+                targets.setdefault(ref.address or ref.describe(), ref)
+        for ref in targets.values():
+            await gateway.set_config(ref, {"FLOCK_FROM": value})
+    except GatewayError as e:
+        return FlockFromApplied(action, error=str(e))
+    return FlockFromApplied(action, error=None)

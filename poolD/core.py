@@ -1,0 +1,453 @@
+"""poolD's decisions as one pure state machine: the Information Gatherer, the willing list, the
+Policy Manager and the Flocking Manager of a pool (seed §3.2), wired together.
+
+The core is fed, each with `now`:
+- a timer firing (`on_timer`): it asks for a load reading when a round is due, runs the
+  Flocking Manager's round on the latest reading, and ends authorization waits that timed out;
+- a reading of the pool's load (`on_load`): the Information Gatherer offers free slots;
+- a message from another pool (`on_message`): an offer, an authorization request or its answer;
+- the outcome of an action it asked for (`on_flock_to_applied`, `on_flock_from_applied`).
+
+It returns a `CoreOutput`: actions for the driver to carry out (`ReadLoad`, `Send`, `Measure`,
+`SetFlockTo`, `SetFlockFrom`), decisions worth a log line, and when it next wants `on_timer`. It
+never reads a clock, sleeps, sends or calls HTCondor, so `poold run` (poolD.service) and every
+`poold simulate` experiment drive this same object.
+
+One load reading per cycle: a reading is asked for when the gatherer's interval or a flocking
+round is due, and the round then decides on it. The round runs from `on_timer`, after the
+reading's offers went out: a driver that feeds many pools at one instant (the simulators) gives
+every pool its reading first and then fires their timers, so each pool decides on the offers of
+that instant, as it would if the offers had arrived just before its round.
+
+Rounds that need another pool's consent: before a pool enters FLOCK_TO it must have authorized
+our schedds (FlockIntent, answered by FlockReply). A round that finds pools not yet asked (or
+asked longer than `reauthorize_after` ago) asks them and waits, up to `authorize_timeout`, then
+keeps the pools that agreed, in order. FLOCK_TO changes only when it withdraws or adds a pool.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.condor.address import sinful_host
+from common.condor.types import PoolLoad
+from common.overlay.messages import Peer
+from common.overlay.node import OverlayNode
+from common.wire import Message
+from poolD.config import DiscoverySection, FlockingSection
+from poolD.discovery import Discovery, DiscoverySettings, peer_host
+from poolD.flocking import FlockingManager
+from poolD.messages import Announcement, FlockIntent, FlockReply
+from poolD.policy import Direction, Policy, Subject
+from poolD.willing import WillingEntry, WillingList
+
+MAX_PENDING_INTENTS = 64  # authorization requests from other pools waiting for FLOCK_FROM to be set
+
+
+# ----------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class ReadLoad:
+    """Read the pool's load (slots and the own schedds' jobs) and feed it to `on_load`."""
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send a message to another pool's poold (overlay address host:port)."""
+
+    addr: str
+    message: Message
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Measure the round-trip time to a peer (the willing list orders pools by it)."""
+
+    peer: Peer
+
+
+@dataclass(frozen=True)
+class SetFlockTo:
+    """Set FLOCK_TO on every schedd of the pool to these collectors, in order; an empty list
+    removes our runtime value, so that each schedd's own configuration returns. Report back with
+    `on_flock_to_applied`."""
+
+    collectors: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class SetFlockFrom:
+    """Let these schedd hosts of other pools in (FLOCK_FROM on the collector and startds), then
+    report back with `on_flock_from_applied`, which answers the pool that asked."""
+
+    hosts: tuple[str, ...]
+    reply_to: str  # overlay address of the asking pool
+    pool: str  # the asking pool
+    rule: str  # the policy rule that let it in
+
+
+Action = ReadLoad | Send | Measure | SetFlockTo | SetFlockFrom
+
+
+@dataclass
+class CoreOutput:
+    """What every input returns: actions for the driver, decisions worth a log line, next wake-up."""
+
+    actions: list[Action] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # decisions worth a log line
+    wakeup: float | None = None
+
+
+# ----------------------------------------------------------------------------- results fed back
+
+
+@dataclass(frozen=True)
+class FlockToApplied:
+    """What setting FLOCK_TO did: `applied` when every schedd took it (read back equal);
+    `seen` is FLOCK_TO as read back from each schedd."""
+
+    action: SetFlockTo
+    applied: bool
+    seen: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class FlockFromApplied:
+    """What setting FLOCK_FROM did: `error` is None when it was set."""
+
+    action: SetFlockFrom
+    error: str | None  # None: set
+
+
+# ----------------------------------------------------------------------------- the core
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    """What the core needs of poold's configuration."""
+
+    pool: str
+    collector: str  # ours, host:port, as other pools reach it
+    discovery: DiscoverySection
+    flocking: FlockingSection
+
+    def discovery_settings(self) -> DiscoverySettings:
+        """The discovery module's settings, from our pool and the `[discovery]` section."""
+        d = self.discovery
+        return DiscoverySettings(
+            pool=self.pool,
+            collector=self.collector,
+            ttl=d.ttl,
+            valid_for=d.valid_for,
+            max_valid_for=d.max_valid_for,
+        )
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """Another pool's answer to our FlockIntent."""
+
+    accepted: bool
+    reason: str
+    at: float
+
+
+@dataclass
+class _Round:
+    """A flocking round waiting for other pools to authorize our schedds."""
+
+    entries: list[WillingEntry]  # the willing pools the decision picked, in order
+    reason: str
+    waiting: set[str]  # pools not yet answered
+    deadline: float
+
+
+class PoolCore:
+    """One pool's poolD: offers, willing list, policy, FLOCK_TO and FLOCK_FROM decisions."""
+
+    def __init__(
+        self, settings: CoreSettings, overlay: OverlayNode, policy: Policy, rng: random.Random
+    ) -> None:
+        self.settings = settings
+        self.overlay = overlay  # read only: identity, routing-table rows, measured RTTs
+        self.willing = WillingList(rng, resolution=settings.discovery.proximity_resolution)
+        self.discovery = Discovery(settings.discovery_settings(), overlay, policy, self.willing)
+        fl = settings.flocking
+        self.flocking = FlockingManager(max_pools=fl.max_pools, withdraw_after=fl.withdraw_after)
+        self.load: PoolLoad | None = None
+        self.load_error: str | None = None
+        self.flocking_since: float | None = None  # when the current FLOCK_TO was applied
+        self.flock_to_seen: dict[str, list[str]] = {}  # schedd -> FLOCK_TO as read back
+        self.flock_from: set[str] = set()  # schedd hosts of other pools we authorized
+        self.authorized: dict[str, Authorization] = {}  # pool -> its answer to our intent
+        self.counters: Counter[str] = Counter()
+        self._flock_from_wanted: set[str] = set()  # applied or on its way
+        self._pending_intents = 0
+        self._reading_at = -math.inf  # when the latest reading was fed
+        self._reading_asked = False
+        self._last_offer = -math.inf
+        self._next_reading = -math.inf
+        self._next_round = math.inf
+        self._round: _Round | None = None
+        self._applying: SetFlockTo | None = None
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (replace_policy swaps it, keeping the blacklist)."""
+        return self.discovery.policy
+
+    # ------------------------------------------------------------------ inputs
+
+    def start(self, now: float) -> CoreOutput:
+        """The gatherer reads at once; the first flocking round comes one interval later."""
+        self._next_round = now + self.settings.flocking.interval
+        return self.on_timer(now)
+
+    def on_timer(self, now: float) -> CoreOutput:
+        """Ask for a reading when one is due; run a due flocking round on a fresh reading; end an
+        authorization wait that timed out."""
+        out = CoreOutput()
+        if self._round is not None and now >= self._round.deadline:
+            self._finish_round(now, out)
+        round_due = self._round is None and now >= self._next_round
+        if round_due and self._reading_at >= self._next_round:
+            self._flocking_round(now, out)
+        elif (round_due or now >= self._next_reading) and not self._reading_asked:
+            self._reading_asked = True
+            self._next_reading = now + self.settings.discovery.interval
+            out.actions.append(ReadLoad())
+        out.wakeup = self._wakeup()
+        return out
+
+    def on_load(self, load: PoolLoad | None, now: float, error: str | None = None) -> CoreOutput:
+        """A reading of the pool (None with `error` when it could not be read). With free slots,
+        and at most once per discovery interval, the gatherer offers them along every row."""
+        out = CoreOutput()
+        self._reading_asked = False
+        self._reading_at = now
+        self._next_reading = max(self._next_reading, now + self.settings.discovery.interval)
+        self.load, self.load_error = load, error
+        if (
+            load is not None
+            and load.free_slots > 0
+            and now >= self._last_offer + self.settings.discovery.interval
+        ):
+            self._last_offer = now
+            sends = self.discovery.announce(load, now)
+            out.actions += [Send(addr, msg) for addr, msg in sends]
+            self.counters["offers_sent"] += len(sends)
+        if self._round is None and now >= self._next_round:
+            out.wakeup = now  # the round decides on this reading, after its offers went out
+        else:
+            out.wakeup = self._wakeup()
+        return out
+
+    def on_message(self, message: Message, now: float) -> CoreOutput:
+        """Another pool's offer, authorization request or answer."""
+        out = CoreOutput()
+        if isinstance(message, Announcement):
+            self._on_announcement(message, now, out)
+        elif isinstance(message, FlockIntent):
+            self._on_flock_intent(message, now, out)
+        elif isinstance(message, FlockReply):
+            self._on_flock_reply(message, now, out)
+        out.wakeup = self._wakeup()
+        return out
+
+    def on_flock_to_applied(self, result: FlockToApplied, now: float) -> CoreOutput:
+        """FLOCK_TO is what every schedd now has, or the driver restored the old values."""
+        out = CoreOutput()
+        if result.action == self._applying:
+            self._applying = None
+        self.flock_to_seen.update(result.seen)
+        if result.applied:
+            self.flocking.active = list(result.action.collectors)
+            self.flocking_since = now if result.action.collectors else None
+        out.wakeup = self._wakeup()
+        return out
+
+    def on_flock_from_applied(self, result: FlockFromApplied, now: float) -> CoreOutput:
+        """Answer the pool that asked, now that its schedds are let in (or could not be)."""
+        out = CoreOutput()
+        action = result.action
+        self._pending_intents -= 1
+        if result.error is None:
+            self.flock_from = set(action.hosts)
+            self._reply(action.reply_to, action.pool, True, action.rule, out)
+        else:
+            self._flock_from_wanted = set(self.flock_from)
+            self._reply(action.reply_to, action.pool, False, f"could not authorize: {result.error}", out)
+        out.wakeup = self._wakeup()
+        return out
+
+    def stop(self) -> CoreOutput:
+        """poold is stopping: take back our runtime FLOCK_TO, so each schedd's own value returns."""
+        action = SetFlockTo((), "poold stopping")
+        self._applying = action
+        return CoreOutput(actions=[action], notes=["poold stopping: FLOCK_TO withdrawn"])
+
+    def replace_policy(self, policy: Policy) -> CoreOutput:
+        """A reloaded policy file takes effect; the blacklist carries over."""
+        policy.blacklist = self.policy.blacklist
+        self.discovery.policy = policy
+        return CoreOutput(notes=[f"policy reloaded from {policy.source}"])
+
+    # ------------------------------------------------------------------ the Information Gatherer
+
+    def _on_announcement(self, ann: Announcement, now: float, out: CoreOutput) -> None:
+        forwards = self.discovery.on_announcement(ann, now)
+        out.actions += [Send(addr, msg) for addr, msg in forwards]
+        if ann.pool in self.willing.entries and ann.origin.id not in self.overlay.rtt:
+            out.actions.append(Measure(ann.origin))
+
+    # ------------------------------------------------------------------ authorizing other pools
+
+    def _on_flock_intent(self, intent: FlockIntent, now: float, out: CoreOutput) -> None:
+        """A pool is about to flock to us: let its schedds in (FLOCK_FROM), if the policy agrees."""
+        decision = self.policy.decide(Subject(intent.pool, peer_host(intent.origin)), Direction.ACCEPT, now)
+        addr = intent.origin.addr
+        if not decision.allowed:
+            self._reply(addr, intent.pool, False, decision.rule, out)
+            return
+        if not self.settings.flocking.authorize_incoming:
+            self._reply(addr, intent.pool, True, "authorization is configured statically", out)
+            return
+        wanted = self._flock_from_wanted | {h for h in intent.schedd_hosts if h}
+        if wanted == self._flock_from_wanted and self._pending_intents == 0:
+            self._reply(addr, intent.pool, True, decision.rule, out)
+            return
+        if self._pending_intents >= MAX_PENDING_INTENTS:
+            self.counters["intents_refused_busy"] += 1
+            self._reply(addr, intent.pool, False, "busy: too many authorizations in progress", out)
+            return
+        self._flock_from_wanted = wanted
+        self._pending_intents += 1
+        out.actions.append(SetFlockFrom(tuple(sorted(wanted)), addr, intent.pool, decision.rule))
+
+    def _reply(self, addr: str, pool: str, accepted: bool, reason: str, out: CoreOutput) -> None:
+        out.notes.append(f"flock intent from {pool}: {'accepted' if accepted else 'refused'} ({reason})")
+        reply = FlockReply(pool=self.settings.pool, accepted=accepted, reason=reason[:200])
+        out.actions.append(Send(addr, reply))
+
+    def _on_flock_reply(self, reply: FlockReply, now: float, out: CoreOutput) -> None:
+        self.authorized[reply.pool] = Authorization(reply.accepted, reply.reason, now)
+        r = self._round
+        if r is not None and reply.pool in r.waiting:
+            r.waiting.discard(reply.pool)
+            if not r.waiting:
+                self._finish_round(now, out)
+
+    # ------------------------------------------------------------------ the Flocking Manager
+
+    def _flocking_round(self, now: float, out: CoreOutput) -> None:
+        """Decide FLOCK_TO on the latest reading (seed §4.1)."""
+        self._next_round = now + self.settings.flocking.interval
+        load = self.load
+        if load is None:
+            return  # the reading failed: nothing to decide on
+        self._check_delivery(load, now, out)
+        needy = load.idle_jobs > load.free_slots
+        entries = self.willing.ordered(now, self.overlay.rtt.get) if needy else []
+        decision = self.flocking.decide(load, entries, now)
+        if decision.flock_to is None:
+            return
+        chosen = [e for e in entries if e.collector in decision.flock_to]
+        stale = now - self.settings.flocking.reauthorize_after
+        pending = [e for e in chosen if self.authorized.get(e.pool, _NEVER).at < stale]
+        if not pending:
+            self._apply(chosen, decision.reason, out)
+            return
+        hosts = self._schedd_hosts(load)
+        for e in pending:
+            intent = FlockIntent(pool=self.settings.pool, origin=self.overlay.me, schedd_hosts=hosts)
+            out.actions.append(Send(e.origin.addr, intent))
+        deadline = now + self.settings.flocking.authorize_timeout
+        self._round = _Round(chosen, decision.reason, {e.pool for e in pending}, deadline)
+
+    def _finish_round(self, now: float, out: CoreOutput) -> None:
+        r = self._round
+        assert r is not None
+        self._round = None
+        self._apply(r.entries, r.reason, out)
+
+    def _apply(self, chosen: list[WillingEntry], reason: str, out: CoreOutput) -> None:
+        """FLOCK_TO becomes the chosen pools that authorized us, if that withdraws or adds one."""
+        target = [e.collector for e in chosen if self.authorized.get(e.pool, _NEVER).accepted]
+        if self._applying is not None or not self.flocking.changes(target):
+            return
+        out.notes.append(reason)
+        action = SetFlockTo(tuple(target), reason)
+        self._applying = action
+        out.actions.append(action)
+
+    def _check_delivery(self, load: PoolLoad, now: float, out: CoreOutput) -> None:
+        """Offers that do not deliver: our jobs wait, FLOCK_TO has been set for a while, and none
+        of them has flocked. The first pool in FLOCK_TO is the one the schedds tried first."""
+        if not self.flocking.active or self.flocking_since is None:
+            return
+        flocked = sum(s.flocked for s in load.schedds)
+        fl = self.settings.flocking
+        if load.idle_jobs == 0 or flocked > 0 or now - self.flocking_since < fl.deliver_timeout:
+            return
+        first = self.flocking.active[0]
+        culprit = next((p for p, e in self.willing.entries.items() if e.collector == first), None)
+        if culprit is None:
+            return
+        self.policy.add_to_blacklist(
+            culprit, now + fl.blacklist_for, "offered slots, flocked jobs stayed idle"
+        )
+        self.willing.remove(culprit)
+        self.flocking_since = now
+        out.notes.append(f"blacklisted {culprit}: offered slots, our jobs stayed idle")
+
+    @staticmethod
+    def _schedd_hosts(load: PoolLoad) -> list[str]:
+        """Our schedds' hosts, by address and machine name, for the other pool's FLOCK_FROM."""
+        return sorted({h for s in load.schedds for h in (sinful_host(s.address), s.machine) if h})
+
+    def _wakeup(self) -> float:
+        times = [self._next_reading, self._next_round]
+        if self._round is not None:
+            times.append(self._round.deadline)
+        return min(times)
+
+    # ------------------------------------------------------------------ status
+
+    def status(self, now: float) -> dict[str, Any]:
+        """What `poold status` shows of the decisions (the driver adds the overlay and load)."""
+        rtt = self.overlay.rtt.get
+        return {
+            "willing_list": [
+                {
+                    "pool": e.pool,
+                    "collector": e.collector,
+                    "row": e.row,
+                    "free_slots": e.free_slots,
+                    "queue_length": e.queue_length,
+                    "utilization": e.utilization,
+                    "rtt_ms": None if rtt(e.origin.id) is None else round(rtt(e.origin.id) * 1000, 2),
+                    "expires_in": round(e.expires_at - now, 1),
+                }
+                for e in self.willing.ordered(now, rtt)
+            ],
+            "flock_to": self.flock_to_seen,
+            "flock_active": self.flocking.active,
+            "flock_from": sorted(self.flock_from),
+            "authorized": {
+                p: {"accepted": a.accepted, "reason": a.reason, "age": round(now - a.at, 1)}
+                for p, a in self.authorized.items()
+            },
+            "blacklist": {
+                p: {"until_in": round(u - now, 1), "reason": r} for p, (u, r) in self.policy.blacklist.items()
+            },
+            "offers": {"accepted": self.discovery.accepted, "dropped": dict(self.discovery.dropped)},
+        }
+
+
+_NEVER = Authorization(False, "", -math.inf)

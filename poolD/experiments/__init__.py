@@ -1,1 +1,0 @@
-"""Experiments of the seed papers, run on the overlay simulator (`poold simulate ...`)."""
