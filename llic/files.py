@@ -117,6 +117,7 @@ class DirInfo:
 
     @classmethod
     def snapshot(cls, root: StrPath, recursive: bool = True) -> DirInfo:
+        """The files under `root` now (names, sizes, times), to tell later what a task created or changed."""
         info = cls(os.fspath(root))
         info._scan(info.root, "", recursive)
         return info
@@ -185,6 +186,7 @@ def select_outputs(
 
 
 def check_style(style: str) -> str:
+    """`style` if it is a known FILES_STYLE_MODE; ValueError naming the allowed ones otherwise."""
     if style not in STYLES:
         raise ValueError(f"files style must be one of {', '.join(STYLES)}, not {style!r}")
     return style
