@@ -29,7 +29,6 @@ class Definition:
     line: int
     qualname: str  # "Class.method" for a method
     node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
-    owner: str | None  # the class a method belongs to
 
     @property
     def has_docstring(self) -> bool:
@@ -40,19 +39,19 @@ class Definition:
         return f"{self.path}:{self.line}: {kind} {self.qualname}"
 
 
-def _public(body: list[ast.stmt], path: str, prefix: str, owner: str | None) -> Iterator[Definition]:
+def _public(body: list[ast.stmt], path: str, prefix: str) -> Iterator[Definition]:
     for node in body:
         if isinstance(node, ast.If | ast.Try):  # definitions under `if TYPE_CHECKING:` and the like
             for block in (node.body, node.orelse, getattr(node, "finalbody", [])):
-                yield from _public(block, path, prefix, owner)
+                yield from _public(block, path, prefix)
             continue
         if not isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         if node.name.startswith("_"):
             continue
-        yield Definition(path, node.lineno, prefix + node.name, node, owner)
+        yield Definition(path, node.lineno, prefix + node.name, node)
         if isinstance(node, ast.ClassDef):
-            yield from _public(node.body, path, f"{prefix}{node.name}.", node.name)
+            yield from _public(node.body, path, f"{prefix}{node.name}.")
 
 
 def public_definitions(packages: tuple[str, ...]) -> list[Definition]:
@@ -61,7 +60,7 @@ def public_definitions(packages: tuple[str, ...]) -> list[Definition]:
     for package in packages:
         for file in sorted((ROOT / package).rglob("*.py")):
             path = file.relative_to(ROOT).as_posix()
-            found += _public(ast.parse(file.read_text(), filename=path).body, path, "", None)
+            found += _public(ast.parse(file.read_text(), filename=path).body, path, "")
     return found
 
 
