@@ -36,6 +36,7 @@ from common.condor.knobs import (
     CheckedConfig,
     KnobRefused,
     check_config,
+    check_sinful,
     parse_config_text,
 )
 from faultD.config import MANAGER_CONFIG_PREFIX, CondorSection
@@ -99,6 +100,10 @@ class CondorRole:
             address = path.read_text().splitlines()[0].strip()
         except (OSError, IndexError) as e:
             raise CondorRoleError(f"{path}: cannot read the condor_master's address ({e})") from None
+        try:
+            check_sinful(address)
+        except ValueError as e:
+            raise CondorRoleError(f"{path}: not a condor_master's address: {e}") from None
         return DaemonRef(kind=DaemonKind.MASTER, address=address)
 
     def address_file(self, daemon: str) -> Path:

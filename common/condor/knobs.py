@@ -64,7 +64,8 @@ _BOOL = re.compile(r"^(?:true|false|yes|no|t|f)$", re.IGNORECASE)
 _GROUP = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]{0,127}$")
 _DEBUG_FLAG = re.compile(r"^D_[A-Z_]{1,32}(?::[0-9])?$")
 _TEXT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,127}$")
-_SINFUL_PARAMS = re.compile(r"^[A-Za-z0-9._:\[\]+,&=-]{0,1024}$")
+# A sinful string's parameters: printable ASCII without blanks, quotes, '<', '>', '$' or '\\'.
+_SINFUL_PARAMS = re.compile(r"[^\x00-\x20\x7f-\U0010ffff<>\"'`$\\]{0,1024}")
 # What no value may hold, whatever its grammar: the characters that end a value, start a macro,
 # an assignment, a comment, a heredoc or a quoted string in HTCondor's config language.
 _FORBIDDEN = re.compile(r"[^\x20-\x7e]|[$=\\#@\"'`;{}]")
