@@ -58,7 +58,6 @@ _LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _KNOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,126}[A-Za-z0-9_]$|^[A-Za-z]$")
 _DAEMON = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 _POOL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_INT = re.compile(r"^-?[0-9]{1,15}$")
 _NUMBER = re.compile(r"^-?[0-9]{1,15}(?:\.[0-9]{1,15})?(?:[eE][-+]?[0-9]{1,3})?$")
 _BOOL = re.compile(r"^(?:true|false|yes|no|t|f)$", re.IGNORECASE)
 _GROUP = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]{0,127}$")
@@ -299,11 +298,9 @@ def _match(pattern: re.Pattern[str], what: str) -> Grammar:
     return grammar
 
 
-INTEGER = _match(_INT, "an integer")
 NUMBER = _match(_NUMBER, "a number")
 BOOLEAN = _match(_BOOL, "a boolean (true/false)")
 TEXT_NAME = _match(_TEXT_NAME, "a name (letters, digits, blanks, '.', '_', '-')")
-HOST = _one(check_host)
 HOST_OR_HOST_PORT = _one(check_host_or_host_port)
 HOSTNAME = _one(check_hostname)
 COLLECTOR_LIST = list_of(check_host_or_host_port, max_items=100)
@@ -352,13 +349,6 @@ class KnobScope:
             if pattern.fullmatch(upper):
                 return grammar
         return None
-
-    def union(self, other: KnobScope, name: str) -> KnobScope:
-        """Both allow-lists at once (the same knob must not have two grammars)."""
-        clash = set(self.knobs) & set(other.knobs)
-        if any(self.knobs[k] is not other.knobs[k] for k in clash):
-            raise ValueError(f"{name}: knobs with two grammars: {sorted(clash)}")
-        return KnobScope(name, {**self.knobs, **other.knobs}, self.patterns + other.patterns, self.removable)
 
 
 @dataclass(frozen=True)
