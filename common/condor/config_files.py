@@ -38,10 +38,10 @@ def write_atomically(path: Path, data: bytes, *, like: Path | None = None, mode:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # before the owner changes: no CAP_FOWNER needed (faultd.service)
         if like is not None and like.exists():
             st = like.stat()
             os.chown(tmp, st.st_uid, st.st_gid)
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
