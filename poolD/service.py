@@ -87,7 +87,7 @@ class PoolDaemon:
         policy.blacklist = self.policy.blacklist
         self.policy = policy
         if self.core is not None:
-            await self._apply(self.core.replace_policy(policy))
+            await self._apply(self.core.replace_policy(policy, trio.current_time()))
         else:
             self._note(f"policy reloaded from {policy.source}")
 
@@ -247,6 +247,7 @@ class PoolDaemon:
             "flock_to": decisions.get("flock_to", {}),
             "flock_active": decisions.get("flock_active", []),
             "flock_from": decisions.get("flock_from", []),
+            "flock_from_grants": decisions.get("flock_from_grants", {}),
             "authorized": decisions.get("authorized", {}),
             "blacklist": decisions.get("blacklist", {}),
             "decisions": list(self.decisions) + (core.discovery.decisions[-10:] if core else []),
