@@ -11,7 +11,7 @@ from faultD.config import FaultdConfig
 
 
 def _check(config: FaultdConfig, path: Path) -> None:
-    config.ring.check_key(path)
+    config.ring.check_key(path, same_pool=True)
     if not config.condor.config_dir.is_dir():
         raise ConfigError(f"{path}: condor.config_dir: {config.condor.config_dir} is not a directory")
 

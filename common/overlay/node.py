@@ -43,6 +43,7 @@ from common.config import StrictModel
 from common.overlay.ids import closeness, digit, shared_prefix_len
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import (
+    MAX_LEAF_SET,
     Broadcast,
     Direct,
     Hello,
@@ -66,7 +67,7 @@ class OverlayParams(StrictModel):
     """Protocol parameters; the `[overlay]` section of a daemon's config."""
 
     b: int = Field(4, description="bits per digit: rows of 2^b columns")
-    leaf_set_size: int = Field(16, ge=2, description="l: l/2 neighbours on each side")
+    leaf_set_size: int = Field(16, ge=2, le=MAX_LEAF_SET, description="l: l/2 neighbours on each side")
     keepalive_interval: float = Field(10.0, gt=0)
     leaf_timeout: float = Field(30.0, gt=0, description="silence after which a leaf member is dead")
     probe_timeout: float = Field(3.0, gt=0)

@@ -11,18 +11,20 @@ import pytest
 
 from common.overlay.auth import generate_key_file
 from faultD.cli import main, render_status
+from tests.poolD.test_deploy_files import install_keys
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def example_config(tmp_path: Path) -> Path:
-    key = tmp_path / "ring.key"
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    key = etc / "ring.key"
     generate_key_file(key)
+    install_keys(etc, main, name="ex1.pool-a", pool="pool-a", host="10.0.0.21")
     (tmp_path / "config.d").mkdir()
     text = (REPO / "config/faultd.toml").read_text()
-    text = text.replace("/etc/faultd/ring.key", str(key)).replace(
-        "/etc/condor/config.d", str(tmp_path / "config.d")
-    )
+    text = text.replace("/etc/faultd/", f"{etc}/").replace("/etc/condor/config.d", str(tmp_path / "config.d"))
     config = tmp_path / "faultd.toml"
     config.write_text(text)
     return config

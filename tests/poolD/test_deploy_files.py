@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,14 +18,33 @@ from poolD.cli import main
 REPO = Path(__file__).resolve().parents[2]
 
 
+def install_keys(etc: Path, main: Callable[[list[str]], int], *, name: str, pool: str, host: str) -> None:
+    """What the README's install steps do for a node's keys, with the daemon's own `keys` command:
+    a CA (kept elsewhere), the node's key pair in `etc`, its certificate, and an empty revocation
+    list."""
+    ca = etc.parent / "offline-ca"
+    sign = ["keys", "sign", "--ca-key", str(ca / "ca.key"), "--public-key", str(etc / "node.pub")]
+    sign += ["--name", name, "--pool", pool, "--host", host, "--out", str(etc / "node.cert")]
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        assert main(["keys", "init-ca", str(ca)]) == 0
+        assert main(["keys", "new-node", str(etc)]) == 0
+        assert main(sign) == 0
+    assert f"{etc / 'node.cert'}: {name} (pool {pool}" in said.getvalue()
+    shutil.copy(ca / "ca.pub", etc / "ca.pub")
+    (etc / "revoked.txt").write_text("# no certificate revoked yet\n")
+
+
 def test_example_config_and_policy_pass_check_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key = tmp_path / "ring.key"
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    key = etc / "ring.key"
     generate_key_file(key)
+    install_keys(etc, main, name="physics", pool="physics", host="cm.physics.example.edu")
     text = (REPO / "config/poold.toml").read_text()
-    text = text.replace("/etc/poold/ring.key", str(key)).replace(
-        "/etc/poold/policy.toml", str(REPO / "config/policy.toml")
+    text = text.replace("/etc/poold/policy.toml", str(REPO / "config/policy.toml")).replace(
+        "/etc/poold/", f"{etc}/"
     )
     config = tmp_path / "poold.toml"
     config.write_text(text)
