@@ -109,7 +109,7 @@ def generate_key_file(path: str | pathlib.Path) -> None:
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError as e:
-        raise KeyFileError(f"{name}: already exists; refusing to overwrite a ring key") from e
+        raise KeyFileError(f"{name}: already exists; refusing to overwrite a key") from e
     except OSError as e:
         raise KeyFileError(f"{name}: cannot create key file: {e.strerror or e}") from e
     try:

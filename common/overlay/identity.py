@@ -20,7 +20,6 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from common.overlay.auth import KeyFileError
 from common.overlay.certs import (
     CertificateError,
     NodeCertificate,
@@ -149,13 +148,3 @@ def load_identity(files: IdentityFiles, *, same_pool: bool = False) -> NodeIdent
     trust = TrustStore(ca, cert.ring, revoked, pool=cert.pool if same_pool else None)
     return NodeIdentity(key, cert, trust)
 
-
-__all__ = [
-    "Checked",
-    "IdentityDrop",
-    "IdentityFiles",
-    "KeyFileError",
-    "NodeIdentity",
-    "TrustStore",
-    "load_identity",
-]
