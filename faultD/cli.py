@@ -71,6 +71,8 @@ def render_status(s: dict[str, Any]) -> str:
     drops = {k: v for k, v in s.get("drops", {}).items() if v}
     if drops:
         lines.append(f"dropped         {drops}")
+    if s.get("refused"):
+        lines.append(f"refused         {s['refused']} (not from the manager, or not the original)")
     for h in s.get("history", []):
         lines.append(f"  {h}")
     return "\n".join(lines)
