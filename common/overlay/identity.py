@@ -147,4 +147,3 @@ def load_identity(files: IdentityFiles, *, same_pool: bool = False) -> NodeIdent
         raise CertificateError(f"{files.node_cert}: certificate {cert.serial} is in {files.revoked}")
     trust = TrustStore(ca, cert.ring, revoked, pool=cert.pool if same_pool else None)
     return NodeIdentity(key, cert, trust)
-
