@@ -151,7 +151,8 @@ class Output:
 
 ForwardHook = Callable[[int, Message, Peer], Message | None]
 """Sees a routed payload at each hop (key, payload, next hop); returns it (possibly changed) or
-None to stop it here."""
+None to stop it here. Over UDP a payload carries its origin's signature (common.overlay.claims):
+a hook there may stop a payload, but one it changes fails the next hop's check."""
 
 
 PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry is declared dead
