@@ -209,6 +209,7 @@ def _duration(seconds: float | None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """master_q's command line."""
     parser = argparse.ArgumentParser(
         prog="master_q", description="progress of llic masters, from their state files"
     )
@@ -224,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`master_q`: print the progress of one master or of all, from their state files."""
     args = build_parser().parse_args(argv)
     return run_main("master_q", lambda: _main(args))
 

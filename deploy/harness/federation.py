@@ -55,6 +55,7 @@ class Federation:
         self.key = self.keys.key_file
         self.pools: dict[str, SandboxPool] = {name: sandbox.up(name, slots=slots) for name in names}
         self.policies: dict[str, str] = {}
+        self.flocking: dict[str, str] = {}  # pool -> extra [flocking] lines for its poold
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def address(self, name: str) -> str:
@@ -90,7 +91,7 @@ bind = "{self.address(name)}"
 port = 7640
 {bootstrap}
 {self.keys.toml(name)}
-{FAST_SETTINGS}
+{FAST_SETTINGS}{self.flocking.get(name, "")}
 [daemon]
 control_socket = "{self.socket(name)}"
 {policy}
