@@ -21,15 +21,16 @@ class Nemesis:
     """Sends datagrams and TCP streams at a daemon; with keys, sealed and signed ones."""
 
     def __init__(self, keys: RingKeys | None = None, *, name: str = "mallory", pool: str = "evil",
-                 node_id: int | None = None, hosts: list[str] | None = None) -> None:  # fmt: skip
+                 node_id: int | None = None, hosts: list[str] | None = None,
+                 bind: str = "127.0.0.1") -> None:  # fmt: skip
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind(("127.0.0.1", 0))
-        self.addr = f"127.0.0.1:{self.udp.getsockname()[1]}"
+        self.udp.bind((bind, 0))
+        self.addr = f"{bind}:{self.udp.getsockname()[1]}"
         self.identity: NodeIdentity | None = None
         self.sealer: SignedSealer | None = None
         self.codec = overlay_codec()
         if keys is not None:
-            files = keys.node(name, hosts=hosts or ["127.0.0.1"], pool=pool, node_id=node_id)
+            files = keys.node(name, hosts=hosts or [bind], pool=pool, node_id=node_id)
             self.identity = load_identity(IdentityFiles(files.key, files.cert, keys.ca_file, None))
             ring_key = bytes.fromhex(keys.key_file.read_text().strip())
             self.sealer = SignedSealer(ring_key, self.identity, context="datagram")
