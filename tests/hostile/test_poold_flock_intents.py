@@ -1,13 +1,14 @@
 """Issue 14, row 1, against a real poold on a real sandbox pool: a nemesis that holds the ring
 key and a valid certificate for pool "physics" (a compromised central manager) sends
 FlockIntents, sealed and signed, so they pass every identity check and meet the grammar. Hostile
-schedd hosts never reach FLOCK_FROM (condor_config_val on the collector and the startd says so)
-and the drop is counted in `poold status`; what an intent is granted is taken back when its
-grant expires."""
+schedd hosts never reach FLOCK_FROM (condor_config_val on the collector and the startd says so),
+the drop is counted in `poold status` and poold's memory stays within MEMORY_BOUND_MB of where
+it was; what an intent is granted is taken back when its grant expires."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.htcondor, pytest.mark.hostile]
 
 POOL = "hp"
 REAUTHORIZE_AFTER = 5.0  # a grant lasts twice this
+MEMORY_BOUND_MB = 40.0  # what the attack may add to poold's resident memory (as in test_hostile_peers)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,24 @@ def flock_from(fed: Federation, daemon: str) -> str:
     return "" if value.startswith("Not defined") else value
 
 
+def poold_rss_mb(fed: Federation) -> float:
+    """VmRSS of the poold process itself (not the unit jail or `ip netns exec` around it): the
+    process whose command line is `python -m poolD run --config <its config file>`."""
+    config = str(fed.workdir / f"{POOL}.toml")
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"deploy.harness.unit_jail" in args or args[0].endswith(b"ip"):
+                continue
+            if b"poolD" in args and b"run" in args and config.encode() in args:
+                for line in (proc / "status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    raise AssertionError(f"no poold process with --config {config}")
+
+
 def send_intent(fed: Federation, insider: Nemesis, schedd_hosts: list[str]) -> None:
     """One FlockIntent for pool "physics", sealed, signed and endorsed by the insider (a node
     that holds valid keys and lies about its schedds)."""
@@ -63,6 +83,7 @@ def test_hostile_schedd_hosts_never_reach_flock_from_and_are_counted(
 ) -> None:
     """On main, FLOCK_FROM became `*, */*, x` + a line of its own: ALLOW_ADMINISTRATOR = *."""
     before = {d: flock_from(federation, d) for d in ("collector", "startd")}
+    rss_start = poold_rss_mb(federation)
     counted = federation.status(POOL)["counters"].get("flock_intents_refused_hosts", 0)
     for hosts in (["*", "*/*", "x\nALLOW_ADMINISTRATOR = *"], ["ok.example.org", "$(FULL_HOSTNAME)"]):
         send_intent(federation, insider, hosts)
@@ -77,6 +98,7 @@ def test_hostile_schedd_hosts_never_reach_flock_from_and_are_counted(
     assert {d: flock_from(federation, d) for d in ("collector", "startd")} == before
     admin = federation.pools[POOL].exec("condor_config_val", "-collector", "ALLOW_ADMINISTRATOR").stdout
     assert admin.strip() == "*"  # the sandbox's own value, nothing appended
+    assert poold_rss_mb(federation) < rss_start + MEMORY_BOUND_MB
 
 
 def test_a_grant_is_written_checked_and_taken_back_when_it_expires(
