@@ -1,6 +1,9 @@
-"""Property-based fuzzing (hypothesis) of the decoders of identity and the wire, and of the three
-pure cores' message handlers fed arbitrary but well-typed messages: nothing raises, and what the
-cores keep stays sane. Bounded to a few seconds each, for CI."""
+"""Property-based fuzzing (hypothesis) of the decoders of identity and the wire, and of the four
+pure cores' message handlers (overlay node, role machine, poolD core, llic master core) fed
+arbitrary but well-typed messages: nothing raises, and what the cores keep stays sane. Bounded to
+a few seconds each, for CI. The byte-level decoders of the wire, the ring MAC and llic's protocol
+are fuzzed beside their modules (tests/common/test_wire.py, tests/common/overlay/test_auth.py,
+tests/llic/test_protocol.py)."""
 
 from __future__ import annotations
 
@@ -52,6 +55,10 @@ from faultD.messages import (
     StateFile,
 )
 from faultD.role import Role, RoleMachine, RoleParams
+from llic.config import LlicConfig
+from llic.events import AgentConnected, BulkReady, ConnectionBroken, ResultReceived, TransferDone
+from llic.master_core import MasterCore
+from llic.task import STATUS_LAUNCH_FAILED, STATUS_OK, TaskResult
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import CoreSettings, PoolCore
 from poolD.messages import Announcement, FlockIntent, FlockReply
@@ -338,3 +345,55 @@ def test_pool_core_survives_any_well_typed_message(script: list) -> None:
         core.on_timer(now)
     assert all(v >= 0 for v in core.counters.values())
     assert "home" not in core.willing.entries  # our own offers are never taken
+
+
+def _result(process: int, attempt: int, ran: bool, code: int | None) -> TaskResult:
+    if ran:  # as llic.task decodes it: a run that ran has exactly one of exit code and signal
+        return TaskResult(process, attempt, STATUS_OK, exit_code=code, signal=None if code is not None else 9)
+    return TaskResult(process, attempt, STATUS_LAUNCH_FAILED, error="no")
+
+
+# Names an agent could present: the master's own pattern (run.chef.launch, current or not) and junk.
+agent_names = st.one_of(
+    st.builds("{}.{}.{}".format, st.integers(0, 3), st.integers(0, 6), st.integers(0, 4)),
+    st.text(max_size=12),
+)
+task_numbers = st.integers(0, 12)  # the decoders refuse negative numbers
+master_events = st.one_of(
+    st.builds(AgentConnected, agent=agent_names, address=st.sampled_from(["", "10.0.0.1", "junk"])),
+    st.builds(
+        ResultReceived,
+        agent=agent_names,
+        result=st.builds(_result, task_numbers, st.integers(0, 5), st.booleans(), st.none() | small),
+    ),
+    st.builds(BulkReady, agent=agent_names, process=task_numbers, attempt=st.integers(0, 5), nbytes=small),
+    st.builds(ConnectionBroken, agent=agent_names, reason=st.just("reset")),
+    st.builds(
+        TransferDone,
+        agent=agent_names,
+        process=task_numbers,
+        direction=st.sampled_from(["in", "out", "x"]),
+        nbytes=small,
+        start=st.floats(0, 100),
+        end=st.floats(0, 100),
+    ),
+)
+
+
+@FAST
+@given(script=st.lists(st.tuples(master_events, st.floats(0, 30)), max_size=40), tasks=st.integers(0, 10))
+def test_llic_master_core_survives_whatever_authenticated_agents_send(script: list, tasks: int) -> None:
+    """An agent's messages reach the core only after its handshake, but an agent (or a job in its
+    slot) may still lie: results for tasks it was never given, other agents' names, stale
+    launches. Nothing raises, and every task is counted exactly once."""
+    core = MasterCore.new(range(tasks), LlicConfig())
+    core.start(2, 0.0)
+    now = 0.0
+    for event, dt in script:
+        now += dt
+        core.handle(event, now)
+        core.on_timer(now)
+        counts = core.counts()
+        assert counts.total == tasks
+        assert counts.queued + counts.running + counts.done + counts.failed == tasks
+        assert set(core.unfinished()) <= set(range(tasks))
