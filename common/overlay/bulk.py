@@ -7,9 +7,10 @@ type, its length and its SHA-256; then the message itself, exactly that long.
 
 Nothing a stranger sends costs more than a few kB: the header is read with a limit of
 `MAX_HEADER` bytes and a deadline of `header_timeout`, at most `max_unauthenticated` connections
-may be at that stage at once (more are closed at once and counted), and the body is read only
-after the header has been believed, one `max_bodies` at a time, with a deadline that grows with
-its length. The body must match the signed digest and type, and what it claims (its sender) must
+may be at that stage at once and at most `max_unauthenticated_per_peer` of them from one address
+(so that one source cannot take every slot; more are closed at once and counted), and the body
+is read only after the header has been believed, one `max_bodies` at a time, with a deadline
+that grows with its length. The body must match the signed digest and type, and what it claims (its sender) must
 be the signer (common.overlay.claims). Whatever fails is dropped and counted, like a bad datagram;
 an exception in the application's handler is counted too, and the server goes on.
 """
@@ -44,6 +45,7 @@ class BulkDrop:
     """Why the bulk channel dropped a connection, beyond the codec's and the sealer's reasons."""
 
     TOO_MANY = "too_many_connections"
+    TOO_MANY_FROM_PEER = "too_many_from_peer"
     BAD_HEADER = "bad_header"
     DIGEST = "digest_mismatch"
     TYPE = "type_mismatch"
@@ -75,6 +77,7 @@ class BulkChannel:
         timeout: float = 10.0,
         header_timeout: float = 5.0,
         max_unauthenticated: int = 16,
+        max_unauthenticated_per_peer: int = 4,
         max_bodies: int = 2,
     ) -> None:
         self.sealer = SignedSealer(
@@ -86,7 +89,9 @@ class BulkChannel:
         self.timeout = timeout
         self.header_timeout = header_timeout
         self.max_unauthenticated = max_unauthenticated
+        self.max_unauthenticated_per_peer = max_unauthenticated_per_peer
         self.unauthenticated = 0
+        self._unauthenticated_from: Counter[str] = Counter()  # by source host
         self._bodies = trio.Semaphore(max_bodies)
         self.own_drops: Counter[str] = Counter()
         self.drop_log = DropLog("bulk")
@@ -125,14 +130,25 @@ class BulkChannel:
                     BulkDrop.TOO_MANY, peer, f"{self.unauthenticated} connections not yet authenticated"
                 )
                 return
-            await self._receive(stream, source, peer)
+            host = source[0] if source is not None else "?"
+            if self._unauthenticated_from[host] >= self.max_unauthenticated_per_peer:
+                self._drop(
+                    BulkDrop.TOO_MANY_FROM_PEER,
+                    peer,
+                    f"{self._unauthenticated_from[host]} connections from {host} not yet authenticated",
+                )
+                return
+            await self._receive(stream, source, peer, host)
         except Exception as e:
             self.codec.drop(DropReason.GARBAGE, peer, f"{type(e).__name__}: {e}")
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _receive(self, stream: trio.SocketStream, source: tuple[str, int] | None, peer: str) -> None:
+    async def _receive(
+        self, stream: trio.SocketStream, source: tuple[str, int] | None, peer: str, host: str
+    ) -> None:
         self.unauthenticated += 1
+        self._unauthenticated_from[host] += 1
         header: bytes | None = None
         try:
             with trio.move_on_after(self.header_timeout):
@@ -147,6 +163,9 @@ class BulkChannel:
                 return
         finally:
             self.unauthenticated -= 1
+            self._unauthenticated_from[host] -= 1
+            if not self._unauthenticated_from[host]:
+                del self._unauthenticated_from[host]
         descriptor = unpack_array(opened.body, 3, "[type, length, sha256]")
         if isinstance(descriptor, str):
             self._drop(BulkDrop.BAD_HEADER, peer, descriptor)

@@ -86,6 +86,51 @@ async def test_bulk_channel_delivers_sealed_messages_and_drops_the_rest(tmp_path
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.hostile
+async def test_one_address_cannot_take_every_unauthenticated_slot(tmp_path: Path) -> None:
+    """Idle connections (which may wait header_timeout before they are dropped) from one source
+    take at most its own slots; a member's message still gets through beside them, and the
+    global cap still holds against several sources."""
+    got: list[Message] = []
+
+    async def on_message(msg: Message, peer: str) -> None:
+        got.append(msg)
+
+    codec = MessageCodec(list(BULK_TYPES), name="t", max_size=1 << 20)
+    channel = BulkChannel(
+        KEY, identity(tmp_path), codec, on_message,
+        header_timeout=120, max_unauthenticated=4, max_unauthenticated_per_peer=2,
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(channel.serve, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        idle: list[trio.SocketStream] = []
+
+        async def hold(source: str, held: int) -> None:
+            idle.append(await trio.open_tcp_stream("127.0.0.1", port, local_address=source))
+            await poll_until_async(f"{held} connections held", lambda: channel.unauthenticated >= held)
+
+        await hold("127.0.0.2", 1)
+        await hold("127.0.0.2", 2)
+        idle.append(await trio.open_tcp_stream("127.0.0.1", port, local_address="127.0.0.2"))
+        await poll_until_async(
+            "the third from 127.0.0.2 refused", lambda: channel.drops.get("too_many_from_peer") == 1
+        )
+        assert await channel.send(f"127.0.0.1:{port}", push(b"beside them"))
+        await poll_until_async("the member's push delivered", lambda: got)
+        assert got == [push(b"beside them")]
+        await hold("127.0.0.3", 3)
+        await hold("127.0.0.4", 4)
+        idle.append(await trio.open_tcp_stream("127.0.0.1", port, local_address="127.0.0.5"))
+        await poll_until_async(
+            "a fifth source over the cap refused", lambda: channel.drops.get("too_many_connections") == 1
+        )
+        assert channel.drops.get("too_many_from_peer") == 1 and channel.unauthenticated == 4
+        for stream in idle:
+            await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
 async def test_send_to_nobody_fails_softly(tmp_path: Path) -> None:
     async def ignore(msg: Message, peer: str) -> None: ...
 

@@ -297,7 +297,18 @@ def test_row3_bulk_channel_buffers_nothing_before_authentication(faultd: LiveDae
                 s.sendall(junk)
         except OSError:
             pass  # refused after the header: what should happen
-    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(40)]
+
+    # Idle connections: six from one address (four are held, two refused at once), then 40 more
+    # from ten others, round-robin, past the cap of 16 awaiting authentication.
+    def connect(source: str) -> socket.socket:
+        return socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0))
+
+    idle = [connect("127.0.0.12") for _ in range(6)]
+    faultd.wait(
+        "connections over one address's share refused",
+        lambda: grows(faultd, "bulk_too_many_from_peer", before, 2),
+    )
+    idle += [connect(f"127.0.0.{2 + i % 10}") for i in range(40)]
     faultd.wait("the announced frames refused", lambda: grows(faultd, "bulk_oversized", before, 6))
     faultd.wait(
         "connections over the cap refused", lambda: grows(faultd, "bulk_too_many_connections", before)
