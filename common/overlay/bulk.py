@@ -10,9 +10,10 @@ Nothing a stranger sends costs more than a few kB: the header is read with a lim
 may be at that stage at once and at most `max_unauthenticated_per_peer` of them from one address
 (so that one source cannot take every slot; more are closed at once and counted), and the body
 is read only after the header has been believed, one `max_bodies` at a time, with a deadline
-that grows with its length. The body must match the signed digest and type, and what it claims (its sender) must
-be the signer (common.overlay.claims). Whatever fails is dropped and counted, like a bad datagram;
-an exception in the application's handler is counted too, and the server goes on.
+that grows with its length. The body must match the signed digest and type, and what it claims
+(its sender) must be the signer (common.overlay.claims). Whatever fails is dropped and counted,
+like a bad datagram; an exception in the application's handler is counted too, and the server
+goes on.
 """
 
 from __future__ import annotations
