@@ -119,6 +119,22 @@ def test_row5_datagram_for_another_node_is_refused(poold: LiveDaemon, insider: N
     unharmed(poold, poold.rss_start)  # type: ignore[attr-defined]
 
 
+def test_replayed_and_stale_datagrams_are_refused(poold: LiveDaemon, insider: Nemesis) -> None:
+    """A datagram replayed to the node it was sealed for, and one sealed long ago (a capture kept
+    past the replay window), are refused before anything in them is believed."""
+    to = address(poold)
+    before = poold.drops()
+    datagram = insider.datagram(Ping(sender=insider.me, nonce=2, sent=time.time()), to)
+    insider.send(to, datagram)
+    insider.send(to, datagram)
+    poold.wait("the copy refused as replayed", lambda: grows(poold, "replayed", before))
+    old = time.time() - 600
+    insider.send(to, insider.datagram(Ping(sender=insider.me, nonce=3, sent=old), to, at=old))
+    poold.wait("the old datagram refused as stale", lambda: grows(poold, "stale", before))
+    assert poold.drops().get("replayed", 0) == before.get("replayed", 0) + 1
+    unharmed(poold, poold.rss_start)  # type: ignore[attr-defined]
+
+
 def test_row7_control_socket_survives_garbage(poold: LiveDaemon) -> None:
     for line in [b"[" * 200_000 + b"\n", b'{"a":' * 5000 + b"\n", b"\xff\xfe\x00\n", b"x" * 100_000, b"[]\n"]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
