@@ -68,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(config: PooldConfig, path: Path) -> None:
     if config.daemon.policy_file is not None:
         Policy.load(config.daemon.policy_file)
-    config.ring.check_key(path)
+    cert = config.ring.check_key(path).cert
+    if cert.pool != config.pool.name:
+        raise ConfigError(
+            f"{path}: pool.name is {config.pool.name!r}, but the node certificate is for {cert.pool!r}"
+        )
 
 
 def _serve(config: PooldConfig) -> int:

@@ -26,15 +26,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.overlay.messages import app_message
+from common.overlay.messages import AppMessage, app_message
 from common.overlay.node import Delivered, Event, LeafSetChanged, OverlayParams
-from common.wire import Message
 from sim.network import ByteMeter, SimNetwork, route_latency_tracker
 from sim.topology import LatencyMatrix, Placement, load_matrix, transit_stub
 
 
 @app_message
-class LookupProbe(Message):
+class LookupProbe(AppMessage):
     """The payload of a benchmark lookup."""
 
     TYPE = "sim.lookup"
