@@ -18,7 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.overlay.auth import Sealer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from common.overlay.certs import CertificateAuthority, public_key_of
+from common.overlay.envelope import SignedSealer
+from common.overlay.identity import NodeIdentity, TrustStore
 from common.overlay.ids import closeness
 from common.overlay.messages import Peer, Route, overlay_codec
 from common.overlay.node import Event, Output, OverlayNode, OverlayParams
@@ -52,16 +56,34 @@ class NetworkStats:
     to_dead: int = 0
 
 
+_RECIPIENT = "192.0.2.17:9618"
+
+
+def _metering_sealer() -> SignedSealer:
+    """A signed sealer of a typical node, to measure envelopes with (never to check any)."""
+    ca = CertificateAuthority(Ed25519PrivateKey.from_private_bytes(bytes(32)))
+    key = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+    cert = ca.issue(
+        ring="federation", node_name="cm.pool-0017.example.org", node_id=(1 << 127) + 17,
+        pool="pool-0017", hosts=["192.0.2.17"], public_key=public_key_of(key),
+        not_before=0.0, not_after=365 * 86400.0, serial=17,
+    )  # fmt: skip
+    trust = TrustStore(Ed25519PublicKey.from_public_bytes(ca.public_key), "federation")
+    return SignedSealer(bytes(32), NodeIdentity(key, cert, trust), context="datagram", name="meter")
+
+
 class ByteMeter:
-    """Bytes the sent messages would take on the wire: the codec's datagram, sealed as the UDP
-    driver seals it (`common.overlay.auth`). Encoding every message would cost more than
-    simulating it, so each type's size is sampled (every `stride`-th message of the type, the
-    first one included: deterministic) and the total is its count times its mean sampled size."""
+    """Bytes the sent messages would take on the wire: the codec's datagram, sealed and signed as
+    the UDP driver does it (`common.overlay.envelope`: ring MAC, recipient, the sender's
+    certificate and Ed25519 signature), with a certificate of typical size (a one-host node named
+    like a central manager's FQDN). Encoding every message would cost more than simulating it, so
+    each type's size is sampled (every `stride`-th message of the type, the first one included:
+    deterministic) and the total is its count times its mean sampled size."""
 
     def __init__(self, stride: int = 8) -> None:
         self.stride = stride
         self.codec = overlay_codec()
-        self.sealer = Sealer(bytes(32), name="meter")
+        self.sealer = _metering_sealer()
         self.count: Counter[str] = Counter()
         self._sampled: Counter[str] = Counter()
         self._sampled_bytes: Counter[str] = Counter()
@@ -72,7 +94,7 @@ class ByteMeter:
         n = self.count[kind]
         self.count[kind] = n + 1
         if n % self.stride == 0:
-            sealed = self.sealer.seal(self.codec.encode_datagram(msg), 0.0, bytes(16))
+            sealed = self.sealer.seal(self.codec.encode_datagram(msg), _RECIPIENT, 0.0, bytes(16))
             self._sampled[kind] += 1
             self._sampled_bytes[kind] += len(sealed)
 
