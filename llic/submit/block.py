@@ -151,7 +151,13 @@ class QueueBlock:
                 )
                 yield (
                     process,
-                    JobCommands(self.path, self._macros, Expander(lookup, self._ctx.environ), self.line),
+                    JobCommands(
+                        self.path,
+                        self._macros,
+                        Expander(lookup, self._ctx.environ),
+                        self.line,
+                        dict(values) if values else None,
+                    ),
                 )
                 process += 1
                 made += 1
