@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llic.submit import dispatch, master_copy
+from llic.submit.commands import check_commands
 from llic.submit.macros import Expander, Macro, job_builtins, macro_lookup, shared_builtins
 from llic.submit.queue import QueueArgs, assign_item
 from llic.submit.resolve import JobCommands, PathChecks, check_universe, resolve_task
@@ -197,6 +198,7 @@ class QueueBlock:
             first = self.first_job()
             if first is not None:
                 check_universe(first)
+                check_commands(self)
             base = self.cluster_ad(cluster)
             out: list[Task] = []
             for process, job in self.jobs(cluster):

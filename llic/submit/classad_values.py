@@ -14,6 +14,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from llic.submit.classad_syntax import is_simple_expression
 from llic.submit.values import WHITESPACE, parse_integer, parse_real
 
 _classad2: ModuleType | None = None
@@ -72,7 +73,10 @@ def submit_integer(text: str) -> int | None:
 
 
 def expression_error(text: str) -> str | None:
-    """Why text is not a ClassAd expression (None: it is one)."""
+    """Why text is not a ClassAd expression (None: it is one). The common forms are read by
+    classad_syntax.py; only the others cost classad2's import."""
+    if is_simple_expression(text):
+        return None
     classad2 = _classads()
     try:
         classad2.ExprTree(text)

@@ -156,6 +156,11 @@ _WHEN_VALUES = {
 }
 
 
+def when_value(when: str) -> str | None:
+    """What condor_submit 23.9 reads a when_to_transfer_output value as (None: invalid)."""
+    return _WHEN_VALUES.get(when.upper())
+
+
 def should_transfer(job: JobCommands) -> tuple[str, str]:
     """(should_transfer_files, when_to_transfer_output) after condor's checks and defaults
     (submit_utils.cpp SetTransferFiles): should is YES, NO, IF_NEEDED or NULL; when is ON_EXIT,
