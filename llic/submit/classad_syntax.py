@@ -196,3 +196,28 @@ def is_simple_expression(text: str) -> bool:
         return parser.i == len(tokens)
     except (_Unsure, RecursionError):
         return False
+
+
+def top_level_conditional(text: str) -> bool:
+    """Whether text's top operator is the conditional `?:` (a `?` outside parentheses,
+    brackets, braces and string literals)."""
+    depth = 0
+    quote = ""
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "?" and depth == 0:
+            return True
+        i += 1
+    return False

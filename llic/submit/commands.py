@@ -97,7 +97,14 @@ def _table() -> dict[str, Command]:
         "log:  max_retries:int success_exit_code:int retry_until:expr on_exit_remove:expr "
         "on_exit_hold:expr on_exit_hold_reason:expr on_exit_hold_subcode:expr periodic_remove:expr "
         "periodic_hold:expr periodic_hold_reason:expr periodic_hold_subcode:expr "
-        "periodic_release:expr hold:bool transfer_output_remaps submit_event_notes",
+        "periodic_release:expr hold:bool transfer_output_remaps submit_event_notes userlog:",
+    )
+    add(
+        Handling.MASTER,
+        "onexitremove:expr onexithold:expr onexitholdreason:expr onexitholdsubcode:expr "
+        "periodicremove:expr periodichold:expr periodicholdreason:expr periodicholdsubcode:expr "
+        "periodicrelease:expr jobmaxretries:int jobsuccessexitcode:int transferoutputremaps "
+        "submiteventnotes",
     )
     add(
         Handling.AGENT,

@@ -24,6 +24,7 @@ from llic.submit.classad_values import submit_bool
 from llic.submit.environment import import_environment, parse_environment
 from llic.submit.errors import ExpandError, SubmitFileError
 from llic.submit.macros import Expander, Macro
+from llic.submit.policy import job_policy
 from llic.submit.values import WHITESPACE, split_list
 from llic.task import Task
 
@@ -233,6 +234,9 @@ def resolve_task(
     environment = _environment(job, base, environ)
     stdin, stdout, stderr = _streams(job, base)
     transfer_input, transfer_output = _transfer_files(job, base)
+    log, _ = job.param("log", "UserLog")
+    hold, _ = job.param("hold")
+    remaps, _ = job.param("transfer_output_remaps", "TransferOutputRemaps")
     return Task(
         process=process,
         cluster=cluster,
@@ -245,6 +249,10 @@ def resolve_task(
         initialdir=initialdir,
         transfer_input_files=transfer_input,
         transfer_output_files=transfer_output,
+        log=log,
+        hold=hold is not None and submit_bool(hold) is True,
+        policy=job_policy(job),
+        output_remaps=None if remaps is None else remaps.strip('"') or None,
     )
 
 
