@@ -1,4 +1,5 @@
-"""Command lines of llic: master_submitter and master_q (the master itself: llic/master.py)."""
+"""Command lines of llic: master_submitter, master_q, and master_release, master_rm and
+master_hold (the user's requests, llic/user_requests.py); the master itself: llic/master.py."""
 
 from __future__ import annotations
 
@@ -130,3 +131,64 @@ def master_q(argv: list[str] | None = None) -> int:
     from llic.master_q import main
 
     return main(argv)
+
+
+def _request(action: str, prog: str, argv: list[str] | None) -> int:
+    """master_release / master_rm / master_hold: ask a master to act on its tasks."""
+    from pathlib import Path
+
+    from llic.state import StateFileError, load_state
+    from llic.taskbook import TaskState
+    from llic.user_requests import Request, write_request
+
+    verb = {"release": "release held", "remove": "remove", "hold": "hold"}[action]
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=f"Ask an llic master to {verb} tasks (as condor_{'rm' if action == 'remove' else action} "
+        "does jobs); without PROCESS, every task it applies to.",
+    )
+    parser.add_argument("state_file", metavar="STATE_FILE", type=Path, help="the master's master.<id>.state")
+    parser.add_argument("processes", metavar="PROCESS", type=int, nargs="*", help="task process numbers")
+    parser.add_argument("-reason", "--reason", default="", help="the reason the job event log records")
+    args = parser.parse_args(argv)
+    try:
+        state = load_state(args.state_file)
+    except StateFileError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    known = {t.process: t.state for t in state.tasks}
+    unknown = [p for p in args.processes if p not in known]
+    if unknown:
+        print(f"{prog}: error: master {state.info.master_id} has no process {unknown[0]}", file=sys.stderr)
+        return 2
+    applies = {
+        "release": (TaskState.HELD,),
+        "remove": (TaskState.QUEUED, TaskState.RUNNING, TaskState.HELD),
+        "hold": (TaskState.QUEUED, TaskState.RUNNING),
+    }[action]
+    chosen = args.processes or [p for p, st in known.items() if st in applies]
+    matching = [p for p in chosen if known[p] in applies]
+    reason = args.reason or f"via {prog}"
+    path = write_request(args.state_file.parent, Request(action, tuple(args.processes) or None, reason))
+    others = len(chosen) - len(matching)
+    skipped = f" ({others} others are not in a state it applies to)" if others else ""
+    print(
+        f"master {state.info.master_id}: asked to {action} {len(matching)} task(s){skipped}; "
+        f"the master acts on {path.name} within seconds while it runs"
+    )
+    return 0
+
+
+def master_release(argv: list[str] | None = None) -> int:
+    """master_release STATE_FILE [PROCESS ...]: release held tasks (condor_release)."""
+    return _request("release", "master_release", argv)
+
+
+def master_rm(argv: list[str] | None = None) -> int:
+    """master_rm STATE_FILE [PROCESS ...]: remove tasks (condor_rm)."""
+    return _request("remove", "master_rm", argv)
+
+
+def master_hold(argv: list[str] | None = None) -> int:
+    """master_hold STATE_FILE [PROCESS ...]: hold tasks (condor_hold)."""
+    return _request("hold", "master_hold", argv)

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -37,8 +38,10 @@ from llic.config import LlicConfig
 from llic.master_core import MasterCore, MasterStatus
 from llic.netadmit import NetAdmit
 from llic.task import STATUS_OK, TaskResult
+from llic.task_policy import HOLD_SUBMITTED_ON_HOLD, Decision, TaskPolicy, Verdict
 from llic.taskbook import TaskBook, TaskCounts, TaskRecord, TaskState
 
+SUBMITTED_ON_HOLD = Decision(Verdict.HOLD, "submitted on hold at user's request", HOLD_SUBMITTED_ON_HOLD)
 MAGIC = "llic-master-state"
 VERSION = 1
 STATE_GLOB = "master.*.state"
@@ -90,6 +93,8 @@ class MasterState:
             by[TaskState.RUNNING],
             by[TaskState.DONE],
             by[TaskState.FAILED],
+            by[TaskState.HELD],
+            by[TaskState.REMOVED],
         )
 
     def agents_by_state(self) -> dict[str, int]:
@@ -103,9 +108,14 @@ class MasterState:
 # ----------------------------------------------------------------------------- core <-> state
 
 
-def initial_state(info: MasterInfo, config: LlicConfig, processes: list[int], now: float) -> MasterState:
-    """A new master's state (every task queued, no chef yet): what master_submitter writes."""
+def initial_state(
+    info: MasterInfo, config: LlicConfig, processes: list[int], now: float, held: Iterable[int] = ()
+) -> MasterState:
+    """A new master's state (every task queued, those of `held` held as submitted on hold, no
+    chef yet): what master_submitter writes."""
     book = TaskBook(processes, config.max_task_attempts)
+    for process in held:
+        book.hold(process, SUBMITTED_ON_HOLD, now)
     return MasterState(info, config.snapshot(), MasterStatus.RUNNING, None, now, 0, book.records(), [])
 
 
@@ -127,11 +137,20 @@ def snapshot(
     )
 
 
-def restore(state: MasterState, config: LlicConfig | None = None, net: NetAdmit | None = None) -> MasterCore:
+def restore(
+    state: MasterState,
+    config: LlicConfig | None = None,
+    net: NetAdmit | None = None,
+    *,
+    policy: TaskPolicy | None = None,
+    log_events: bool = False,
+) -> MasterCore:
     """The core a restarted master goes on with (then call `start`): results recorded before are
     kept exactly once; tasks that were running are queued again (their agents are removed by
     `start`). `config` defaults to the snapshot the master ran with; `net`, the network
-    admission it runs with (default: accounting only, no limits)."""
+    admission it runs with (default: accounting only, no limits); `policy`, the tasks' job
+    policy (default: HTCondor's without policy commands); `log_events`, whether the tasks'
+    events are wanted for job event logs."""
     if config is None:
         try:
             config = LlicConfig.from_snapshot(state.config, source=f"state of master {state.info.master_id}")
@@ -139,7 +158,17 @@ def restore(state: MasterState, config: LlicConfig | None = None, net: NetAdmit 
             raise StateFileError(str(e)) from None
     book = TaskBook.from_records(state.tasks, config.max_task_attempts, state.counters)
     chefs = [replace(c, job_ids=list(c.job_ids)) for c in state.chefs]
-    return MasterCore(book, config, chefs, state.started, state.run, net)
+    return MasterCore(
+        book,
+        config,
+        chefs,
+        state.started,
+        state.run,
+        net,
+        policy=policy,
+        cluster=state.info.cluster,
+        log_events=log_events,
+    )
 
 
 # ----------------------------------------------------------------------------- files
@@ -301,6 +330,16 @@ def _task_json(rec: TaskRecord) -> dict[str, Any]:
     if rec.outcome is not None:
         fields = rec.outcome.to_dict().items()
         out["outcome"] = {k: v for k, v in fields if k in _OUTCOME_FIELDS and v not in (None, "")}
+    if rec.completions:
+        out["completions"] = rec.completions
+    if rec.hold_reason is not None:
+        out["hold_reason"] = rec.hold_reason
+        out["hold_code"] = rec.hold_code
+        out["hold_subcode"] = rec.hold_subcode
+    if rec.entered is not None:
+        out["entered"] = rec.entered
+    if rec.wall_clock:
+        out["wall_clock"] = rec.wall_clock
     if rec.completed is not None:
         out["completed"] = rec.completed
     if rec.recorded:
@@ -339,7 +378,7 @@ _Outcome = create_model(
 
 class _Task(_M):
     process: int = Field(ge=0)
-    state: Literal["queued", "running", "done", "failed"]
+    state: Literal["queued", "running", "done", "failed", "held", "removed"]
     attempt: int = Field(0, ge=0)
     failures: int = Field(0, ge=0)
     chef: int | None = Field(None, ge=0)
@@ -347,6 +386,12 @@ class _Task(_M):
     outcome: _Outcome | None = None
     completed: float | None = None
     recorded: int = Field(0, ge=0)
+    completions: int = Field(0, ge=0)
+    hold_reason: str | None = None
+    hold_code: int = 0
+    hold_subcode: int = 0
+    entered: float | None = None
+    wall_clock: float = Field(0.0, ge=0)
 
 
 class _Chef(_M):
@@ -422,6 +467,12 @@ def _decode(m: _Body) -> MasterState:
                 outcome,
                 t.completed,
                 t.recorded,
+                t.completions,
+                t.hold_reason,
+                t.hold_code,
+                t.hold_subcode,
+                t.entered,
+                t.wall_clock,
             )
         )
     return MasterState(
