@@ -28,14 +28,6 @@ def master_submitter(argv: list[str] | None = None) -> int:
     `condor_submit -dry-run` would (first cluster 1). Without it, one master per queue statement
     is submitted in the scheduler universe (llic/submitter.py); --wait shows their progress.
     """
-    import json
-    import os
-    from pathlib import Path
-
-    from common.config import ConfigError
-    from llic.config import load_llic_config
-    from llic.submit import SubmitFileError, parse_submit_file
-
     prog = "master_submitter"
     parser = argparse.ArgumentParser(
         prog=prog, description="Run an HTCondor submit file's jobs through llic."
@@ -60,16 +52,39 @@ def master_submitter(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.dry_run:
         return _submit(prog, args)
+    return _dry_run(prog, args)
+
+
+def _dry_run(prog: str, args: argparse.Namespace) -> int:
+    """`--dry-run`: each task as JSON, resolved one at a time and printed at once, so that a
+    100,000-task file costs no more memory than its items (condor_submit -dry-run streams too).
+    The llic_config (and pydantic with it) is read only when one is named."""
+    import json
+    import os
+    from pathlib import Path
+
+    from llic.submit import SubmitFileError, parse_submit_file
+
     try:
-        load_llic_config(Path(args.config) if args.config else None)
+        if args.config or os.environ.get("LLIC_CONFIG_FILENAME"):
+            from common.config import ConfigError
+            from llic.config import load_llic_config
+
+            try:
+                load_llic_config(Path(args.config) if args.config else None)
+            except ConfigError as e:
+                print(f"{prog}: error: {e}", file=sys.stderr)
+                return 2
         submit = parse_submit_file(args.file, cwd=Path.cwd())
         for warning in submit.warnings:
             print(f"{prog}: warning: {warning}", file=sys.stderr)
+        write = sys.stdout.write
         for block in submit.blocks:
-            for task in block.tasks(1 + block.cluster_offset):
+            for task in block.iter_tasks(1 + block.cluster_offset):
                 data = task.to_dict()
-                print(json.dumps({key: data[key] for key in DRY_RUN_FIELDS}))
-    except (SubmitFileError, ConfigError) as e:
+                write(json.dumps({key: data[key] for key in DRY_RUN_FIELDS}) + "\n")
+    except SubmitFileError as e:
+        sys.stdout.flush()
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `| head`: the reader has seen enough

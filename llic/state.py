@@ -419,6 +419,7 @@ class _Body(_M):
 
 
 _TASK_STATES = {s.value: s for s in TaskState}
+_NOBODY: frozenset[int] = frozenset()  # one empty set for every task no agent failed
 
 
 def _decode(m: _Body) -> MasterState:
@@ -463,7 +464,7 @@ def _decode(m: _Body) -> MasterState:
                 t.attempt,
                 t.failures,
                 t.chef,
-                set(t.failed_on),
+                frozenset(t.failed_on) if t.failed_on else _NOBODY,
                 outcome,
                 t.completed,
                 t.recorded,

@@ -216,7 +216,7 @@ async def _submit_one(
     processes: list[int] = []
     held: list[int] = []
     logs: dict[int, tuple[str, str]] = {}  # process -> (its job event log, the submit event's notes)
-    for task in block.tasks(1 + block.cluster_offset):
+    for task in block.iter_tasks(1 + block.cluster_offset):
         processes.append(task.process)
         if task.hold:
             held.append(task.process)

@@ -142,7 +142,8 @@ class Task:
     `transfer_input_files`, as submitted (relative to `initialdir` unless absolute);
     `initialdir` is absolute on the submit machine; `arguments` are split as the job gets them.
     `cluster` is the cluster number `$(Cluster)` expanded to (0: not known). Sequences are kept
-    as tuples, whatever they are given as.
+    as tuples, whatever they are given as; maps as dicts (one given as a dict is not copied:
+    never change a task's maps).
 
     What the master alone acts on (the agent ignores it): `log`, the job event log's path as
     submitted; `hold`, submitted on hold; `policy`, the job's policy attributes as condor_submit
@@ -171,7 +172,11 @@ class Task:
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalized once, here
         put(self, "arguments", tuple(self.arguments))
-        put(self, "environment", dict(self.environment))
+        # a dict is kept as given: the parser hands the tasks of a block one shared dict for
+        # equal environments and policies (nothing changes a task's maps), which a 100,000-task
+        # master notices
+        if type(self.environment) is not dict:
+            put(self, "environment", dict(self.environment))
         if type(self.policy) is not dict:
             put(self, "policy", dict(self.policy))
         put(self, "transfer_input_files", tuple(self.transfer_input_files))

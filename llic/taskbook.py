@@ -87,7 +87,7 @@ class Assignment:
     attempt: int
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     """One task's whole story; what the state file stores per task."""
 
@@ -96,7 +96,9 @@ class TaskRecord:
     attempt: int = 0  # runs handed out so far; while running, the number of the current run
     failures: int = 0
     chef: int | None = None  # running: whose agent holds it
-    failed_on: set[int] = field(default_factory=set)  # chefs whose agents failed it
+    # chefs whose agents failed it (a frozenset: the empty one is shared by every record, which
+    # matters for a 100,000-task master)
+    failed_on: frozenset[int] = frozenset()
     outcome: TaskResult | None = None  # done: its result; failed: the last failure (TaskResult.kept())
     completed: float | None = None  # master's clock when done, failed or removed for good
     # results recorded for this task (its failures and exits): `outcome` keeps only the last, so
@@ -114,7 +116,7 @@ class TaskRecord:
 
     def copy(self) -> TaskRecord:
         """A copy that shares nothing mutable with this one (for a snapshot)."""
-        return dataclasses.replace(self, failed_on=set(self.failed_on))
+        return dataclasses.replace(self)
 
 
 @dataclass(frozen=True)
@@ -358,7 +360,7 @@ class TaskBook:
             self._exited(rec, result, decision, now)
             return True
         rec.failures += 1
-        rec.failed_on.add(chef)
+        rec.failed_on = rec.failed_on | {chef}
         why = f"the run could not start: {result.status}: {result.error or 'no reason given'}"
         if rec.failures >= self.max_attempts:
             rec.completed = now

@@ -193,21 +193,28 @@ class QueueBlock:
         return base
 
     def tasks(self, cluster: int) -> list[Task]:
-        """Every job of this queue statement, with `$(Cluster)` = cluster, in process order."""
+        """Every job of this queue statement, with `$(Cluster)` = cluster, in process order (kept
+        once made: dispatch.py asks again and again)."""
         if cluster not in self._tasks:
-            first = self.first_job()
-            if first is not None:
-                check_universe(first)
-                check_commands(self)
-            base = self.cluster_ad(cluster)
-            out: list[Task] = []
-            for process, job in self.jobs(cluster):
-                task = self._resolve(job, process, cluster, base)
-                if base is None:
-                    base = task
-                out.append(task)
-            self._tasks[cluster] = out
+            self._tasks[cluster] = list(self.iter_tasks(cluster))
         return list(self._tasks[cluster])
+
+    def iter_tasks(self, cluster: int) -> Iterator[Task]:
+        """The same jobs one at a time, none kept: a 100,000-task block costs one task's memory
+        (what `master_submitter --dry-run` and the submission read)."""
+        if cluster in self._tasks:
+            yield from self._tasks[cluster]
+            return
+        first = self.first_job()
+        if first is not None:
+            check_universe(first)
+            check_commands(self)
+        base = self.cluster_ad(cluster)
+        for process, job in self.jobs(cluster):
+            task = self._resolve(job, process, cluster, base)
+            if base is None:
+                base = task
+            yield task
 
     # -- what llic needs beyond the tasks (dispatch.py) and the master's copy (master_copy.py)
 

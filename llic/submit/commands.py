@@ -322,7 +322,12 @@ def check_commands(block: QueueBlock) -> None:
             raise job.fail(f"{_spelled(block, low)}: {found.why} (not supported by llic)", low)
         checks.append((low, found))
         _check_value(job, low, found, value, block)
-    variable = [c for c in checks if "$" in (block.macros[c[0]].value if c[0] in block.macros else "$")]
+    variable = [
+        (low, found)
+        for low, found in checks
+        if (found.kind or found.refuse_if is not None or low == "notification")
+        and "$" in (block.macros[low].value if low in block.macros else "$")
+    ]
     if not variable:
         return
     seen: set[tuple[str, str | None]] = set()

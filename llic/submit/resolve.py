@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from llic.submit.arguments import parse_arguments
 from llic.submit.classad_values import submit_bool
@@ -29,6 +30,7 @@ from llic.submit.values import WHITESPACE, split_list
 from llic.task import Task
 
 NULL_FILE = "/dev/null"
+T = TypeVar("T")
 _INITIALDIR_NAMES = (("initialdir", "Iwd"), ("initial_dir", "job_iwd"))
 
 
@@ -99,10 +101,13 @@ class JobCommands:
 
 
 class PathChecks:
-    """Each check of a path asked once (a block's jobs often share a directory or an executable)."""
+    """Each check of a path asked once (a block's jobs often share a directory or an executable),
+    and one object for equal values the block's tasks keep (`share`): their paths, environments
+    and policies are mostly the same, and a 100,000-task master holds every task."""
 
     def __init__(self) -> None:
         self._results: dict[tuple[str, Callable[[str], bool]], bool] = {}
+        self._shared: dict[object, Any] = {}
 
     def __call__(self, path: str, check: Callable[[str], bool]) -> bool:
         """check(path), from the first time it was asked."""
@@ -110,6 +115,10 @@ class PathChecks:
         if key not in self._results:
             self._results[key] = check(path)
         return self._results[key]
+
+    def share(self, value: T, key: object = None) -> T:
+        """The first value seen equal to this one (compared by `key`, default the value)."""
+        return self._shared.setdefault(value if key is None else key, value)
 
 
 def check_universe(job: JobCommands) -> None:
@@ -227,11 +236,14 @@ def resolve_task(
 ) -> Task:
     """One job's Task; `cwd` is condor_submit's working directory, `environ` its environment."""
     cwd_text = str(cwd)
-    initialdir = _initialdir(job, cwd_text, checks)
+    initialdir = checks.share(_initialdir(job, cwd_text, checks))
     job.expander.cwd = initialdir  # condor's SetIWD: `$Ff()` in every later command is relative to it
-    executable = _executable(job, cwd_text, base, checks)
+    executable = checks.share(_executable(job, cwd_text, base, checks))
     arguments = _arguments(job, base)
     environment = _environment(job, base, environ)
+    environment = checks.share(environment, ("env", *environment.items()))
+    policy = job_policy(job)
+    policy = checks.share(policy, ("policy", *policy.items()))
     stdin, stdout, stderr = _streams(job, base)
     transfer_input, transfer_output = _transfer_files(job, base)
     log, _ = job.param("log", "UserLog")
@@ -251,7 +263,7 @@ def resolve_task(
         transfer_output_files=transfer_output,
         log=log,
         hold=hold is not None and submit_bool(hold) is True,
-        policy=job_policy(job),
+        policy=policy,
         output_remaps=None if remaps is None else remaps.strip('"') or None,
     )
 

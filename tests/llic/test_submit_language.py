@@ -276,3 +276,23 @@ def test_getenv_lists(tmp_path: Path) -> None:
         # old syntax in the cluster: a value with `;` is not taken
         {"PAGER": "less", "HOME": "/home/u", "A": "1", "B": "2", "PATH": "/usr/bin:/bin"},
     ]
+
+
+# -- memory: what a 100,000-task file costs
+
+
+def test_tasks_stream_and_share_what_they_have_in_common(tmp_path: Path) -> None:
+    (tmp_path / "items.txt").write_text("".join(f"i{n}\n" for n in range(50)))
+    sub = parse(
+        tmp_path,
+        "executable = /bin/echo\narguments = $(Item)\ngetenv = true\nmax_retries = 2\n"
+        "should_transfer_files = YES\ntransfer_input_files = common, in/$(Item)\nqueue from items.txt\n",
+    )
+    block = sub.blocks[0]
+    streamed = list(block.iter_tasks(1))
+    assert block._tasks == {}  # iter_tasks keeps nothing (master_submitter --dry-run, the submission)
+    first, last = streamed[0], streamed[-1]
+    assert first.environment == ENV and first.environment is last.environment
+    assert first.policy is last.policy and first.initialdir is last.initialdir
+    assert first.executable is last.executable
+    assert block.tasks(1) == streamed
