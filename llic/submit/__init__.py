@@ -21,8 +21,8 @@ submit.cpp, condor_arglist.cpp, env.cpp at v23.9.6) and is checked against the r
   default when X is undefined or empty), `$(DOLLAR)`, `$$(X)` left for HTCondor, `$ENV(X)`
   (`UNDEFINED` when unset, `$ENV(X:default)`), `$Fpdnxbqaf(X)` (`f`: a full path, relative to
   the job's initialdir), `$BASENAME(X)`, `$DIRNAME(X)`, `$SUBSTR(X,start[,len])`,
-  `$CHOICE(i,list)`, `$INT(X[,fmt])`, `$REAL(X[,fmt])`; a self reference (`X = $(X) more`) is
-  expanded when the line is read;
+  `$CHOICE(i,list)`, `$INT(X[,fmt])`, `$REAL(X[,fmt])`, `$EVAL(X)`, `$STRING(X[,fmt])`; a self
+  reference (`X = $(X) more`) is expanded when the line is read;
 - the built-in macros `$(Process)`/`$(ProcId)`, `$(Cluster)`/`$(ClusterId)`, `$(JobId)`,
   `$(Item)` and the other queue variables, `$(ItemIndex)`/`$(Row)`, `$(Step)`, `$(Node)`,
   `$(SUBMIT_FILE)`, `$(SUBMIT_TIME)`, `$(Year)`/`$(Month)`/`$(Day)`, `$(ARCH)`, `$(OPSYS)`,
@@ -62,8 +62,8 @@ condor_submit behaviours reproduced on purpose, because they change what a job g
   the submission otherwise); input files are not checked (condor_submit 23.9 skips that check).
 
 Rejected with a SubmitFileError (condor_submit knows them, llic cannot honour them): `use`
-(configuration templates), `queue ... from -`, `$RANDOM_CHOICE()`, `$RANDOM_INTEGER()`,
-`$STRING()`, `$EVAL()`, `$(OPSYSVER)` and the other macros that come from the submit machine's
+(configuration templates), `queue ... from -`, `$RANDOM_CHOICE()`, `$RANDOM_INTEGER()` (a
+master would draw other values), `$(OPSYSVER)` and the other macros that come from the submit machine's
 HTCondor configuration, universes other than vanilla, `container_image`/`docker_image` (condor
 makes those container jobs whatever the universe), environment entries without `=`, negative
 slice steps, and the commands commands.py refuses. What condor_submit reads as a ClassAd

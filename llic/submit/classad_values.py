@@ -83,3 +83,28 @@ def expression_error(text: str) -> str | None:
     except (classad2.ClassAdException, ValueError, RuntimeError):
         return "Parse error in expression"
     return None
+
+
+def evaluate_to_text(text: str) -> str | None:
+    """`$EVAL()`: text evaluated as a ClassAd expression on its own, a string as it is, any other
+    value unparsed (`3`, `3.000000000000000E+00`, `true`, `undefined`, `{ 1,2 }`); None when it
+    does not parse."""
+    classad2 = _classads()
+    try:
+        tree = classad2.ExprTree(text)
+        value = tree.eval()
+    except (classad2.ClassAdException, ValueError, RuntimeError):
+        return None
+    if type(value) is str:
+        return value
+    unparsed = str(tree.simplify())
+    if "\n" in unparsed:  # a list or record: condor unparses it on one line
+        parts = [line.strip() for line in unparsed.strip().splitlines()]
+        unparsed = f"{parts[0]} {''.join(parts[1:-1])} {parts[-1]}"
+    return unparsed
+
+
+def evaluate_to_string(text: str) -> str | None:
+    """`$STRING()`: the string text evaluates to as a ClassAd expression; None if it is none."""
+    value = _evaluate(text)
+    return value if type(value) is str else None

@@ -1,11 +1,12 @@
 """The macro functions of a submit file (config.cpp: evaluate_macro_func): `$ENV()`, `$F...()`,
-`$BASENAME()`, `$DIRNAME()`, `$SUBSTR()`, `$CHOICE()`, `$INT()`, `$REAL()`.
+`$BASENAME()`, `$DIRNAME()`, `$SUBSTR()`, `$CHOICE()`, `$INT()`, `$REAL()`, `$EVAL()`,
+`$STRING()` (the last two with HTCondor's ClassAd library, classad_values.py).
 
 Each takes the expander (whose lookup and environment its arguments are read from) and the
 reference as found (`MacroReference`: kind, name as written, body). A function that macros.py
-recognises but FUNCTIONS lacks (`$RANDOM_CHOICE()`, `$RANDOM_INTEGER()`, `$STRING()`,
-`$EVAL()`) is refused by the expander; supporting one is a function here and an
-entry in FUNCTIONS.
+recognises but FUNCTIONS lacks (`$RANDOM_CHOICE()`, `$RANDOM_INTEGER()`: a master given its
+block's text would draw other values than master_submitter did) is refused by the expander;
+supporting one is a function here and an entry in FUNCTIONS.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llic.submit.classad_values import submit_integer
+from llic.submit.classad_values import evaluate_to_string, evaluate_to_text, submit_integer
 from llic.submit.errors import ExpandError
 from llic.submit.values import WHITESPACE, parse_real, split_list
 
@@ -223,6 +224,36 @@ def _real(ex: Expander, ref: MacroReference) -> str:
     return out if "." in out else out + ".0"
 
 
+def _eval(ex: Expander, ref: MacroReference) -> str:
+    """`$EVAL(X)`: X (a macro, else the text itself), expanded, evaluated as a ClassAd expression
+    with no ad (attributes are undefined); the expansion itself when it does not parse."""
+    mval = ex.lookup(ref.body)
+    expanded = False
+    if mval is None:
+        mval = ref.body
+    if "$" in mval:
+        mval = ex.expand(mval)
+        expanded = True
+    value = evaluate_to_text(mval)
+    if value is not None:
+        return value
+    return mval if expanded else ""
+
+
+def _string(ex: Expander, ref: MacroReference) -> str:
+    """`$STRING(X[,fmt])`: the string X evaluates to (X itself when it is no string expression),
+    printf-formatted with a %s format when one is given."""
+    name, comma, fmt = ref.body.partition(",")
+    mval = ex.lookup_expanded(name)
+    value = evaluate_to_string(mval)
+    text = mval if value is None else value
+    if not comma:
+        return text
+    if len(re.findall(r"%[-+ #0]*\d*(?:\.\d+)?s", fmt)) != 1 or len(re.findall(r"%[^%]", fmt)) != 1:
+        raise ExpandError(f"$STRING macro: '{fmt}' is not a valid format specifier")
+    return fmt % text
+
+
 def _c_float_format(fmt: str, value: float) -> str:
     """printf a double with a C format (one conversion, of a floating-point kind)."""
     conversions = re.findall(r"%[-+ #0]*\d*(?:\.\d+)?(?:L|l)?([a-zA-Z%])", fmt)
@@ -252,5 +283,7 @@ FUNCTIONS: dict[str, Callable[[Expander, MacroReference], str]] = {
     "CHOICE": _choice,
     "INT": _int,
     "REAL": _real,
+    "EVAL": _eval,
+    "STRING": _string,
 }
 """The macro functions llic evaluates, by MacroReference.kind."""

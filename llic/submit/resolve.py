@@ -3,9 +3,10 @@ SetExecutable, SetArguments, SetEnvironment, SetStdin/out/err and SetTransferFil
 
 A job sees its block's commands through a JobCommands (the commands, expanded with that job's
 queue variables and built-in macros). What a job leaves empty (`input`, `output`, `error`,
-`arguments`, `transfer_input_files`, `transfer_output_files`, `executable`) it takes from
-`base`, the first job of the submission's cluster (condor_submit's cluster ad), and its
-environment is merged over that job's. `initialdir` must be a directory and a transferred
+`arguments`, `transfer_input_files`, `transfer_output_files`, `executable`, `log`,
+`transfer_output_remaps`, each policy attribute) it takes from `base`, the first job of the
+submission's cluster (condor_submit's cluster ad), and its environment is merged over that
+job's. `initialdir` must be a directory and a transferred
 executable must exist (condor_submit refuses the submission otherwise); input files are not
 checked (condor_submit 23.9 skips that check).
 
@@ -243,12 +244,17 @@ def resolve_task(
     environment = _environment(job, base, environ)
     environment = checks.share(environment, ("env", *environment.items()))
     policy = job_policy(job)
+    if base is not None and base.policy:  # the cluster ad's attributes a job does not set stay
+        policy = {**base.policy, **policy}
     policy = checks.share(policy, ("policy", *policy.items()))
     stdin, stdout, stderr = _streams(job, base)
     transfer_input, transfer_output = _transfer_files(job, base)
     log, _ = job.param("log", "UserLog")
     hold, _ = job.param("hold")
     remaps, _ = job.param("transfer_output_remaps", "TransferOutputRemaps")
+    if base is not None:  # as in the cluster ad, when the job sets none of its own
+        log = base.log if log is None else log
+        remaps = base.output_remaps if remaps is None else remaps
     return Task(
         process=process,
         cluster=cluster,

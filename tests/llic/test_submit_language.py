@@ -124,6 +124,18 @@ def test_real_macro(tmp_path: Path) -> None:
     assert "not a valid format specifier" in str(e)
 
 
+def test_eval_and_string_macros(tmp_path: Path) -> None:
+    got = args(
+        tmp_path,
+        'executable = /bin/echo\nX = 4\nS = "hello"\n'
+        "arguments = $EVAL(1 + 2) $EVAL(X) $EVAL($(X) * 2) $EVAL(ProcId + 1) $EVAL(1.5*2) $EVAL(true) "
+        "$EVAL({1,2}) $STRING(S) $STRING(nope) $STRING(1+2)\nqueue\n",
+    )
+    # `$EVAL($(X) * 2)` ends at the first ')', as in condor_submit; ProcId is no attribute there
+    evaluated = ["3", "4", "$(X", "*", "2)", "undefined", "3.000000000000000E+00", "true", "{", "1,2", "}"]
+    assert got[0] == [*evaluated, "hello", "nope", "1+2"]
+
+
 # -- if / elif / else / endif
 
 
