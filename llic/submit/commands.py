@@ -61,19 +61,25 @@ class Command:
     why: str = ""
     kind: str = ""
     refuse_if: Check | None = None
+    refused_for: str = ""  # which values refuse_if refuses, for the documentation
 
 
 def _table() -> dict[str, Command]:
     table: dict[str, Command] = {}
 
     def add(
-        handling: Handling, names: str, why: str = "", kind: str = "", refuse_if: Check | None = None
+        handling: Handling,
+        names: str,
+        why: str = "",
+        kind: str = "",
+        refuse_if: Check | None = None,
+        refused_for: str = "",
     ) -> None:
         for name in names.split():
             kind_of = kind
             if ":" in name:
                 name, kind_of = name.split(":")
-            table[name.lower()] = Command(name, handling, why, kind_of, refuse_if)
+            table[name.lower()] = Command(name, handling, why, kind_of, refuse_if, refused_for)
 
     add(
         Handling.RESOLVED,
@@ -91,6 +97,7 @@ def _table() -> dict[str, Command]:
             if when_value(v) != "ON_SUCCESS"
             else "llic returns a task's output files whatever its exit code"
         ),
+        refused_for="ON_SUCCESS (and IF_NEEDED or AUTO, which condor_submit 23.9 reads as ON_SUCCESS)",
     )
     add(
         Handling.MASTER,
@@ -157,9 +164,18 @@ def _table() -> dict[str, Command]:
     )
     add(
         Handling.REFUSED,
-        "transfer_input:bool stream_input:bool",
+        "stream_input:bool",
         "llic sends a task's input file when it starts and cannot stream it",
-        refuse_if=lambda v: None if submit_bool(v) is False else "llic cannot stream or skip the input file",
+        refuse_if=lambda v: None if submit_bool(v) is not True else "llic cannot stream the input file",
+        refused_for="true",
+    )
+    add(
+        Handling.RESOLVED,
+        "transfer_input:bool",
+        refuse_if=lambda v: (
+            None if submit_bool(v) is not False else "llic sends a task's input file with it (TRANSFER modes)"
+        ),
+        refused_for="false",
     )
     add(
         Handling.RESOLVED,
@@ -167,6 +183,7 @@ def _table() -> dict[str, Command]:
         refuse_if=lambda v: (
             None if submit_bool(v) is not False else "llic always returns a task's stdout and stderr"
         ),
+        refused_for="false",
     )
     add(
         Handling.MASTER,
@@ -176,6 +193,7 @@ def _table() -> dict[str, Command]:
             if submit_bool(v) is not True
             else "llic writes the job event log in HTCondor's text form, not XML"
         ),
+        refused_for="true",
     )
     add(
         Handling.RESOLVED,
@@ -185,6 +203,7 @@ def _table() -> dict[str, Command]:
             if submit_bool(v) is not True
             else "llic places transferred files by their base names, as condor does by default"
         ),
+        refused_for="true",
     )
     add(Handling.REFUSED, "dagman_log dagman_job_id:uint", "llic does not write DAGMan's node log")
     add(
@@ -373,8 +392,45 @@ def _check_value(job: JobCommands, low: str, found: Command, value: str | None, 
         raise job.fail(problem, low)
 
 
+def _why(c: Command) -> str:
+    if c.refuse_if is not None:
+        reason = c.refuse_if("ON_SUCCESS" if "ON_SUCCESS" in c.refused_for else c.refused_for)
+        return f"refused when {c.refused_for}: {reason}"
+    return c.why
+
+
 def table_rows() -> list[tuple[str, str, str]]:
     """(command, handling, why) for every command, sorted: the table as documentation prints it."""
-    rows = [(c.name, c.handling.value, c.why) for c in COMMANDS.values()]
+    rows = [(c.name, c.handling.value, _why(c)) for c in COMMANDS.values()]
     rows += [(family.name, family.handling.value, family.why) for _, family in _PREFIXES]
-    return sorted(rows)
+    rows += [("<service>_oauth_*", Handling.REFUSED.value, "llic cannot hand a credential to each task")]
+    rows += [(name, Handling.REFUSED.value, why) for name, why in _MY_REFUSED.items()]
+    rows += [("+Attr / MY.Attr (any other)", Handling.AGENT.value, "")]
+    return sorted(rows, key=lambda r: r[0].lower())
+
+
+def markdown_table() -> str:
+    """docs/llic-submit-commands.md: every command grouped by what llic does with it."""
+    order = [h.value for h in Handling]
+    lines = [
+        "# What llic does with each submit command",
+        "",
+        "Generated from `llic/submit/commands.py` (`python -c 'from llic.submit.commands import *;",
+        'print(markdown_table(), end="")\'`); tests/llic/test_submit_commands.py checks',
+        "that it is current. Every submit command of HTCondor 23.9's `submit_utils.h` is here; a name",
+        "that is none of them is a macro of the user's. A refused command refuses the whole file, naming",
+        "its line; `hold`, `log_xml`, `transfer_output`... are refused only for the values said.",
+        "",
+    ]
+    for handling in order:
+        rows = [r for r in table_rows() if r[1] == handling]
+        lines += [
+            f"## {handling[0].upper()}{handling[1:]} ({len(rows)})",
+            "",
+            "| command | why |",
+            "|---|---|",
+        ]
+        for name, _, why in rows:
+            lines.append(f"| `{name}` | {why} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -13,7 +13,9 @@ import pytest
 
 from llic.submit import SubmitFile, SubmitFileError, parse_submit_file
 from llic.submit.classad_syntax import is_simple_expression
-from llic.submit.commands import COMMANDS, Handling, command, table_rows
+from llic.submit.commands import COMMANDS, Handling, command, markdown_table, table_rows
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "llic-submit-commands.md"
 
 # Every SUBMIT_KEY_* and SUBMIT_CMD_* name of HTCondor 23.9.6's submit_utils.h (lower case).
 CONDOR_SUBMIT_KEYWORDS = """
@@ -86,6 +88,13 @@ def test_every_condor_submit_keyword_has_a_row() -> None:
     assert all(why for _, handling, why in table_rows() if handling in ("ignored", "refused") and why)
     ignored_or_refused = [c for c in COMMANDS.values() if c.handling in (Handling.IGNORED, Handling.REFUSED)]
     assert all(c.why for c in ignored_or_refused)
+    assert all(c.refused_for for c in COMMANDS.values() if c.refuse_if is not None)
+
+
+def test_the_documented_table_is_current() -> None:
+    assert DOC.read_text() == markdown_table(), (
+        "regenerate docs/llic-submit-commands.md (its header says how)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -103,6 +112,7 @@ def test_every_condor_submit_keyword_has_a_row() -> None:
         'transfer_output_remaps = "out.txt = results/out.$(Process)"',
         "log_xml = false",
         "transfer_output = true",
+        "transfer_input = true\nstream_input = false",
         "when_to_transfer_output = ON_EXIT_OR_EVICT\nshould_transfer_files = YES",
         "notification = Never\nnotify_user = me@example.org",
         "batch_name = run1\ndescription = test",
@@ -164,6 +174,7 @@ def test_agent_commands_reach_the_agent_job(tmp_path: Path) -> None:
         ("log_xml = true", "not XML"),
         ("transfer_output = false", "stdout and stderr"),
         ("stream_input = true", "stream"),
+        ("transfer_input = false", "input file with it"),
         ("when_to_transfer_output = ON_SUCCESS", "whatever its exit code"),
         ("preserve_relative_paths = true", "base names"),
     ],
