@@ -336,3 +336,54 @@ def test_master_q_shows_held_tasks() -> None:
     text = render_table([row], "t")
     assert "1 held, 0 failed" in text
     assert "m process 2: submitted on hold at user's request (code 15, subcode 0)" in text
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"process": 1, "state": "queued"},
+        {"process": 1, "state": "held", "hold_reason": "r", "hold_code": 3, "hold_subcode": 0, "entered": 5},
+        {
+            "process": 2,
+            "state": "done",
+            "attempt": 1,
+            "outcome": {"status": "ok", "exit_code": 0, "run_time": 1},
+        },
+        {
+            "process": 3,
+            "state": "failed",
+            "failed_on": [0, 2],
+            "outcome": {"status": "prepare_failed", "error": "x"},
+        },
+        {"process": -1, "state": "queued"},
+        {"process": 1, "state": "asleep"},
+        {"process": 1},
+        {"process": 1, "state": "queued", "extra": 1},
+        {"process": True, "state": "queued"},
+        {"process": 1.0, "state": "queued"},
+        {"process": 1, "state": "queued", "completed": "soon"},
+        {"process": 1, "state": "queued", "failed_on": [1, "x"]},
+        {"process": 1, "state": "done", "outcome": {"status": "ok", "exit_code": "0"}},
+        {"process": 1, "state": "done", "outcome": {"status": "ok", "bogus": 1}},
+        {"process": 1, "state": "queued", "wall_clock": -1},
+        [1, 2],
+    ],
+)
+def test_the_state_files_task_check_agrees_with_its_schema(raw: object) -> None:
+    """llic/state.py reads tasks without pydantic (memory); it accepts exactly what _Task does
+    with the same JSON."""
+    from pydantic import ValidationError
+
+    from llic.state import _Bad, _read_task, _Task
+
+    try:
+        _Task.model_validate_json(json.dumps(raw))
+        schema_ok = True
+    except ValidationError:
+        schema_ok = False
+    try:
+        _read_task(raw, 0)
+        ours_ok = True
+    except _Bad:
+        ours_ok = False
+    assert ours_ok == schema_ok
