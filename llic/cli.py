@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llic.submit import SubmitFile
 
 # what --dry-run prints of each task, in this order (a task's whole record is llic.task.Task)
 DRY_RUN_FIELDS = (
@@ -78,6 +82,7 @@ def _dry_run(prog: str, args: argparse.Namespace) -> int:
         submit = parse_submit_file(args.file, cwd=Path.cwd())
         for warning in submit.warnings:
             print(f"{prog}: warning: {warning}", file=sys.stderr)
+        _print_ignored(prog, submit)
         write = sys.stdout.write
         for block in submit.blocks:
             for task in block.iter_tasks(1 + block.cluster_offset):
@@ -90,6 +95,18 @@ def _dry_run(prog: str, args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `| head`: the reader has seen enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def _print_ignored(prog: str, submit: SubmitFile) -> None:
+    """One note per command llic ignores (notification, batch_name...), with why, on stderr."""
+    from llic.submit.commands import ignored_commands
+
+    seen: set[str] = set()
+    for block in submit.blocks:
+        for note in ignored_commands(block):
+            if note not in seen:
+                seen.add(note)
+                print(f"{prog}: note: {note}", file=sys.stderr)
 
 
 def _submit(prog: str, args: argparse.Namespace) -> int:
@@ -113,6 +130,7 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
         submit = parse_submit_file(args.file, cwd=Path.cwd())
         for warning in submit.warnings:
             print(f"{prog}: warning: {warning}", file=sys.stderr)
+        _print_ignored(prog, submit)
         async with Gateway() as gw:
             masters = await submit_masters(
                 submit,

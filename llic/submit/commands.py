@@ -358,6 +358,16 @@ def check_commands(block: QueueBlock) -> None:
                 _check_value(job, low, found, value, block)
 
 
+def ignored_commands(block: QueueBlock) -> list[str]:
+    """Notes on the commands in effect that llic ignores (with why), for master_submitter to print."""
+    notes = []
+    for low, m in block.macros.items():
+        found = command(low)
+        if found is not None and found.handling is Handling.IGNORED and m.value.strip():
+            notes.append(f"{block.path}:{m.line}: {m.name} is ignored: {found.why}")
+    return notes
+
+
 def _spelled(block: QueueBlock, low: str) -> str:
     m = block.macros.get(low)
     return m.name if m is not None else low

@@ -228,3 +228,21 @@ def test_the_quick_expression_check_never_accepts_what_classad2_refuses() -> Non
     assert accepted > 1000
     for text in ('(OpSys == "LINUX") && (Memory >= 1024)', "a ? b : c", "[a = 1; b = 2].a", "x is undefined"):
         assert is_simple_expression(text)
+
+
+def test_ignored_commands_are_named_with_their_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llic.cli import master_submitter
+    from llic.submit.commands import ignored_commands
+
+    text = "executable = /bin/echo\nnotification = never\nbatch_name = run1\nqueue\n"
+    sub = parse(tmp_path, text)
+    assert ignored_commands(sub.blocks[0]) == [
+        "job.sub:2: notification is ignored: llic sends no e-mail",
+        "job.sub:3: batch_name is ignored: labels and bookkeeping of the HTCondor queue; llic's tasks are not in it",
+    ]
+    monkeypatch.chdir(tmp_path)
+    assert master_submitter(["--dry-run", "job.sub"]) == 0
+    err = capsys.readouterr().err
+    assert "master_submitter: note: job.sub:2: notification is ignored: llic sends no e-mail" in err
