@@ -240,7 +240,8 @@ def test_ignored_commands_are_named_with_their_reason(
     sub = parse(tmp_path, text)
     assert ignored_commands(sub.blocks[0]) == [
         "job.sub:2: notification is ignored: llic sends no e-mail",
-        "job.sub:3: batch_name is ignored: labels and bookkeeping of the HTCondor queue; llic's tasks are not in it",
+        "job.sub:3: batch_name is ignored: labels and bookkeeping of the HTCondor queue; "
+        "llic's tasks are not in it",
     ]
     monkeypatch.chdir(tmp_path)
     assert master_submitter(["--dry-run", "job.sub"]) == 0
