@@ -80,37 +80,25 @@ class NodeCertificate(BaseModel):
 
     def signed_part(self) -> bytes:
         """What the CA signs: every field but the signature, in a fixed order, with a context."""
-        return pack(
-            [
-                CERT_CONTEXT,
-                self.ring,
-                self.node_name,
-                id_to_bytes(self.node_id),
-                self.pool,
-                list(self.hosts),
-                self.public_key,
-                self.not_before,
-                self.not_after,
-                self.serial,
-            ]
-        )
+        return pack([CERT_CONTEXT, *self._fields()])
+
+    def _fields(self) -> list[object]:
+        """Every field but the signature, in the order both encodings use."""
+        return [
+            self.ring,
+            self.node_name,
+            id_to_bytes(self.node_id),
+            self.pool,
+            list(self.hosts),
+            self.public_key,
+            self.not_before,
+            self.not_after,
+            self.serial,
+        ]
 
     def to_wire(self) -> bytes:
         """The certificate as it travels inside sealed messages (msgpack)."""
-        return pack(
-            [
-                self.ring,
-                self.node_name,
-                id_to_bytes(self.node_id),
-                self.pool,
-                list(self.hosts),
-                self.public_key,
-                self.not_before,
-                self.not_after,
-                self.serial,
-                self.signature,
-            ]
-        )
+        return pack([*self._fields(), self.signature])
 
     @classmethod
     def from_wire(cls, data: bytes) -> NodeCertificate:
