@@ -65,13 +65,15 @@ from common.condor import Gateway, GatewayError
 from common.timer import Wakeup
 from llic import protocol
 from llic.agent_build import build_agent
-from llic.agent_job import AGENT_PYTHON, AgentSetup, prepare_agent
+from llic.agent_job import AGENT_PYTHON, PORT_SPAN, AgentSetup, prepare_agent, read_secret
 from llic.connection import HANDSHAKE_TIMEOUT, Connections
 from llic.events import (
     Action,
     AgentSubmitted,
     CloseConnection,
+    CountSlots,
     GrantBulk,
+    LetAgentsLeave,
     MasterEvent,
     Output,
     PollQueue,
@@ -83,6 +85,7 @@ from llic.events import (
     SaveState,
     SendNoMoreTasks,
     SendTasks,
+    SlotsCounted,
     SubmitAgent,
     SubmitFailed,
     WelcomeAgent,
@@ -99,7 +102,6 @@ EXIT_FAILED = 1  # anything unexpected: HTCondor re-runs the master, which resum
 EXIT_UNUSABLE = 2  # state file or submit description unusable: held, not re-run
 EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
-AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
 
 
 class Master:
@@ -122,9 +124,15 @@ class Master:
         self.runner = runner
         self.extra: dict[str, Any] = dict(state.extra)
         self.counters: Counter[str] = Counter()
-        self.secret = protocol.make_secret()
+        # agents master_submitter submitted with the master job (prelaunched) know its secret
+        # and look for it on a range of ports; a restarted master has removed them
+        self.prelaunched = state.run == 0 and bool(state.chefs)
+        secret = read_secret(plan.outdir) if self.prelaunched else None
+        self.secret = secret if secret is not None else protocol.make_secret()
+        self.prelaunch_ok = secret is not None
         self.host = host
         self.port = plan.config.initial_master_port_number if port is None else port
+        self.ports = _port_range(self.extra.get("prelaunch"), self.port)
         self.agent_python = agent_python
         self.log = log.bind(master=plan.info.master_id)
         self.links = Connections(
@@ -143,6 +151,7 @@ class Master:
         self._wakeup = Wakeup()  # the core's timer, on trio's clock
         self._reschedule_wanted = trio.Event()
         self._poll_wanted = trio.Event()
+        self._count_wanted = trio.Event()
         self._submit_send, self._submit_recv = trio.open_memory_channel[SubmitAgent](math.inf)
         self._remove_send, self._remove_recv = trio.open_memory_channel[RemoveAgents](math.inf)
 
@@ -177,6 +186,10 @@ class Master:
                 self._reschedule_wanted.set()
             case PollQueue():
                 self._poll_wanted.set()
+            case CountSlots():
+                self._count_wanted.set()
+            case LetAgentsLeave():
+                pass  # only `finish` gives it, and _finish waits for it there
             case WelcomeAgent() | SendTasks() | SendNoMoreTasks() | GrantBulk():
                 self.links.deliver(action)
             case CloseConnection(agent=agent, reason=reason):
@@ -197,10 +210,18 @@ class Master:
     # ------------------------------------------------------------------ the run
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> int:
-        """The whole run, to its exit status; `task_status.started(port)` once agents can connect."""
+        """The whole run, to its exit status; `task_status.started(port)` once agents can connect.
+
+        Agents master_submitter submitted with the master (prelaunched) may be running already
+        and trying to connect: the port comes first, then only what the core needs before it
+        answers them; the pool's slots are counted once it runs (CountSlots)."""
         info = self.plan.info
         listeners = await self._listen()
         self.port = listeners[0].socket.getsockname()[1]
+        adopt = self.prelaunched and self.prelaunch_ok and self.port in self.ports
+        if self.prelaunched and not adopt:
+            why = "no secret file" if not self.prelaunch_ok else f"port {self.port} not in {self.ports}"
+            self.log.warning("agents submitted with the master cannot reach this run: replaced", why=why)
         if self.host is None:
             self.host = await self._find_host()
         pyz = await trio.to_thread.run_sync(build_agent, self.plan.outdir)
@@ -212,16 +233,20 @@ class Master:
             tasks=str(self.core.counts()),
             mode=self.plan.mode,
             agents_connect_to=f"{self.host}:{self.port}",
+            adopted=adopt,
         )
-        try:
-            await self.runner.remove_all(info.master_id, "llic master starting: agents of an earlier run")
-        except GatewayError as e:
-            self.log.warning("could not remove earlier agents", error=str(e))
-        try:
-            slots = await self.runner.slots(self.plan)
-        except GatewayError as e:
-            self.log.warning("could not count the pool's slots; starting one agent", error=str(e))
-            slots = 1
+        if not self.prelaunched:  # agents of an earlier run, also ones no state file knows
+            try:
+                await self.runner.remove_all(info.master_id, "llic master starting: agents of an earlier run")
+            except GatewayError as e:
+                self.log.warning("could not remove earlier agents", error=str(e))
+        slots: int | None = None
+        if not self.core.chefs:  # a fresh start sizes its agents by the slots
+            try:
+                slots = await self.runner.slots(self.plan)
+            except GatewayError as e:
+                self.log.warning("could not count the pool's slots; starting one agent", error=str(e))
+                slots = 1
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.links.serve, listeners, nursery)
             nursery.start_soon(self._submitter)
@@ -229,8 +254,9 @@ class Master:
             nursery.start_soon(self._wakeup.run, self._on_timer)
             nursery.start_soon(self._rescheduler)
             nursery.start_soon(self._poller)
+            nursery.start_soon(self._counter)
             nursery.start_soon(self._signals)
-            self.apply(self.core.start(slots, time.time(), input_sizes=sizes))
+            self.apply(self.core.start(slots, time.time(), input_sizes=sizes, adopt=adopt))
             task_status.started(self.port)
             await self._over.wait()
             await self._finish()
@@ -251,29 +277,39 @@ class Master:
         return 128 + (self.exit_signal or 0) if self.exit_signal else EXIT_FAILED
 
     async def _finish(self) -> None:
+        """The core's `finish`, carried out to its end here (not by the submitter and remover
+        tasks, which would remove at once what must first get its grace): connections closed,
+        agents that are not leaving removed, those that finished given AGENT_EXIT_GRACE to leave
+        by themselves, then removed, every agent of this master removed by attribute, and the
+        state saved, last."""
         reason = self.stop_reason or ("all tasks done" if self.core.finished else "gave up")
-        leaving = set(self.core.exiting_agent_jobs())
         out = self.core.finish(time.time(), reason)
-        *acting, save = out.actions  # finish() saves last: after the removals, the master's last act
-        self.apply(Output(acting, out.notes))  # connections closed, removals queued
+        for note in out.notes:
+            self.log.info(note)
         with trio.move_on_after(60) as scope:
             scope.shield = True
-            if self.core.finished and self.stop_reason is None:
-                await self._let_agents_leave(leaving)
-            for action in acting:  # each to its end before the master exits
-                if isinstance(action, RemoveAgents):
-                    await self._remove_quietly(action.job_ids, action.reason)
+            for action in out.actions:
+                match action:
+                    case RemoveAgents(job_ids=job_ids, reason=why):
+                        await self._remove_quietly(job_ids, why)
+                    case LetAgentsLeave(job_ids=job_ids, grace=grace):
+                        if self.stop_reason is None:
+                            await self._let_agents_leave(set(job_ids), grace)
+                    case SaveState():
+                        pass  # last, below
+                    case _:
+                        self.execute(action)
             try:
                 await self.runner.remove_all(self.plan.info.master_id, f"llic master: {reason}")
             except GatewayError as e:
                 self.log.warning("final removal by attribute failed", error=str(e))
             self.links.close_all(reason)
-            self.execute(save)
+        self.save()
 
-    async def _let_agents_leave(self, leaving: set[str]) -> None:
+    async def _let_agents_leave(self, leaving: set[str], grace: float) -> None:
         """Agents that finished their tasks exit by themselves within moments; removing them
         before that would only cut their output and log short."""
-        with trio.move_on_after(AGENT_EXIT_GRACE):
+        with trio.move_on_after(grace):
             while leaving:
                 try:
                     if not leaving & await self.runner.alive(self.plan.info.master_id):
@@ -283,14 +319,16 @@ class Master:
                 await trio.sleep(0.5)
 
     async def _listen(self) -> list[trio.SocketListener]:
-        """INITIAL_MASTER_PORT_NUMBER if free, else any free port (seed §5)."""
-        if self.port:
+        """The first free port of the range prelaunched agents scan (master_submitter's
+        INITIAL_MASTER_PORT_NUMBER and the PORT_SPAN after it), else any free port (seed §5)."""
+        for port in self.ports:
             try:
-                return await trio.open_tcp_listeners(self.port, host="0.0.0.0")
+                return await trio.open_tcp_listeners(port, host="0.0.0.0")
             except OSError as e:
                 if e.errno != errno.EADDRINUSE:
                     raise
-                self.log.info("port taken; using a free one", port=self.port)
+        if self.ports:
+            self.log.info("ports taken; using a free one", ports=f"{self.ports[0]}-{self.ports[-1]}")
         return await trio.open_tcp_listeners(0, host="0.0.0.0")
 
     async def _find_host(self) -> str:
@@ -320,8 +358,8 @@ class Master:
         restarting should not use up every chef's NUM_AGENT_RECOVERIES in a second."""
         failures = 0
         async for action in self._submit_recv:
-            if self.core.stopped:
-                continue
+            if not self.core.still_launching(action.agent):
+                continue  # dismissed, recovered or stopped while it waited here
             try:
                 assert self.setup is not None
                 description, notes = await trio.to_thread.run_sync(
@@ -366,6 +404,19 @@ class Master:
             except GatewayError as e:
                 self.log.warning("reschedule failed", error=str(e))
 
+    async def _counter(self) -> None:
+        """Carry out CountSlots actions: the pool's slots matching the agents (how far they may
+        grow)."""
+        while True:
+            await self._count_wanted.wait()
+            self._count_wanted = trio.Event()
+            try:
+                matching: int | None = await self.runner.slots(self.plan)
+            except GatewayError as e:
+                self.log.warning("slot count failed", error=str(e))
+                matching = None
+            self.feed(SlotsCounted(matching))
+
     async def _poller(self) -> None:
         """Carry out PollQueue actions: which agent jobs are still idle or running (§3.7)."""
         while True:
@@ -378,6 +429,17 @@ class Master:
                 self.feed(QueuePollFailed(str(e)))
                 continue
             self.feed(QueueSnapshot(frozenset(alive)))
+
+
+def _port_range(prelaunch: Any, port: int) -> list[int]:
+    """The ports to try, in order: the range master_submitter gave the prelaunched agents
+    (state file `extra.prelaunch.ports`), else INITIAL_MASTER_PORT_NUMBER and the PORT_SPAN
+    after it (0: none, any free port)."""
+    if isinstance(prelaunch, dict):
+        ports = prelaunch.get("ports")
+        if isinstance(ports, list) and len(ports) == 2 and all(isinstance(p, int) for p in ports):
+            return list(range(ports[0], ports[1] + 1))
+    return list(range(port, min(port + PORT_SPAN, 65536))) if port else []
 
 
 def _route_address() -> str | None:

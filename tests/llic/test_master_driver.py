@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from llic import master as m
+from llic import master_core
 from llic import protocol as p
 from llic.agent_job import AGENT_ATTR, agent_job
 from llic.config import LlicConfig
@@ -56,6 +57,13 @@ def make_state(tmp: Path, sub: str, *, cluster: int = 9, **config: Any) -> Path:
     processes = [t.process for t in block.tasks(cluster)]
     save_state(out / "master.m1.state", initial_state(info, cfg, processes, time.time()))
     return out / "master.m1.state"
+
+
+@pytest.fixture(autouse=True)
+def short_exit_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FakeRunner's agents never leave the queue by themselves: their final grace is cut short
+    (the test of the grace itself uses real local agents)."""
+    monkeypatch.setattr(master_core, "AGENT_EXIT_GRACE", 0.2)
 
 
 class FakeRunner:
@@ -359,6 +367,26 @@ async def test_local_agents_run_a_transfer_block(tmp_path: Path, initial: int) -
     assert not any(n.endswith("in.0") for n in shipped) or initial
     final = load_state(state_path)
     assert final.status is MasterStatus.DONE and final.counts().done == 6
+
+
+@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
+async def test_finished_agents_leave_by_themselves_before_the_final_removal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The final grace: agents told no_more_tasks exit by themselves (status 0) once their
+    results are back; the master removes them only after they left or the grace ran out (a
+    grace longer than any test needs: LocalAgents.remove kills, and a killed agent fails this)."""
+    monkeypatch.setattr(master_core, "AGENT_EXIT_GRACE", 600.0)
+    state_path = make_state(tmp_path, NFS_SUB.format(n=40))
+    (tmp_path / "work").chmod(0o755)
+    state, plan = m.load_plan(state_path)
+    runner = m.LocalAgents(tmp_path / "scratch", slots=3)
+    master = m.Master(plan, state, runner, host="127.0.0.1")
+    rc = await master.run()
+    codes = [proc.returncode for proc in runner.procs.values()]
+    await runner.aclose()
+    assert rc == m.EXIT_DONE
+    assert len(codes) == 3 and codes == [0, 0, 0], codes
 
 
 async def test_state_file_problems_are_one_line_and_touch_nothing(
