@@ -93,7 +93,7 @@ from llic.events import (
 from llic.master_core import MasterStatus
 from llic.plan import Plan, PlanError, load_plan
 from llic.runners import AgentRunner, GatewayAgents, LocalAgents, usable_ip
-from llic.state import MasterState, StateFileError, restore, save_state, snapshot
+from llic.state import MasterState, StateFileError, StateWriter, restore, snapshot
 
 log = structlog.get_logger("llic.master")
 
@@ -119,6 +119,7 @@ class Master:
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         self.plan = plan
+        self.state_file = StateWriter(plan.state_path)
         self.config = plan.config
         self.core = restore(state, plan.config, plan.net_admission(state.extra.get("net")))
         self.runner = runner
@@ -205,7 +206,7 @@ class Master:
         self.extra["agent_host"] = self.host
         self.extra["port"] = self.port
         self.extra["net"] = self.core.net_figures(now)
-        save_state(self.plan.state_path, snapshot(self.core, self.plan.info, now, self.extra))
+        self.state_file.save(snapshot(self.core, self.plan.info, now, self.extra, copy=False))
 
     # ------------------------------------------------------------------ the run
 
