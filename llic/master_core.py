@@ -563,9 +563,12 @@ class MasterCore:
             new = max(new, 1)
         elif new > 0 and not self._worth_an_agent(queued):
             new = 0
+        others = [c.index for c in accepting]
         for chef in self._relaunchable():
             if new <= 0:
                 return
+            if accepting and not self.book.can_take(chef.index, others):
+                continue  # its agents failed what is queued, and agents that did not are there
             new -= 1
             out.extend(self._to_chef(chef, Launch("tasks queued and room for another agent"), now))
         if any(c.state is ChefState.UNRECOVERABLE for c in self.chefs):
