@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import os
 import re
 import typing
@@ -324,10 +325,14 @@ def _task_line(rec: TaskRecord) -> str:
 
 
 def _fingerprint(rec: TaskRecord) -> tuple[Any, ...]:
-    """Every field of the record, compared by value: equal fingerprints, equal lines. Sets are
-    frozen; other objects (the outcome, a TaskResult) are kept as they are, which holds as long
-    as the task book replaces them rather than changing them in place (it does)."""
-    return tuple(frozenset(v) if isinstance(v, set) else v for v in vars(rec).values())
+    """Every field of the record (and how many chefs failed it: `failed_on` only grows, in
+    place), compared by value: equal fingerprints, equal lines. Objects (the outcome, a
+    TaskResult) hold as long as the task book replaces them rather than changing them in place,
+    which it does."""
+    return (*_FIELDS(rec), len(rec.failed_on))
+
+
+_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(TaskRecord)))
 
 
 def _task_json(rec: TaskRecord) -> dict[str, Any]:
