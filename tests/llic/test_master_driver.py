@@ -167,9 +167,13 @@ class FakeAgent:
                 self.decoder.feed(data)
         return msg
 
-    async def handshake(self, agent: str, secret: bytes, master: str = "m1") -> p.Message | None:
+    async def handshake(
+        self, agent: str, secret: bytes, master: str = "m1", version: int = 1
+    ) -> p.Message | None:
         nonce_a = p.make_nonce()
-        await self.send({"t": "hello", "agent": agent, "master": master, "version": 1, "nonce_a": nonce_a})
+        await self.send(
+            {"t": "hello", "agent": agent, "master": master, "version": version, "nonce_a": nonce_a}
+        )
         challenge = await self.recv()
         if challenge is None or challenge.type != p.CHALLENGE:
             return challenge
@@ -226,6 +230,34 @@ async def test_a_wrong_secret_is_refused_and_counted_and_the_right_agent_is_serv
     assert state.extra["counters"]["auth_failures"] == 1
     assert [t.state for t in state.tasks] == [TaskState.DONE] * 5
     assert runner.removed_all == 2  # at the start (crash gap) and at the end
+
+
+async def test_an_agent_of_version_2_gets_tasks_in_batches_and_may_answer_in_batches(tmp_path: Path) -> None:
+    """Protocol version 2: the welcome offers batches, the tasks without files come in `tasks`
+    messages (never one by one), and results may go back in `results` messages."""
+    state_path = make_state(tmp_path, NFS_SUB.format(n=9), window_size=3)
+    runner = FakeRunner()
+    async with trio.open_nursery() as nursery:
+        run = await start_master(nursery, state_path, runner)
+        (agent,) = await until("a submission", runner.agent_names)
+        fake = await FakeAgent.connect(run.port)
+        fake.real = secret_of(state_path, agent)
+        welcome = await fake.handshake(agent, fake.real, version=2)
+        assert welcome is not None and welcome.body == {"window": 3, "batch": True}
+        kinds, done = [], []
+        while (msg := await fake.recv()) is not None and msg.type != p.NO_MORE_TASKS:
+            kinds.append(msg.type)
+            tasks = msg.tasks()
+            results = [
+                p.TaskResult(t.process, t.attempt, p.STATUS_OK, exit_code=0, host="fake") for t in tasks
+            ]
+            await fake.send({"t": "results", "results": results})
+            done += [t.process for t in tasks]
+        await fake.stream.aclose()
+    assert run.rc == m.EXIT_DONE and sorted(done) == list(range(9))
+    assert set(kinds) == {p.TASKS}
+    state = load_state(state_path)
+    assert [t.state for t in state.tasks] == [TaskState.DONE] * 9 and state.extra["counters"]["results"] == 9
 
 
 async def test_malformed_frames_and_stalled_handshakes_are_dropped_and_counted(tmp_path: Path) -> None:
