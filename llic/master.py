@@ -279,14 +279,15 @@ class Master:
 
     async def _finish(self) -> None:
         """The core's `finish`, carried out to its end here (not by the submitter and remover
-        tasks, which would remove at once what must first get its grace): connections closed,
-        agents that are not leaving removed, those that finished given AGENT_EXIT_GRACE to leave
-        by themselves, then removed, every agent of this master removed by attribute, and the
-        state saved, last."""
+        tasks, which would remove at once what must first get its grace): the state saved (how
+        the run ended is known), connections closed, agents that are not leaving removed, those
+        that finished given AGENT_EXIT_GRACE to leave by themselves, then removed, every agent
+        of this master removed by attribute, and the state saved again, last."""
         reason = self.stop_reason or ("all tasks done" if self.core.finished else "gave up")
         out = self.core.finish(time.time(), reason)
         for note in out.notes:
             self.log.info(note)
+        self.save()  # how it ended is known now: master_q and --wait need not wait for the grace
         with trio.move_on_after(60) as scope:
             scope.shield = True
             for action in out.actions:
