@@ -150,6 +150,7 @@ class Master:
         self.exit_signal: int | None = None
         self._over = trio.Event()
         self._wakeup = Wakeup()  # the core's timer, on trio's clock
+        self._wakes_at: float | None = math.nan  # the core's last wakeup (epoch), set on _wakeup
         self._reschedule_wanted = trio.Event()
         self._poll_wanted = trio.Event()
         self._count_wanted = trio.Event()
@@ -169,8 +170,10 @@ class Master:
             self.log.info(note)
         for action in out.actions:
             self.execute(action)
-        delay = math.inf if out.wakeup is None else max(0.0, out.wakeup - time.time())
-        self._wakeup.set(trio.current_time() + delay)
+        if out.wakeup != self._wakes_at:  # most events leave it where it was
+            self._wakes_at = out.wakeup
+            delay = math.inf if out.wakeup is None else max(0.0, out.wakeup - time.time())
+            self._wakeup.set(trio.current_time() + delay)
         if self.core.over:
             self._over.set()
 

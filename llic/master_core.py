@@ -561,8 +561,8 @@ class MasterCore:
         new = min(limit - len(accepting), queued - waiting)
         if not accepting:
             new = max(new, 1)
-        elif new > 0 and not self._worth_an_agent(queued):
-            new = 0
+        elif new <= 0 or not self._worth_an_agent(queued):
+            return  # the common case, after every result: every agent there is can take tasks
         others = [c.index for c in accepting]
         for chef in self._relaunchable():
             if new <= 0:
