@@ -15,14 +15,16 @@ import pytest
 import trio
 
 from llic import master as m
-from llic import master_core
+from llic import master_core, submitter
 from llic import protocol as p
-from llic.agent_job import AGENT_ATTR, agent_job
+from llic.agent_build import build_agent
+from llic.agent_job import AGENT_ATTR, AgentSetup, agent_job, prepare_agent, write_secret
 from llic.config import LlicConfig
+from llic.events import AgentSubmitted, SubmitAgent
 from llic.master_core import MasterStatus
 from llic.plan import input_blobs
 from llic.runners import AgentRunner, agent_ip, request_attributes, usable_ip
-from llic.state import MasterInfo, initial_state, load_state, save_state
+from llic.state import MasterInfo, initial_state, load_state, restore, save_state, snapshot
 from llic.submit import parse_submit_file
 from llic.taskbook import TaskState
 
@@ -419,6 +421,80 @@ async def test_finished_agents_leave_by_themselves_before_the_final_removal(
     await runner.aclose()
     assert rc == m.EXIT_DONE
     assert len(codes) == 3 and codes == [0, 0, 0], codes
+
+
+def free_port_pair() -> int:
+    """The first of two consecutive free loopback ports."""
+    import socket
+
+    for _ in range(200):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no two consecutive free ports")
+
+
+@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
+async def test_agents_started_before_the_master_are_adopted_once_it_listens(tmp_path: Path) -> None:
+    """What master_submitter does, without HTCondor: the first agents are launched before the
+    master exists (prelaunch), told a range of ports and the run's secret, and named in the state
+    file; they start at once and keep looking. The master, started after them, listens on that
+    range, adopts them and submits none of its own; they run every task and exit 0."""
+    state_path = make_state(tmp_path, NFS_SUB.format(n=20))
+    (tmp_path / "work").chmod(0o755)
+    state, plan = m.load_plan(state_path)
+    core = restore(state, plan.config)
+    launches = [a for a in core.prelaunch(2, time.time()).actions if isinstance(a, SubmitAgent)]
+    secret = p.make_secret()
+    write_secret(plan.outdir, secret)
+    first = free_port_pair()
+    setup = AgentSetup(build_agent(plan.outdir), "127.0.0.1", f"{first}-{first + 1}", secret)
+    runner = m.LocalAgents(tmp_path / "scratch", slots=2)
+    for launch in launches:  # the agents run before there is any master
+        description, _ = prepare_agent(plan, launch, setup)
+        core.handle(AgentSubmitted(launch.agent, await runner.submit(description)), time.time())
+    extra = {"prelaunch": {"host": "127.0.0.1", "ports": [first, first + 1], "cluster": 1}}
+    save_state(state_path, snapshot(core, plan.info, time.time(), extra))
+    state, plan = m.load_plan(state_path)
+    master = m.Master(plan, state, runner, host="127.0.0.1")
+    with trio.fail_after(120):
+        rc = await master.run()
+    codes = [proc.returncode for proc in runner.procs.values()]
+    await runner.aclose()
+    assert rc == m.EXIT_DONE and master.port in (first, first + 1)
+    assert len(runner.submitted) == 2 and codes == [0, 0]  # only the two prelaunched agents
+    final = load_state(state_path)
+    assert final.status is MasterStatus.DONE and final.counts().done == 20
+    assert [(c.launches, c.recoveries) for c in final.chefs] == [(1, 0), (1, 0)]
+
+
+def test_prelaunched_agents_share_one_description_with_process_in_their_names(tmp_path: Path) -> None:
+    state_path = make_state(tmp_path, NFS_SUB.format(n=5))
+    state, plan = m.load_plan(state_path)
+    core = restore(state, plan.config)
+    launches = [a for a in core.prelaunch(3, 0.0).actions if isinstance(a, SubmitAgent)]
+    setup = AgentSetup(plan.outdir / "agent.pyz", "10.0.0.1", "2853-2868", b"s" * 32)
+    descriptions = [prepare_agent(plan, a, setup)[0] for a in launches]
+    generic = submitter._by_process(descriptions, [a.agent for a in launches])
+    assert generic is not None and "1.$(Process).1" in generic["arguments"]
+    assert " 2853-2868 " in generic["arguments"]
+    for i, description in enumerate(descriptions):
+        assert {k: v.replace("$(Process)", str(i)) for k, v in generic.items()} == description
+    odd = [descriptions[0], {**descriptions[1], "request_memory": "99"}, descriptions[2]]
+    assert submitter._by_process(odd, [a.agent for a in launches]) is None  # differs elsewhere
+
+
+def test_removing_the_master_removes_its_agents(tmp_path: Path) -> None:
+    desc = submitter.master_job(
+        tmp_path / "master.20261123.7.0.state", master="/x/llic-master", condor_config=None, batch_name="b"
+    )
+    assert json.loads(desc["MY.OtherJobRemoveRequirements"]) == 'LlicMaster =?= "20261123.7.0"'
+    assert json.loads(desc["MY.LlicMasterId"]) == "20261123.7.0"
 
 
 async def test_state_file_problems_are_one_line_and_touch_nothing(
