@@ -40,13 +40,14 @@ def tail(path: str | None, size: int = protocol.TAIL_SIZE) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _tail_fd(fd: int, size: int = protocol.TAIL_SIZE) -> str:
+def _tail_fd(fd: int, size: int = protocol.TAIL_SIZE) -> tuple[str, int]:
+    """The tail of a capture file, and how long the file is."""
     try:
         end = os.fstat(fd).st_size
-        data = os.pread(fd, size, max(0, end - size))
+        data = os.pread(fd, size, max(0, end - size)) if end else b""
     except OSError:
-        return ""
-    return data.decode("utf-8", errors="replace")
+        return "", 1
+    return data.decode("utf-8", errors="replace"), end
 
 
 def _kill_group(pid: int) -> None:
@@ -89,6 +90,7 @@ class Launcher:
         self._old_handler: object = None
         self._devnull = -1
         self._captures: tuple[int, int] = (-1, -1)
+        self._written = [False, False]  # a capture file holds something: empty it before reuse
         self._home = -1
         self._started = False
 
@@ -196,7 +198,11 @@ class Launcher:
             job.after = DirInfo.snapshot(job.exec_dir)
 
     def _tail(self, path: str, which: int) -> str:
-        return _tail_fd(self._captures[which]) if path == CAPTURE else tail(path)
+        if path != CAPTURE:
+            return tail(path)
+        text, size = _tail_fd(self._captures[which])
+        self._written[which] = size > 0
+        return text
 
     def _start_next(self) -> list[Job]:
         """Start waiting jobs until one runs; those that cannot start are returned, failed."""
@@ -237,8 +243,10 @@ class Launcher:
                     streams.append(streams[0])
                 elif path == CAPTURE:
                     fd = self._captures[which]
-                    os.ftruncate(fd, 0)
-                    os.lseek(fd, 0, os.SEEK_SET)
+                    if self._written[which]:  # a silent task (most) leaves nothing to empty
+                        os.ftruncate(fd, 0)
+                        os.lseek(fd, 0, os.SEEK_SET)
+                        self._written[which] = False
                     streams.append(fd)
                 else:
                     streams.append(self._open(path, write, what, opened))

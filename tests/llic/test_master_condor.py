@@ -218,9 +218,9 @@ def test_agents_come_with_the_master_and_leave_by_themselves_when_the_queue_drai
 ) -> None:
     """master_submitter submits the master's first agents with it: they are in the queue (on
     their way to slots) before the master job starts, one per matching slot, and the master
-    adopts them instead of submitting its own. When the queue drains, each agent leaves by
-    itself (it is never stopped by a signal: the master's removal comes after its grace), and
-    none is left in the queue."""
+    adopts them instead of submitting its own. When the queue drains, each agent that connected
+    leaves by itself (it is never stopped by a signal: the master's removal comes after its
+    grace), and none is left in the queue."""
     work = _slow_nfs(sandbox, "prelaunch", 0.1)
     (state_path,) = submit(pool, work)
     state = wait_done(pool, state_path)
@@ -241,7 +241,11 @@ def test_agents_come_with_the_master_and_leave_by_themselves_when_the_queue_drai
     assert len(rows) == 6, rows
     master_started = int(master[1])
     assert all(int(row.split()[1]) <= master_started for row in rows)  # queued before the master ran
-    for i in range(6):
+    # every agent that connected was told no_more_tasks and left by itself (one that had not
+    # connected by the end, on a slow machine, is removed at once, as it should be)
+    finished = [c.index for c in state.chefs if c.no_more_sent]
+    assert finished
+    for i in finished:
         err = (state_path.parent / "agents" / f"1.{i}.1" / "agent.err").read_text()
         assert "stopped by signal" not in err and "fatal" not in err, (i, err)
     first_agent = min(int(row.split()[2]) for row in rows if row.split()[2] != "undefined")
