@@ -549,7 +549,8 @@ class MasterCore:
         """Launch agents while the pool has more matching slots than agents that can take tasks
         (MAX_CHEFS_NUMBER at most), each new one with a queued task beyond those the agents still
         on their way will take, and only while the queued work would outlast a new agent's
-        start-up on the agents running now (known once tasks have run). With no agent able to
+        start-up on the agents running now (known once tasks have run) and no task waits for
+        network capacity (llic.netadmit: the limit, not the agents, holds those back). With no agent able to
         take tasks, at least one is launched: a busy pool frees a slot eventually (§3.7).
         Terminated and created chefs are launched again first; new chefs come after, unless some
         chef is unrecoverable (a pool where agents keep failing gets no more of them)."""
@@ -561,8 +562,10 @@ class MasterCore:
         new = min(limit - len(accepting), queued - waiting)
         if not accepting:
             new = max(new, 1)
-        elif new <= 0 or not self._worth_an_agent(queued):
-            return  # the common case, after every result: every agent there is can take tasks
+        elif new <= 0 or self._net.heads or not self._worth_an_agent(queued):
+            # the common case, after every result: every agent there is can take tasks; or
+            # tasks wait for network capacity, which another agent would not give them
+            return
         others = [c.index for c in accepting]
         for chef in self._relaunchable():
             if new <= 0:
