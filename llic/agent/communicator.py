@@ -16,7 +16,7 @@ once, as before.
 
 Batches (protocol version 2): a master that says `batch` in its welcome gets the results that
 carry no files in `results` messages, several at a time while tasks are short: they wait while
-more than half the window is still queued here (the master refills it no later than when it
+more than a third of the window is still queued here (the master refills it no later than when it
 runs low) and for at most FLUSH_AFTER seconds, so a long task's result goes back as soon as it
 exists. The master's `tasks` batches are taken as its single tasks would be.
 """
@@ -210,7 +210,7 @@ class Agent:
         if (
             self.no_more
             or launcher.running is None
-            or 2 * len(launcher.waiting) < self.window
+            or 3 * len(launcher.waiting) < self.window
             or len(self.unsent) >= protocol.MAX_BATCH
         ):
             return 0.0
