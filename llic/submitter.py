@@ -27,7 +27,9 @@ For each queue block of the user's submit file:
    machines reach; the master then submits its agents itself.
 4. The directory is handed to the job's owner when master_submitter runs as root (the sandbox's
    clients claim to be its unprivileged user: HTCondor runs no job as root), and the master and
-   its agents are released together (one negotiation and one queue scan serve both).
+   its agents are released together (one negotiation and one queue scan serve both), and the
+   schedd is asked to reschedule, as condor_submit does after a submit: a negotiation cycle
+   and a queue scan (which starts scheduler-universe jobs) now, not at the next interval.
 
 Scheduler-universe jobs get no CONDOR_CONFIG from HTCondor (their environment is the job's own
 plus `_condor_SCHEDD_ADDRESS_FILE`, `_CONDOR_JOB_AD` and similar), so the master job is given
@@ -168,6 +170,10 @@ async def _release(gw: Gateway, schedd: DaemonRef, clusters: list[int]) -> None:
         schedd=schedd.model_dump(mode="json", exclude_none=True),
         collector=gw.collector,
     )
+    try:  # module doc, step 4; only sooner: the next interval does the same
+        await gw.reschedule(schedd=schedd)
+    except GatewayError:
+        pass
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
