@@ -1,6 +1,6 @@
 """What every command-line entry point shares: user errors become one line, not a traceback;
-and the skeleton of a daemon's command line (`run`, `status`, `check-config`), which poold and
-faultd fill in with their own config model, daemon and status rendering."""
+and the skeleton of a daemon's command line (`run`, `status`, `check-config`, `keys`), which poold
+and faultd fill in with their own config model, daemon and status rendering."""
 
 from __future__ import annotations
 
@@ -69,6 +69,9 @@ class DaemonCli(Generic[C]):
         status.add_argument("--json", action="store_true")
         check = sub.add_parser("check-config", help=self.check_help)
         check.add_argument("file", type=Path)
+        from common.keys import add_keys_parser
+
+        add_keys_parser(sub, self.prog)
         return parser, sub
 
     def load(self, path: Path) -> C:
@@ -78,9 +81,13 @@ class DaemonCli(Generic[C]):
         return config
 
     def command(self, args: argparse.Namespace) -> int:
-        """Carry out run, status or check-config."""
+        """Carry out run, status, check-config or keys."""
         from common.service import print_status
 
+        if args.command == "keys":
+            from common.keys import run_keys
+
+            return run_keys(args)
         if args.command == "run":
             return self.serve(self.load(args.config))
         if args.command == "status":

@@ -23,6 +23,7 @@ import trio
 
 from common.condor import Gateway, GatewayError
 from common.overlay.bulk import BulkChannel
+from common.overlay.certs import CertificateError
 from common.overlay.driver import UdpOverlay
 from common.overlay.ids import node_id_from_name
 from common.overlay.messages import Peer
@@ -47,6 +48,7 @@ from faultD.role import (
 log = structlog.get_logger("faultd")
 
 BULK_TYPES: tuple[type[Message], ...] = (ReplicaPush, Handover)
+MAX_BULK_SENDS = 32
 
 
 class FaultDaemon:
@@ -60,15 +62,17 @@ class FaultDaemon:
             timeout=config.daemon.gateway_timeout,
         )
         self.condor = CondorRole(config.condor, self.gateway)
-        self.overlay = UdpOverlay(config.ring, on_event=self._on_event)
+        self.overlay = UdpOverlay(config.ring, on_event=self._on_event, same_pool=True)
         self.bulk = BulkChannel(
             self.overlay.key,
+            self.overlay.identity,
             MessageCodec(list(BULK_TYPES), name="faultd-bulk", max_size=64 << 20),
             self._on_bulk,
             replay_window=config.ring.replay_window,
         )
         self.role: RoleMachine | None = None
         self._nursery: trio.Nursery | None = None  # bulk sends run here, beside the daemon's tasks
+        self._bulk_sends = 0
         self.counters: Counter[str] = Counter()
         self.history: deque[str] = deque(maxlen=50)
         self.condor_error: str | None = None
@@ -105,7 +109,18 @@ class FaultDaemon:
         return int(self.overlay.address.rpartition(":")[2])
 
     async def _reload(self) -> None:
-        log.info("SIGHUP: faultd has nothing to reload; restart it to change its configuration")
+        """SIGHUP: the revocation list is read again; the rest of the config needs a restart."""
+        try:
+            self.overlay.reload_revoked()
+        except CertificateError as e:
+            log.error("revocation list not reloaded, the old one stays", error=str(e))
+            self.history.append(f"revocation list not reloaded: {e}")
+            return
+        revoked = len(self.overlay.identity.trust.revoked)
+        log.info(
+            "SIGHUP: revocation list reloaded; restart faultd to change its configuration", revoked=revoked
+        )
+        self.history.append(f"revocation list reloaded ({revoked} serials)")
 
     # ------------------------------------------------------------------ the role machine
 
@@ -135,26 +150,36 @@ class FaultDaemon:
                 self.counters["events_overflow"] += 1
 
     async def _on_bulk(self, msg: Message, peer: str) -> None:
-        await self._events_in.send((msg, peer))
+        try:
+            self._events_in.send_nowait((msg, peer))
+        except trio.WouldBlock:
+            self.counters["events_overflow"] += 1
 
     async def _event_loop(self) -> None:
         async for item in self._events_out:
             now = trio.current_time()
-            if isinstance(item, tuple):
-                if self.role is not None:
-                    await self._apply(self.role.on_message(item[0], now))
-                continue
-            core = self.overlay.core
-            if self.role is None:
-                if core is None or not core.joined:
-                    continue  # the role machine starts once the ring has taken us in
-                self.role = self._make_role(core.me)
-                await self._apply(self.role.start(now))
-                await self._apply(self.role.on_leaf_set(tuple(core.leaf.members()), now))
-            if isinstance(item, LeafSetChanged):
-                await self._apply(self.role.on_leaf_set(item.members, now))
-            elif isinstance(item, Delivered | Received | BroadcastReceived):
-                await self._apply(self.role.on_message(item.payload, now))
+            try:
+                await self._handle(item, now)
+            except Exception as e:  # one message that trips the role machine must not stop faultd
+                self.counters["handler_errors"] += 1
+                log.exception("role machine step failed", error=str(e))
+
+    async def _handle(self, item: Event | tuple[Message, str], now: float) -> None:
+        if isinstance(item, tuple):
+            if self.role is not None:
+                await self._apply(self.role.on_message(item[0], now))
+            return
+        core = self.overlay.core
+        if self.role is None:
+            if core is None or not core.joined:
+                return  # the role machine starts once the ring has taken us in
+            self.role = self._make_role(core.me)
+            await self._apply(self.role.start(now))
+            await self._apply(self.role.on_leaf_set(tuple(core.leaf.members()), now))
+        if isinstance(item, LeafSetChanged):
+            await self._apply(self.role.on_leaf_set(item.members, now))
+        elif isinstance(item, Delivered | Received | BroadcastReceived):
+            await self._apply(self.role.on_message(item.payload, now))
 
     async def _on_timer(self, now: float) -> None:
         if self.role is not None:
@@ -179,8 +204,20 @@ class FaultDaemon:
                 await self.overlay.send_direct(addr, msg)
 
     def _spawn_bulk(self, addr: str, msg: Message) -> None:
+        """One task per bulk send, at most MAX_BULK_SENDS at once (a manager pushes to K holders
+        every alive until they ack: an unreachable holder must not pile up tasks)."""
         assert self._nursery is not None
-        self._nursery.start_soon(self.bulk.send, addr, msg)
+        if self._bulk_sends >= MAX_BULK_SENDS:
+            self.counters["bulk_sends_skipped"] += 1
+            return
+        self._bulk_sends += 1
+        self._nursery.start_soon(self._bulk_send, addr, msg)
+
+    async def _bulk_send(self, addr: str, msg: Message) -> None:
+        try:
+            await self.bulk.send(addr, msg)
+        finally:
+            self._bulk_sends -= 1
 
     # ------------------------------------------------------------------ HTCondor
 

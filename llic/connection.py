@@ -40,6 +40,7 @@ from llic.events import (
     Action,
     AgentConnected,
     BulkReady,
+    CancelTask,
     ConnectionBroken,
     GrantBulk,
     MasterEvent,
@@ -141,7 +142,7 @@ class Connections:
         self.log = log if log is not None else structlog.get_logger("llic.master")
         self.conns: dict[str, AgentConnection] = {}
 
-    def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk) -> None:
+    def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk | CancelTask) -> None:
         """Queue what the core says to its agent (dropped when it is not connected or closing)."""
         conn = self.conns.get(action.agent)
         if conn is not None and conn.closing is None:
@@ -367,6 +368,9 @@ class Connections:
                         frames += protocol.encode_frames(welcome)
                     case SendNoMoreTasks():
                         frames += protocol.encode_frames({"t": protocol.NO_MORE_TASKS})
+                    case CancelTask(process=process, attempt=attempt):
+                        cancel = {"t": protocol.CANCEL, "process": process, "attempt": attempt}
+                        frames += protocol.encode_frames(cancel)
                     case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
                         go: dict[str, Any] = {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
                         if rate_bps > 0:

@@ -21,6 +21,7 @@ Messages (fields beyond these are dropped on decoding, so later versions can add
     master -> agent   challenge {nonce_m, mac_m}   welcome {window[, bulk_threshold][, batch]}
                       refused {reason[, master]}   task {task} + files   no_more_tasks {}
                       bulk_go {process, attempt[, rate_bps]}   tasks {tasks}
+                      cancel {process, attempt}
 
 Batches (version 2): `tasks {tasks: [task, ...]}` and `results {results: [result, ...]}` carry
 several tasks or results without files in one message, each exactly as its `task`/`result`
@@ -28,6 +29,12 @@ would, so that a flood of short tasks costs one message, one write and one wake-
 rather than per task. A master sends `tasks` only to an agent whose hello says version 2 or
 later, and says `batch: true` in its welcome to such an agent only; an agent sends `results`
 only after that. Either side of version 1 thus never sees a batch.
+
+`cancel` (issue 20): the master held or removed a task the agent holds (the job's periodic
+policy, or the user): the agent kills it if it runs, or reports it without running it; either
+way its result still comes back (the master ignores it), so the agent's accounting is unchanged.
+An older agent refuses the message and its connection is dropped, which loses its other tasks
+to a new agent (the masters build their own agents, so this does not happen in practice).
 
 Bulk returns (issue 8 item 3), an optional addition both ways: a master that serializes large
 results says `bulk_threshold` (bytes) in its welcome. An agent that was told it announces a result
@@ -102,8 +109,9 @@ RESULTS = "results"
 BULK_READY = "bulk_ready"
 BULK_GO = "bulk_go"
 MAX_BATCH = 1024  # tasks or results in one batch
+CANCEL = "cancel"
 FROM_AGENT = frozenset({HELLO, AUTH, RESULT, RESULTS, BULK_READY})
-FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, TASKS, NO_MORE_TASKS, BULK_GO})
+FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, TASKS, NO_MORE_TASKS, BULK_GO, CANCEL})
 MESSAGE_TYPES = FROM_AGENT | FROM_MASTER
 
 
@@ -200,6 +208,7 @@ _FIELDS: dict[str, dict[str, _Check]] = {
     RESULTS: {"results": _batch(_check_result)},
     BULK_READY: {"process": _check_count, "attempt": _check_count, "size": _check_count},
     BULK_GO: {"process": _check_count, "attempt": _check_count},
+    CANCEL: {"process": _check_count, "attempt": _check_count},
 }
 # fields a message may leave out (None or absent: not there), added after version 1 shipped
 _OPTIONAL: dict[str, dict[str, _Check]] = {

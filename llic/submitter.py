@@ -5,8 +5,10 @@ For each queue block of the user's submit file:
 
 1. A master id (time, pid, block: unique, and usable in file names) and its output directory
    (`state.master_output_dir` under MASTER_OUTPUTS_DIR_PREFIX_PATH) holding the block's
-   self-contained submit description (`QueueBlock.submit_text`).
-2. The master job, submitted through the gateway on hold: universe scheduler (so HTCondor never
+   self-contained submit description (`QueueBlock.submit_text`) and the initial state file,
+   written atomically before anything is submitted.
+2. The master job, submitted through the gateway on hold (tasks submitted on hold, `hold =
+   true`, are held in the initial state file): universe scheduler (so HTCondor never
    evacuates it, and re-runs it when it fails, seed §3.2), `llic-master STATE_FILE`.
    `on_exit_remove` lets it leave the queue only after exit status 0; killed by a signal or
    exiting with any other status it is run again and resumes from its state file. Exit statuses
@@ -14,8 +16,8 @@ For each queue block of the user's submit file:
    the reason in HoldReason, so a master that cannot succeed is not restarted forever. Its
    `OtherJobRemoveRequirements` names its agents (`LlicMaster`): removing the master removes
    them, whatever state it is in.
-3. The tasks, resolved with the job's cluster (their `$(Cluster)`, as condor_submit would give
-   them), and the state file. The master's first agents are submitted now, on hold, in one
+3. The state file is rewritten with the job's cluster (the tasks' `$(Cluster)`, as condor_submit
+   would give them). The master's first agents are submitted now, on hold, in one
    cluster (`MasterCore.prelaunch`: as many as the pool has matching slots, MAX_CHEFS_NUMBER at
    most): a scheduler-universe job starts only at the schedd's next queue scan (SCHEDD_INTERVAL,
    at least SCHEDD_MIN_INTERVAL apart), and the agents negotiate for their slots meanwhile
@@ -24,7 +26,8 @@ For each queue block of the user's submit file:
    from INITIAL_MASTER_PORT_NUMBER (it listens on the first free one); the state file names
    every one of them before the master can start. Not done when INITIAL_MASTER_PORT_NUMBER is 0
    (any port: the agents could not find it) or the schedd's address is not one execute
-   machines reach; the master then submits its agents itself.
+   machines reach; the master then submits its agents itself. The tasks' job event logs get
+   their submit events (000, under cluster.process).
 4. The directory is handed to the job's owner when master_submitter runs as root (the sandbox's
    clients claim to be its unprivileged user: HTCondor runs no job as root), and the master and
    its agents are released together (one negotiation and one queue scan serve both), and the
@@ -48,9 +51,10 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +65,9 @@ from llic import protocol
 from llic.agent_build import build_agent
 from llic.agent_job import MASTER_ATTR, PORT_SPAN, AgentSetup, prepare_agent, write_secret
 from llic.config import LlicConfig
+from llic.eventlog import append_events, log_path, submit_event
 from llic.events import AgentSubmitted, SubmitAgent
-from llic.master_core import MasterCore, MasterStatus
+from llic.master_core import MasterStatus
 from llic.plan import make_plan
 from llic.runners import agent_ip, matching_slots
 from llic.state import (
@@ -72,12 +77,12 @@ from llic.state import (
     initial_state,
     load_state,
     master_output_dir,
+    restore,
     save_state,
     snapshot,
     state_file_name,
 )
 from llic.submit import QueueBlock, SubmitFile
-from llic.task import Task
 
 MASTER_MAX_RUNS = 20  # runs before HTCondor holds a master that keeps failing
 MASTER_ENV = "LLIC_MASTER"
@@ -243,6 +248,23 @@ async def _submit_one(
     state_path = outdir / state_file_name(master_id)
     sub_path = outdir / f"master.{master_id}.sub"
     sub_path.write_text(block.submit_text())
+    processes: list[int] = []
+    held: list[int] = []
+    logs: dict[int, tuple[str, str]] = {}  # process -> (its job event log, the submit event's notes)
+    for task in block.iter_tasks(1 + block.cluster_offset):
+        processes.append(task.process)
+        if task.hold:
+            held.append(task.process)
+        if task.log:
+            logs[task.process] = (
+                log_path(task.initialdir, task.log),
+                task.policy.get("SubmitEventNotes", ""),
+            )
+    # The tasks' $(Cluster) is the master job's cluster, known once it is submitted (below).
+    info = MasterInfo(master_id, _whoami(), 0, str(sub_path), block.index)
+    state = initial_state(info, config, processes, time.time(), held=held)
+    state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
+    save_state(state_path, state)
     desc = master_job(
         state_path,
         master=master,
@@ -254,26 +276,25 @@ async def _submit_one(
     agents = 0
     try:
         (owner_ad,) = await gw.query_jobs(f"ClusterId == {result.cluster}", ["Owner"], schedd=schedd)
-        owner = str(owner_ad.get("Owner") or _whoami())
-        info = MasterInfo(master_id, owner, result.cluster, str(sub_path), block.index)
-        # the tasks' $(Cluster) is the master job's cluster
-        tasks = await trio.to_thread.run_sync(block.tasks, result.cluster)
-        state = initial_state(info, config, [t.process for t in tasks], time.time())
-        state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
+        owner = str(owner_ad.get("Owner") or info.owner)
+        state = replace(state, info=replace(info, cluster=result.cluster, owner=owner))
         clusters = [result.cluster]
         if agent_host is not None and config.initial_master_port_number:
             state, agent_cluster, agents = await _prelaunch(
-                gw, schedd, state_path, state, config, block, tasks, agent_host
+                gw, schedd, state_path, state, config, block, agent_host
             )
             if agent_cluster is not None:
                 clusters.append(agent_cluster)
         save_state(state_path, state)
+        written = await trio.to_thread.run_sync(_write_submit_events, logs, result.cluster)
         if os.geteuid() == 0 and owner != "root":
             try:
                 pw = pwd.getpwnam(owner)
             except KeyError:
                 raise SubmitError(f"the master job's owner {owner!r} is not a user here") from None
             _chown_tree(outdir, pw.pw_uid, pw.pw_gid)
+            for path in written:  # the master, running as the owner, appends to them
+                os.chown(path, pw.pw_uid, pw.pw_gid)
         await _release(gw, schedd, clusters)
     except BaseException:
         with trio.CancelScope(shield=True):
@@ -284,7 +305,7 @@ async def _submit_one(
                 except GatewayError:
                     pass
         raise
-    return SubmittedMaster(master_id, job_id, block.index, block.line, len(tasks), state_path, agents)
+    return SubmittedMaster(master_id, job_id, block.index, block.line, len(processes), state_path, agents)
 
 
 async def _prelaunch(
@@ -294,20 +315,19 @@ async def _prelaunch(
     state: MasterState,
     config: LlicConfig,
     block: QueueBlock,
-    tasks: list[Task],
     host: str,
 ) -> tuple[MasterState, int | None, int]:
     """The master's first agents (module doc, step 3), submitted on hold in one cluster: the
     state to save (naming them), their cluster and how many. None and 0 when the pool's slots
     cannot be counted or the agents' descriptions do not fit one cluster (the master then
     starts its own)."""
-    plan = make_plan(state_path, state.info, config, block, tasks)
+    plan = await trio.to_thread.run_sync(make_plan, state_path, state.info, config, block)
     try:
         slots = await matching_slots(gw, plan.agent_attributes)
     except GatewayError:
         return state, None, 0
     now = time.time()
-    core = MasterCore.new([t.process for t in tasks], config)
+    core = restore(state, config)  # every task queued, those submitted on hold held
     launches = [a for a in core.prelaunch(slots, now).actions if isinstance(a, SubmitAgent)]
     if not launches:
         return state, None, 0
@@ -343,6 +363,21 @@ def _by_process(descriptions: list[dict[str, str]], agents: list[str]) -> dict[s
         }:
             return None
     return generic
+
+
+def _write_submit_events(logs: dict[int, tuple[str, str]], cluster: int) -> list[str]:
+    """The job event logs' submit events (000), as the schedd writes them when condor_submit
+    queues the jobs; returns the logs written. A log that cannot be written stops the submission
+    (condor_submit too refuses a log it cannot write)."""
+    host = f"<{socket.gethostname()}>"
+    now = time.time()
+    texts: dict[str, list[str]] = {}
+    for process, (path, notes) in logs.items():
+        texts.setdefault(path, []).append(submit_event(cluster, process, now, host, notes))
+    problems = append_events(texts)
+    if problems:
+        raise SubmitError(f"cannot write the job event log {problems[0]}")
+    return list(texts)
 
 
 def _whoami() -> str:

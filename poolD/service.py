@@ -24,6 +24,7 @@ import trio
 
 from common.condor import Gateway, GatewayError
 from common.config import ConfigError
+from common.overlay.certs import CertificateError
 from common.overlay.driver import UdpOverlay
 from common.overlay.ids import digit, id_hex
 from common.overlay.messages import Peer
@@ -79,7 +80,13 @@ class PoolDaemon:
         return Policy.load(path) if path else Policy.allow_all()
 
     async def reload(self) -> None:
-        """SIGHUP: a new policy file takes effect; a broken one is reported and the old one kept."""
+        """SIGHUP: a new policy file and revocation list take effect; a broken one is reported and
+        the old one kept."""
+        try:
+            self.overlay.reload_revoked()
+        except CertificateError as e:
+            log.error("revocation list not reloaded", error=str(e))
+            self._note(f"revocation list reload failed, old list kept: {e}")
         try:
             policy = self._read_policy()
         except ConfigError as e:

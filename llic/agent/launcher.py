@@ -128,6 +128,28 @@ class Launcher:
         self._wake_r.close()
         self._wake_w.close()
 
+    def cancel(self, key: tuple[int, int]) -> list[Job]:
+        """The master stopped this task: kill its process group if it runs (`poll` then reports
+        it, killed); if it is still waiting, drop it and return it, answered as launch-failed.
+        Either way its result goes back, as the agent's accounting expects."""
+        running = self.running
+        if running is not None and running.job.task.key == key:
+            _kill_group(running.pid)
+            return []
+        for job in self.waiting:
+            if job.task.key == key:
+                self.waiting.remove(job)
+                job.result = protocol.TaskResult(
+                    key[0],
+                    key[1],
+                    protocol.STATUS_LAUNCH_FAILED,
+                    host=self.host,
+                    error="cancelled by the master before it started",
+                )
+                self._finish(job, None)
+                return [job]
+        return []  # finished already: its result is on its way
+
     def abort(self) -> None:
         """Stop now: kill the running task and everything it started; run nothing more."""
         self._aborted = True

@@ -11,18 +11,20 @@ import pytest
 
 from common.overlay.auth import generate_key_file
 from faultD.cli import main, render_status
+from tests.poolD.test_deploy_files import install_keys
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def example_config(tmp_path: Path) -> Path:
-    key = tmp_path / "ring.key"
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    key = etc / "ring.key"
     generate_key_file(key)
+    install_keys(etc, main, name="ex1.pool-a", pool="pool-a", host="10.0.0.21")
     (tmp_path / "config.d").mkdir()
     text = (REPO / "config/faultd.toml").read_text()
-    text = text.replace("/etc/faultd/ring.key", str(key)).replace(
-        "/etc/condor/config.d", str(tmp_path / "config.d")
-    )
+    text = text.replace("/etc/faultd/", f"{etc}/").replace("/etc/condor/config.d", str(tmp_path / "config.d"))
     config = tmp_path / "faultd.toml"
     config.write_text(text)
     return config
@@ -73,10 +75,12 @@ def test_render_status_shows_role_manager_epoch_and_replica() -> None:
             },
             "replica_holders": [], "condor": {"role_file": "/etc/condor/config.d/99-faultd-role.conf"},
             "leaf_set": ["10.0.0.1:7641"], "drops": {"bad_mac": 2}, "history": ["new manager 10.0.0.1:7641"],
+            "refused": {"replica": 3},
         }
     )  # fmt: skip
     assert "role            listener" in text and "epoch / seq     2 / 41" in text
     assert "version 7 (epoch 2)" in text and "accountant" in text and "bad_mac" in text
+    assert "refused         {'replica': 3}" in text
 
 
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
