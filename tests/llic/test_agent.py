@@ -726,6 +726,32 @@ def test_master_exceeding_the_window_is_a_protocol_error(
     assert master.outcome.startswith("agent closed with"), master.outcome
 
 
+def test_cancel_kills_the_running_task_and_answers_a_waiting_one_unstarted(
+    pyz: Path, tmp_path: Path, python: list[str]
+) -> None:
+    """The master's `cancel` (issue 20), right after the second task: the first, running, is
+    killed; the second, still waiting behind it, comes back launch_failed without running."""
+    tasks = [sh(0, "sleep 300", tmp_path), sh(1, "touch ran", tmp_path)]
+
+    def frames(task: p.Task) -> bytes:
+        out = p.encode_frames({"t": p.TASK, "task": task})
+        if task.process == 1:
+            for process in (1, 0):
+                out += p.encode_frames({"t": p.CANCEL, "process": process, "attempt": 0})
+        return b"".join(out)
+
+    master = FakeMaster(tasks, window=2, extra_frames=frames)
+    proc = run_agent(pyz, tmp_path / "agent", master.port, agent_input("NFS", "condor"), python=python)
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert master.outcome == "done"
+    r = master.results
+    assert (r[0, 0].status, r[0, 0].signal) == (p.STATUS_OK, signal.SIGKILL)
+    assert r[1, 0].status == p.STATUS_LAUNCH_FAILED
+    assert r[1, 0].error == "cancelled by the master before it started"
+    assert not (tmp_path / "ran").exists()
+
+
 def test_connection_lost(pyz: Path, tmp_path: Path, python: list[str]) -> None:
     master = FakeMaster([sh(i, "sleep 0.2", tmp_path) for i in range(3)], window=2, hang_up_after=2)
     line = fatal_line(
