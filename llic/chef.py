@@ -1,7 +1,8 @@
 """One chef (seed §3.8), as a pure state machine: it looks after one agent at a time.
 
 A `Chef` goes created → launched (its agent job submitted) → running (the agent connected) →
-terminated (it said no_more_tasks and got every result back), or, after a failure (connection
+terminated (it said no_more_tasks and got every result back, or the master dismissed its agent
+before it connected: nothing left in the queue for it), or, after a failure (connection
 broken, agent gone from the schedd queue, too many failed tasks, submission failed), back through
 created to launched with a new agent, until it has recovered NUM_AGENT_RECOVERIES times: then
 unrecoverable. `MasterCore` (llic/master_core.py) owns the chefs and routes events to them.
@@ -67,9 +68,11 @@ def parse_agent_name(agent: str) -> tuple[int, int, int] | None:
 
 @dataclass(frozen=True)
 class Launch:
-    """The master launches a chef (created or terminated): submit a new agent."""
+    """The master launches a chef (created or terminated): submit a new agent, with
+    INITIAL_JOBS_NUMBER tasks in its input file unless `initial` is False."""
 
     reason: str = "start"
+    initial: bool = True
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,15 @@ class AgentVanished:
     QueueSnapshot)."""
 
     agent: str
+
+
+@dataclass(frozen=True)
+class Dismiss:
+    """The queue has nothing for an agent that has not connected yet: its job is removed and the
+    chef terminates (it is launched again if tasks come back). A chef whose agent holds tasks
+    (INITIAL_JOBS_NUMBER) ignores it."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,7 @@ ChefEvent = (
     | ResultReceived
     | ConnectionBroken
     | AgentVanished
+    | Dismiss
     | Terminate
 )
 
@@ -167,7 +180,7 @@ class Chef:
         match event:
             case Launch():
                 if s in (ChefState.CREATED, ChefState.TERMINATED):
-                    self._launch(book, others, out)
+                    self._launch(book, others, out, event.initial)
                     out.notes.append(f"chef {self.index}: launching agent {self.agent} ({event.reason})")
             case AgentSubmitted(job_id=job_id):
                 if job_id not in self.rec.job_ids:
@@ -220,6 +233,15 @@ class Chef:
             case AgentVanished():
                 if s in (ChefState.LAUNCHED, ChefState.RUNNING):
                     self._recover("agent job left the schedd queue", book, others, out)
+            case Dismiss(reason=reason):
+                if s is ChefState.LAUNCHED and not book.held(self.index):
+                    self.rec.state = ChefState.TERMINATED
+                    if self.rec.job_id is not None:
+                        out.actions.append(RemoveAgents((self.rec.job_id,), f"agent {self.agent}: {reason}"))
+                        self.rec.job_id = None  # gone: not an agent that leaves by itself
+                    out.notes.append(
+                        f"chef {self.index}: agent {self.agent} dismissed before it connected ({reason})"
+                    )
             case Terminate(reason=reason):
                 if s is ChefState.RUNNING:
                     out.actions.append(CloseConnection(self.agent, reason))
@@ -261,14 +283,16 @@ class Chef:
         paced = ((a.process, self.net.pace(a.process)) for a in tasks)
         return tuple((process, bps) for process, bps in paced if bps is not None)
 
-    def _launch(self, book: TaskBook, others: Collection[int], out: Output) -> None:
+    def _launch(
+        self, book: TaskBook, others: Collection[int], out: Output, with_initial: bool = True
+    ) -> None:
         rec = self.rec
         rec.launches += 1
         rec.state = ChefState.LAUNCHED
         rec.failures = 0
         rec.no_more_sent = False
         rec.job_id = None
-        initial = book.take(rec.index, self.config.initial_jobs_number, others)
+        initial = book.take(rec.index, self.config.initial_jobs_number, others) if with_initial else []
         out.actions.append(SubmitAgent(self.agent, rec.index, rec.launches, tuple(initial)))
 
     def _recover(self, reason: str, book: TaskBook, others: Collection[int], out: Output) -> None:

@@ -141,8 +141,9 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
                 condor_config=args.condor_config,
             )
             for m in masters:
+                with_agents = f", {m.agents} agents with it" if m.agents else ""
                 print(
-                    f"master {m.master_id} (job {m.job_id}): {m.tasks} tasks of queue statement "
+                    f"master {m.master_id} (job {m.job_id}{with_agents}): {m.tasks} tasks of queue statement "
                     f"{m.block} (line {m.line}); state file {m.state_path}; watch: master_q {m.state_path}",
                     flush=True,
                 )

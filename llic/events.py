@@ -2,12 +2,13 @@
 
 Events are what the driver (llic/master.py) saw happen: an agent submitted or refused by the
 schedd, an agent connected, a result or a large result's announcement arrived, a connection broke,
-the schedd queue read, a transfer ended, the user asked to release, remove or hold tasks. Actions
-are what the core decided the driver must do: submit or remove agent jobs, welcome, refuse or
-close a connection, send tasks, cancel one, let a large result come, write job event log events,
-save the state file, ask for a negotiation cycle, read the schedd queue. Each entry point of the
-core returns an `Output`: its actions, in the order they must be carried out, notes for the log,
-and when the core next wants its timer. Plain frozen records, no behaviour (h11 keeps
+the schedd queue read, the pool's matching slots counted, a transfer ended, the user asked to
+release, remove or hold tasks. Actions are what the core decided the driver must do: submit or
+remove agent jobs, welcome, refuse or close a connection, send tasks, cancel one, let a large
+result come, write job event log events, save the state file, ask for a negotiation cycle, read
+the schedd queue, count the matching slots, give finished agents time to leave. Each entry point
+of the core returns an `Output`: its actions, in the order they must be carried out, notes for
+the log, and when the core next wants its timer. Plain frozen records, no behaviour (h11 keeps
 its events apart the same way), so that drivers, simulations and tests build and match them freely.
 """
 
@@ -90,6 +91,14 @@ class QueuePollFailed:
 
 
 @dataclass(frozen=True)
+class SlotsCounted:
+    """The answer to CountSlots: how many slots of the pool match the agents' requirements
+    (None: the collector could not be asked; the next count comes later)."""
+
+    matching: int | None
+
+
+@dataclass(frozen=True)
 class TransferDone:
     """The files of one task (direction IN) or one result (OUT) went over the agent's connection:
     `nbytes` of blobs between `start` and `end` (master's clock). Accounting; an IN transfer also
@@ -132,6 +141,7 @@ MasterEvent = (
     | ConnectionBroken
     | QueueSnapshot
     | QueuePollFailed
+    | SlotsCounted
     | TransferDone
     | BulkReady
     | UserRequest
@@ -255,6 +265,22 @@ class PollQueue:
     QueuePollFailed."""
 
 
+@dataclass(frozen=True)
+class CountSlots:
+    """Count the pool's slots that match the agents' requirements; answer with SlotsCounted. How
+    far the master may grow its agents (seed §3.7 step 4, asked again as the pool changes)."""
+
+
+@dataclass(frozen=True)
+class LetAgentsLeave:
+    """Wait until these agent jobs have left the queue by themselves, or `grace` seconds: agents
+    told no_more_tasks exit once their results are back, and a removal before that would cut
+    their output and log short. From `finish`, before its final RemoveAgents."""
+
+    job_ids: tuple[str, ...]
+    grace: float
+
+
 Action = (
     SubmitAgent
     | RemoveAgents
@@ -267,6 +293,8 @@ Action = (
     | SaveState
     | Reschedule
     | PollQueue
+    | CountSlots
+    | LetAgentsLeave
     | CancelTask
     | WriteEvents
 )

@@ -70,7 +70,7 @@ from common.condor import Gateway, GatewayError
 from common.timer import Wakeup
 from llic import protocol
 from llic.agent_build import build_agent
-from llic.agent_job import AGENT_PYTHON, AgentSetup, prepare_agent
+from llic.agent_job import AGENT_PYTHON, PORT_SPAN, AgentSetup, prepare_agent, read_secret
 from llic.connection import HANDSHAKE_TIMEOUT, Connections
 from llic.eventlog import append_events, format_event
 from llic.events import (
@@ -78,7 +78,9 @@ from llic.events import (
     AgentSubmitted,
     CancelTask,
     CloseConnection,
+    CountSlots,
     GrantBulk,
+    LetAgentsLeave,
     MasterEvent,
     Output,
     PollQueue,
@@ -90,6 +92,7 @@ from llic.events import (
     SaveState,
     SendNoMoreTasks,
     SendTasks,
+    SlotsCounted,
     SubmitAgent,
     SubmitFailed,
     UserRequest,
@@ -99,7 +102,7 @@ from llic.events import (
 from llic.master_core import MasterStatus
 from llic.plan import Plan, PlanError, load_plan
 from llic.runners import AgentRunner, GatewayAgents, LocalAgents, usable_ip
-from llic.state import MasterState, StateFileError, restore, save_state, snapshot
+from llic.state import MasterState, StateFileError, StateWriter, restore, snapshot
 from llic.user_requests import read_requests
 
 log = structlog.get_logger("llic.master")
@@ -109,7 +112,6 @@ EXIT_FAILED = 1  # anything unexpected: HTCondor re-runs the master, which resum
 EXIT_UNUSABLE = 2  # state file or submit description unusable: held, not re-run
 EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
-AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
 REQUEST_POLL_INTERVAL = 1.0  # seconds between looks for master_release / master_rm requests
 
 
@@ -128,6 +130,7 @@ class Master:
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         self.plan = plan
+        self.state_file = StateWriter(plan.state_path)
         self.config = plan.config
         self.logs = plan.logs()  # process -> its job event log (tasks with a `log` only)
         self.core = restore(
@@ -140,9 +143,15 @@ class Master:
         self.runner = runner
         self.extra: dict[str, Any] = dict(state.extra)
         self.counters: Counter[str] = Counter()
-        self.secret = protocol.make_secret()
+        # agents master_submitter submitted with the master job (prelaunched) know its secret
+        # and look for it on a range of ports; a restarted master has removed them
+        self.prelaunched = state.run == 0 and bool(state.chefs)
+        secret = read_secret(plan.outdir) if self.prelaunched else None
+        self.secret = secret if secret is not None else protocol.make_secret()
+        self.prelaunch_ok = secret is not None
         self.host = host
         self.port = plan.config.initial_master_port_number if port is None else port
+        self.ports = _port_range(self.extra.get("prelaunch"), self.port)
         self.agent_python = agent_python
         self.log = log.bind(master=plan.info.master_id)
         self.links = Connections(
@@ -159,8 +168,10 @@ class Master:
         self.exit_signal: int | None = None
         self._over = trio.Event()
         self._wakeup = Wakeup()  # the core's timer, on trio's clock
+        self._wakes_at: float | None = math.nan  # the core's last wakeup (epoch), set on _wakeup
         self._reschedule_wanted = trio.Event()
         self._poll_wanted = trio.Event()
+        self._count_wanted = trio.Event()
         self._submit_send, self._submit_recv = trio.open_memory_channel[SubmitAgent](math.inf)
         self._remove_send, self._remove_recv = trio.open_memory_channel[RemoveAgents](math.inf)
         self._events_send, self._events_recv = trio.open_memory_channel[WriteEvents | None](math.inf)
@@ -178,8 +189,10 @@ class Master:
             self.log.info(note)
         for action in out.actions:
             self.execute(action)
-        delay = math.inf if out.wakeup is None else max(0.0, out.wakeup - time.time())
-        self._wakeup.set(trio.current_time() + delay)
+        if out.wakeup != self._wakes_at:  # most events leave it where it was
+            self._wakes_at = out.wakeup
+            delay = math.inf if out.wakeup is None else max(0.0, out.wakeup - time.time())
+            self._wakeup.set(trio.current_time() + delay)
         if self.core.over:
             self._over.set()
 
@@ -196,6 +209,10 @@ class Master:
                 self._reschedule_wanted.set()
             case PollQueue():
                 self._poll_wanted.set()
+            case CountSlots():
+                self._count_wanted.set()
+            case LetAgentsLeave():
+                pass  # only `finish` gives it, and _finish waits for it there
             case WelcomeAgent() | SendTasks() | SendNoMoreTasks() | GrantBulk() | CancelTask():
                 self.links.deliver(action)
             case WriteEvents():
@@ -213,17 +230,26 @@ class Master:
         self.extra["agent_host"] = self.host
         self.extra["port"] = self.port
         self.extra["net"] = self.core.net_figures(now)
-        save_state(self.plan.state_path, snapshot(self.core, self.plan.info, now, self.extra))
+        self.state_file.save(snapshot(self.core, self.plan.info, now, self.extra, copy=False))
 
     # ------------------------------------------------------------------ the run
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> int:
-        """The whole run, to its exit status; `task_status.started(port)` once agents can connect."""
+        """The whole run, to its exit status; `task_status.started(port)` once agents can connect.
+
+        Agents master_submitter submitted with the master (prelaunched) may be running already
+        and trying to connect: the address and port come first (the schedd's address is read
+        from the file HTCondor names), then only what the core needs before it answers them; the
+        pool's slots are counted once it runs (CountSlots)."""
         info = self.plan.info
         if self.host is None:
             self.host = await self._find_host()
         listeners = await self._listen()
         self.port = listeners[0].socket.getsockname()[1]
+        adopt = self.prelaunched and self.prelaunch_ok and self.port in self.ports
+        if self.prelaunched and not adopt:
+            why = "no secret file" if not self.prelaunch_ok else f"port {self.port} not in {self.ports}"
+            self.log.warning("agents submitted with the master cannot reach this run: replaced", why=why)
         pyz = await trio.to_thread.run_sync(build_agent, self.plan.outdir)
         self.setup = AgentSetup(pyz, self.host, self.port, self.secret, self.agent_python)
         sizes = await trio.to_thread.run_sync(self.plan.input_sizes)
@@ -233,16 +259,20 @@ class Master:
             tasks=str(self.core.counts()),
             mode=self.plan.mode,
             agents_connect_to=f"{self.host}:{self.port}",
+            adopted=adopt,
         )
-        try:
-            await self.runner.remove_all(info.master_id, "llic master starting: agents of an earlier run")
-        except GatewayError as e:
-            self.log.warning("could not remove earlier agents", error=str(e))
-        try:
-            slots = await self.runner.slots(self.plan)
-        except GatewayError as e:
-            self.log.warning("could not count the pool's slots; starting one agent", error=str(e))
-            slots = 1
+        if not self.prelaunched:  # agents of an earlier run, also ones no state file knows
+            try:
+                await self.runner.remove_all(info.master_id, "llic master starting: agents of an earlier run")
+            except GatewayError as e:
+                self.log.warning("could not remove earlier agents", error=str(e))
+        slots: int | None = None
+        if not self.core.chefs:  # a fresh start sizes its agents by the slots
+            try:
+                slots = await self.runner.slots(self.plan)
+            except GatewayError as e:
+                self.log.warning("could not count the pool's slots; starting one agent", error=str(e))
+                slots = 1
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.links.serve, listeners, nursery)
             nursery.start_soon(self._submitter)
@@ -250,11 +280,12 @@ class Master:
             nursery.start_soon(self._wakeup.run, self._on_timer)
             nursery.start_soon(self._rescheduler)
             nursery.start_soon(self._poller)
+            nursery.start_soon(self._counter)
             nursery.start_soon(self._signals)
             nursery.start_soon(self._requests)
             events_done = trio.Event()
             nursery.start_soon(self._event_writer, events_done)
-            self.apply(self.core.start(slots, time.time(), input_sizes=sizes))
+            self.apply(self.core.start(slots, time.time(), input_sizes=sizes, adopt=adopt))
             task_status.started(self.port)
             await self._over.wait()
             await self._finish()
@@ -278,29 +309,40 @@ class Master:
         return 128 + (self.exit_signal or 0) if self.exit_signal else EXIT_FAILED
 
     async def _finish(self) -> None:
+        """The core's `finish`, carried out to its end here (not by the submitter and remover
+        tasks, which would remove at once what must first get its grace): the state saved (how
+        the run ended is known), connections closed, agents that are not leaving removed, those
+        that finished given AGENT_EXIT_GRACE to leave by themselves, then removed, every agent
+        of this master removed by attribute, and the state saved again, last."""
         reason = self.stop_reason or ("all tasks done" if self.core.finished else "gave up")
-        leaving = set(self.core.exiting_agent_jobs())
         out = self.core.finish(time.time(), reason)
-        *acting, save = out.actions  # finish() saves last: after the removals, the master's last act
-        self.apply(Output(acting, out.notes))  # connections closed, removals queued
+        for note in out.notes:
+            self.log.info(note)
+        self.save()  # how it ended is known now: master_q and --wait need not wait for the grace
         with trio.move_on_after(60) as scope:
             scope.shield = True
-            if self.core.finished and self.stop_reason is None:
-                await self._let_agents_leave(leaving)
-            for action in acting:  # each to its end before the master exits
-                if isinstance(action, RemoveAgents):
-                    await self._remove_quietly(action.job_ids, action.reason)
+            for action in out.actions:
+                match action:
+                    case RemoveAgents(job_ids=job_ids, reason=why):
+                        await self._remove_quietly(job_ids, why)
+                    case LetAgentsLeave(job_ids=job_ids, grace=grace):
+                        if self.stop_reason is None:
+                            await self._let_agents_leave(set(job_ids), grace)
+                    case SaveState():
+                        pass  # last, below
+                    case _:
+                        self.execute(action)
             try:
                 await self.runner.remove_all(self.plan.info.master_id, f"llic master: {reason}")
             except GatewayError as e:
                 self.log.warning("final removal by attribute failed", error=str(e))
             self.links.close_all(reason)
-            self.execute(save)
+        self.save()
 
-    async def _let_agents_leave(self, leaving: set[str]) -> None:
+    async def _let_agents_leave(self, leaving: set[str], grace: float) -> None:
         """Agents that finished their tasks exit by themselves within moments; removing them
         before that would only cut their output and log short."""
-        with trio.move_on_after(AGENT_EXIT_GRACE):
+        with trio.move_on_after(grace):
             while leaving:
                 try:
                     if not leaving & await self.runner.alive(self.plan.info.master_id):
@@ -318,7 +360,7 @@ class Master:
         return configured or self.host or "0.0.0.0"
 
     async def _listen(self) -> list[trio.SocketListener]:
-        """On listen_host(): INITIAL_MASTER_PORT_NUMBER if free, else any free port (seed §5)."""
+        """On listen_host(): the first free port of _open_listeners' range, else any free port (seed §5)."""
         host = self.listen_host()
         try:
             return await self._open_listeners(host)
@@ -332,13 +374,16 @@ class Master:
         return await self._open_listeners("0.0.0.0")
 
     async def _open_listeners(self, host: str) -> list[trio.SocketListener]:
-        if self.port:
+        """The first free port of the range prelaunched agents scan (master_submitter's
+        INITIAL_MASTER_PORT_NUMBER and the PORT_SPAN after it), else any free port."""
+        for port in self.ports:
             try:
-                return await trio.open_tcp_listeners(self.port, host=host)
+                return await trio.open_tcp_listeners(port, host=host)
             except OSError as e:
                 if e.errno != errno.EADDRINUSE:
                     raise
-                self.log.info("port taken; using a free one", port=self.port)
+        if self.ports:
+            self.log.info("ports taken; using a free one", ports=f"{self.ports[0]}-{self.ports[-1]}")
         return await trio.open_tcp_listeners(0, host=host)
 
     async def _find_host(self) -> str:
@@ -401,8 +446,8 @@ class Master:
         restarting should not use up every chef's NUM_AGENT_RECOVERIES in a second."""
         failures = 0
         async for action in self._submit_recv:
-            if self.core.stopped:
-                continue
+            if not self.core.still_launching(action.agent):
+                continue  # dismissed, recovered or stopped while it waited here
             try:
                 assert self.setup is not None
                 description, notes = await trio.to_thread.run_sync(
@@ -447,6 +492,19 @@ class Master:
             except GatewayError as e:
                 self.log.warning("reschedule failed", error=str(e))
 
+    async def _counter(self) -> None:
+        """Carry out CountSlots actions: the pool's slots matching the agents (how far they may
+        grow)."""
+        while True:
+            await self._count_wanted.wait()
+            self._count_wanted = trio.Event()
+            try:
+                matching: int | None = await self.runner.slots(self.plan)
+            except GatewayError as e:
+                self.log.warning("slot count failed", error=str(e))
+                matching = None
+            self.feed(SlotsCounted(matching))
+
     async def _poller(self) -> None:
         """Carry out PollQueue actions: which agent jobs are still idle or running (§3.7)."""
         while True:
@@ -459,6 +517,17 @@ class Master:
                 self.feed(QueuePollFailed(str(e)))
                 continue
             self.feed(QueueSnapshot(frozenset(alive)))
+
+
+def _port_range(prelaunch: Any, port: int) -> list[int]:
+    """The ports to try, in order: the range master_submitter gave the prelaunched agents
+    (state file `extra.prelaunch.ports`), else INITIAL_MASTER_PORT_NUMBER and the PORT_SPAN
+    after it (0: none, any free port)."""
+    if isinstance(prelaunch, dict):
+        ports = prelaunch.get("ports")
+        if isinstance(ports, list) and len(ports) == 2 and all(isinstance(p, int) for p in ports):
+            return list(range(ports[0], ports[1] + 1))
+    return list(range(port, min(port + PORT_SPAN, 65536))) if port else []
 
 
 def _route_address() -> str | None:

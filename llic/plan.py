@@ -24,7 +24,7 @@ from llic.config import LlicConfig
 from llic.eventlog import log_path
 from llic.netadmit import Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, load_state
-from llic.submit import SubmitFileError, parse_submit_file
+from llic.submit import QueueBlock, SubmitFileError, parse_submit_file
 from llic.task import Task
 from llic.task_policy import EXPRESSIONS, DefaultPolicy, TaskPolicy
 
@@ -154,12 +154,10 @@ def load_plan(state_path: Path) -> tuple[MasterState, Plan]:
         )
     block = submit.blocks[0]
     try:
-        specs = {spec.process: spec for spec in block.tasks(info.cluster)}
-        mode = str(block.mode)
-        attributes = block.agent_attributes()
-        common = block.common_input_files(info.cluster) if mode in protocol.TRANSFER_MODES else []
+        plan = make_plan(state_path, info, config, block)
     except SubmitFileError as e:
         raise PlanError(f"{state_path}: submit description: {e}") from None
+    specs = plan.specs
     in_state = {t.process for t in state.tasks}
     if set(specs) != in_state:
         missing = sorted(in_state - set(specs))[:5]
@@ -168,6 +166,19 @@ def load_plan(state_path: Path) -> tuple[MasterState, Plan]:
             f"{state_path}: the state file's tasks and {submit_path}'s jobs differ "
             f"(only in the state file: {missing}; only in the description: {extra})"
         )
+    return state, plan
+
+
+def make_plan(
+    state_path: Path, info: MasterInfo, config: LlicConfig, block: QueueBlock, tasks: Sequence[Task] = ()
+) -> Plan:
+    """The plan of a master's queue block with its cluster (`info.cluster`); `tasks`, when
+    given, are the block's tasks already resolved with that cluster. SubmitFileError as the
+    block raises it."""
+    specs = {spec.process: spec for spec in (tasks or block.tasks(info.cluster))}
+    mode = str(block.mode)
+    attributes = block.agent_attributes()
+    common = block.common_input_files(info.cluster) if mode in protocol.TRANSFER_MODES else []
     executable = None
     if mode in protocol.TRANSFER_MODES:
         names = {spec.executable for spec in specs.values()}
@@ -175,8 +186,7 @@ def load_plan(state_path: Path) -> tuple[MasterState, Plan]:
             (name,) = names
             if os.path.isabs(name) and os.path.isfile(name):
                 executable = name
-    plan = Plan(state_path, info, config, mode, specs, common, executable, attributes)
-    return state, plan
+    return Plan(Path(state_path).absolute(), info, config, mode, specs, common, executable, attributes)
 
 
 def _size(path: str) -> int:

@@ -38,6 +38,15 @@ def request_attributes(attributes: dict[str, str]) -> dict[str, float]:
     return out
 
 
+async def matching_slots(gw: Gateway, attributes: dict[str, str]) -> int:
+    """The pool's slots an agent job with these attributes (the block's requirements and
+    request_*) could run on; every slot of the pool when there are no requirements."""
+    requirements = next((v for k, v in attributes.items() if k.lower() == "requirements"), None)
+    if not requirements:
+        return (await gw.pool_load()).total_slots
+    return await gw.count_slots(requirements, request_attributes(attributes))
+
+
 class AgentRunner(Protocol):
     """How the master gets agents run: HTCondor (GatewayAgents) or local processes (LocalAgents)."""
 
@@ -112,11 +121,7 @@ class GatewayAgents:
 
     async def slots(self, plan: Plan) -> int:
         """Slots matching the block's requirements (every slot of the pool when it has none)."""
-        attributes = plan.agent_attributes
-        requirements = next((v for k, v in attributes.items() if k.lower() == "requirements"), None)
-        if not requirements:
-            return (await self.gw.pool_load()).total_slots
-        return await self.gw.count_slots(requirements, request_attributes(attributes))
+        return await matching_slots(self.gw, plan.agent_attributes)
 
     async def submit(self, description: dict[str, str]) -> str:
         """Submit to the local schedd; the job id ("cluster.proc")."""

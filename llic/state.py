@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import os
 import re
 import typing
@@ -120,9 +121,16 @@ def initial_state(
 
 
 def snapshot(
-    core: MasterCore, info: MasterInfo, now: float, extra: dict[str, Any] | None = None
+    core: MasterCore,
+    info: MasterInfo,
+    now: float,
+    extra: dict[str, Any] | None = None,
+    *,
+    copy: bool = True,
 ) -> MasterState:
-    """The state to save now: a copy, so the core may go on while it is written."""
+    """The state to save now: a copy, so the core may go on while it is written; with
+    copy=False the task records are the core's own (for a save that encodes them at once)."""
+    records = core.book.records()
     return MasterState(
         info,
         core.config.snapshot(),
@@ -130,7 +138,7 @@ def snapshot(
         core.started,
         now,
         core.run,
-        [r.copy() for r in core.book.records()],
+        [r.copy() for r in records] if copy else records,
         [replace(c, job_ids=list(c.job_ids)) for c in core.chef_records()],
         core.book.counters(),
         dict(extra or {}),
@@ -214,11 +222,28 @@ def _subdirs(directory: Path, starting: str) -> list[Path]:
         return []
 
 
-def save_state(path: Path, state: MasterState) -> None:
+class StateWriter:
+    """Saves one master's state file again and again: a task whose record did not change since
+    the last save keeps its encoded line, so a save costs what changed plus a quick look at
+    each record (the master saves every STATE_SAVE_INTERVAL while results stream in)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lines: dict[int, tuple[tuple[Any, ...], str]] = {}
+
+    def save(self, state: MasterState) -> None:
+        """save_state(path, state), reusing the lines of unchanged tasks."""
+        save_state(self.path, state, self._lines)
+
+
+def save_state(
+    path: Path, state: MasterState, lines: dict[int, tuple[tuple[Any, ...], str]] | None = None
+) -> None:
     """Write atomically (temporary file, fsync, rename, fsync of the directory). Refuses to
-    replace a file that is not an llic state file."""
+    replace a file that is not an llic state file. `lines`: encoded task lines to reuse and
+    update (StateWriter's)."""
     path = Path(path)
-    body = _encode(state)
+    body = _encode(state, lines)
     header = f"{MAGIC} {VERSION} sha256:{hashlib.sha256(body).hexdigest()}\n".encode()
     if path.exists() and not _looks_like_state(path):
         raise StateFileError(f"{path}: exists and is not an llic master state file; not overwritten")
@@ -307,7 +332,7 @@ def _looks_like_state(path: Path) -> bool:
 # ----------------------------------------------------------------------------- encoding
 
 
-def _encode(state: MasterState) -> bytes:
+def _encode(state: MasterState, lines: dict[int, tuple[tuple[Any, ...], str]] | None = None) -> bytes:
     head = {
         "master": vars(state.info),
         "config": state.config,
@@ -320,10 +345,33 @@ def _encode(state: MasterState) -> bytes:
         "chefs": [{**vars(c), "state": c.state.value} for c in state.chefs],
     }
     text = json.dumps(head, separators=(",", ":"), ensure_ascii=False)
-    tasks = ",\n".join(
-        json.dumps(_task_json(t), separators=(",", ":"), ensure_ascii=False) for t in state.tasks
-    )
+    if lines is None:
+        tasks = ",\n".join(_task_line(t) for t in state.tasks)
+    else:
+        encoded = []
+        for t in state.tasks:
+            key = _fingerprint(t)
+            known = lines.get(t.process)
+            if known is None or known[0] != key:
+                known = lines[t.process] = (key, _task_line(t))
+            encoded.append(known[1])
+        tasks = ",\n".join(encoded)
     return (text[:-1] + ',"tasks":[\n' + tasks + "\n]}\n").encode("utf-8")
+
+
+def _task_line(rec: TaskRecord) -> str:
+    return json.dumps(_task_json(rec), separators=(",", ":"), ensure_ascii=False)
+
+
+def _fingerprint(rec: TaskRecord) -> tuple[Any, ...]:
+    """Every field of the record (and how many chefs failed it: `failed_on` only grows, in
+    place), compared by value: equal fingerprints, equal lines. Objects (the outcome, a
+    TaskResult) hold as long as the task book replaces them rather than changing them in place,
+    which it does."""
+    return (*_FIELDS(rec), len(rec.failed_on))
+
+
+_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(TaskRecord)))
 
 
 def _task_json(rec: TaskRecord) -> dict[str, Any]:

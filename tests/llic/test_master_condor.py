@@ -196,6 +196,13 @@ def _pids(match: str) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def _slow_nfs(sandbox: Sandbox, name: str, seconds: float) -> Path:
     work = shared(sandbox, name)
     (work / "job.sub").write_text(
@@ -204,6 +211,48 @@ def _slow_nfs(sandbox: Sandbox, name: str, seconds: float) -> Path:
         f"should_transfer_files = NO\noutput = out.$(Process)\nqueue {N}\n"
     )
     return work
+
+
+def test_agents_come_with_the_master_and_leave_by_themselves_when_the_queue_drains(
+    sandbox: Sandbox, pool: SandboxPool
+) -> None:
+    """master_submitter submits the master's first agents with it: they are in the queue (on
+    their way to slots) before the master job starts, one per matching slot, and the master
+    adopts them instead of submitting its own. When the queue drains, each agent that connected
+    leaves by itself (it is never stopped by a signal: the master's removal comes after its
+    grace), and none is left in the queue."""
+    work = _slow_nfs(sandbox, "prelaunch", 0.1)
+    (state_path,) = submit(pool, work)
+    state = wait_done(pool, state_path)
+    assert state.status is MasterStatus.DONE
+    assert all(t.state is TaskState.DONE for t in state.tasks)
+    agents = state.extra["prelaunch"]["cluster"]
+    assert len(state.chefs) == 6  # 3 hosts x 2 slots match
+    # each chef's only agent is the one master_submitter submitted: the master submitted none
+    assert [(c.launches, c.job_ids) for c in state.chefs] == [(1, [f"{agents}.{i}"]) for i in range(6)]
+    poll_until("the master to leave the queue", lambda: master_history(pool, state)[:1] == ["0"], timeout=60)
+    wait_agents_gone(pool, state.info.master_id)
+    master = pool.exec(
+        "condor_history", "-constraint", f"ClusterId == {state.info.cluster}", "-af", "QDate", "JobStartDate"
+    ).stdout.split()
+    rows = pool.exec(
+        "condor_history", "-constraint", f"ClusterId == {agents}", "-af", "ProcId", "QDate", "JobStartDate"
+    ).stdout.splitlines()
+    assert len(rows) == 6, rows
+    master_started = int(master[1])
+    assert all(int(row.split()[1]) <= master_started for row in rows)  # queued before the master ran
+    # every agent that connected was told no_more_tasks and left by itself (one that had not
+    # connected by the end, on a slow machine, is removed at once, as it should be)
+    finished = [c.index for c in state.chefs if c.no_more_sent]
+    assert finished
+    for i in finished:
+        err = (state_path.parent / "agents" / f"1.{i}.1" / "agent.err").read_text()
+        assert "stopped by signal" not in err and "fatal" not in err, (i, err)
+    first_agent = min(int(row.split()[2]) for row in rows if row.split()[2] != "undefined")
+    print(
+        f"master queued {master[0]}, started {master_started}; first agent started {first_agent}"
+        f" ({first_agent - master_started:+d} s from the master's start)"
+    )
 
 
 def test_an_agent_killed_mid_run_costs_nothing(sandbox: Sandbox, pool: SandboxPool) -> None:
@@ -219,7 +268,8 @@ def test_an_agent_killed_mid_run_costs_nothing(sandbox: Sandbox, pool: SandboxPo
         port = state.extra.get("port")
         if port is None or state.counts().done < 30:
             return None
-        pids = _pids(f" {port} 1.0.1 input.json")
+        # its port, or the range it scanned for it (agents submitted with the master)
+        pids = [pid for pid in _pids(" 1.0.1 input.json") if str(port) in _cmdline(pid)]
         return pids[0] if pids else None
 
     pid = poll_until("agent 1.0.1 at work", an_agent_at_work, timeout=120, poll=0.2)
