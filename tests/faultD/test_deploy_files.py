@@ -12,14 +12,14 @@ import pytest
 from common.overlay.auth import generate_key_file
 from faultD.cli import main, render_status
 
-REPO = Path(__file__).resolve().parents[2]
+FILES = Path(__file__).resolve().parents[2] / "common" / "deploy_files"
 
 
 def example_config(tmp_path: Path) -> Path:
     key = tmp_path / "ring.key"
     generate_key_file(key)
     (tmp_path / "config.d").mkdir()
-    text = (REPO / "config/faultd.toml").read_text()
+    text = (FILES / "config/faultd.toml").read_text()
     text = text.replace("/etc/faultd/ring.key", str(key)).replace(
         "/etc/condor/config.d", str(tmp_path / "config.d")
     )
@@ -84,7 +84,7 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
         pytest.fail("systemd-analyze is missing (Debian: apt-get install systemd)")
     unit = tmp_path / "faultd.service"
     venv = Path(sys.executable).parent.parent  # the venv running these tests, which has bin/faultd
-    unit.write_text((REPO / "deploy/faultd.service").read_text().replace("/opt/condor-selforg", str(venv)))
+    unit.write_text((FILES / "systemd/faultd.service").read_text().replace("/opt/condor-selforg", str(venv)))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     text = unit.read_text()

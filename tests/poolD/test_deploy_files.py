@@ -12,7 +12,7 @@ import pytest
 from common.overlay.auth import generate_key_file
 from poolD.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+FILES = Path(__file__).resolve().parents[2] / "common" / "deploy_files"
 
 
 def test_example_config_and_policy_pass_check_config(
@@ -20,9 +20,9 @@ def test_example_config_and_policy_pass_check_config(
 ) -> None:
     key = tmp_path / "ring.key"
     generate_key_file(key)
-    text = (REPO / "config/poold.toml").read_text()
+    text = (FILES / "config/poold.toml").read_text()
     text = text.replace("/etc/poold/ring.key", str(key)).replace(
-        "/etc/poold/policy.toml", str(REPO / "config/policy.toml")
+        "/etc/poold/policy.toml", str(FILES / "config/policy.toml")
     )
     config = tmp_path / "poold.toml"
     config.write_text(text)
@@ -54,7 +54,7 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
         pytest.fail("systemd-analyze is missing (Debian: apt-get install systemd)")
     unit = tmp_path / "poold.service"
     venv = Path(sys.executable).parent.parent  # the venv running these tests, which has bin/poold
-    unit.write_text((REPO / "deploy/poold.service").read_text().replace("/opt/condor-selforg", str(venv)))
+    unit.write_text((FILES / "systemd/poold.service").read_text().replace("/opt/condor-selforg", str(venv)))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     text = unit.read_text()
