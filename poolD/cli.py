@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common.cli import DaemonCli, run_main
+from common.cli import DaemonCli, add_command, run_main
 from common.config import ConfigError
 from poolD.config import PooldConfig
 from poolD.policy import Policy
@@ -24,40 +24,48 @@ def _fraction(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """poold's parser: run, status and check-config (common.cli), and the simulate experiments."""
     parser, sub = CLI.parser()
-    simulate = sub.add_parser("simulate", help="run poolD's logic on the simulator")
-    what = simulate.add_subparsers(dest="experiment", required=True)
-    overlay = what.add_parser("overlay", help="the overlay alone: joins, lookups, churn; prints JSON")
-    overlay.add_argument("--nodes", type=int, required=True)
-    overlay.add_argument("--seed", type=int, default=1)
+    simulate = add_command(
+        sub,
+        "simulate",
+        "run poolD's logic on the simulator (needs the [sim] extra)",
+        "Run poolD's own decision code on simulated pools and networks (the sim package); "
+        "prints JSON or tables. Needs pip install 'condor-selforg[sim]'.",
+    )
+    what = simulate.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    overlay = add_command(what, "overlay", "the overlay alone: joins, lookups, churn; prints a JSON summary")
+    overlay.add_argument("--nodes", type=int, required=True, help="pools (overlay nodes) to simulate")
+    overlay.add_argument("--seed", type=int, default=1, help="random seed (the same seed, the same run)")
     overlay.add_argument(
         "--topology", default="transit-stub", help="transit-stub, or a latency matrix file (ms)"
     )
     overlay.add_argument("--churn", type=_fraction, default=0.0, help="fraction of nodes that crash")
     overlay.add_argument("--loss", type=_fraction, default=0.0, help="message loss probability")
-    overlay.add_argument("--lookups", type=int, default=10_000)
+    overlay.add_argument("--lookups", type=int, default=10_000, help="lookups of random keys to measure")
     overlay.add_argument("--join-interval", type=float, default=0.2, help="virtual seconds between joins")
     overlay.add_argument("--settle", type=float, default=300.0, help="virtual seconds after the last join")
     overlay.add_argument("--steady", type=float, default=600.0, help="window measuring maintenance traffic")
     overlay.add_argument("--repair", type=float, default=300.0, help="virtual seconds of repair after churn")
-    traces = what.add_parser("traces", help="job exchange between EASY sites on SWF traces; prints JSON")
-    traces.add_argument("--trace", action="append", required=True, metavar="FILE:SLOTS", help="repeatable")
+    traces = add_command(what, "traces", "job exchange between EASY sites on SWF traces; prints JSON")
+    traces.add_argument(
+        "--trace", action="append", required=True, metavar="FILE:SLOTS", help="a site's trace (repeatable)"
+    )
     traces.add_argument("--months", type=float, default=11.0, help="keep this many months of each trace")
-    traces.add_argument("--seed", type=int, default=1)
+    traces.add_argument("--seed", type=int, default=1, help="random seed")
     traces.set_defaults(simulate=_simulate_traces)
-    paper = what.add_parser("paper", help="the flock paper's 1000-pool experiment (Fig. 6-10); prints JSON")
-    paper.add_argument("--pools", type=int, default=1000)
-    paper.add_argument("--seed", type=int, default=1)
+    paper = add_command(what, "paper", "the flock paper's 1000-pool experiment (Fig. 6-10); prints JSON")
+    paper.add_argument("--pools", type=int, default=1000, help="pools to simulate")
+    paper.add_argument("--seed", type=int, default=1, help="random seed")
     paper.add_argument("--out", type=Path, help="write CSV and PNG figures into this directory")
     paper.set_defaults(simulate=_simulate_paper)
-    four = what.add_parser("four-pools", help="the flock paper's four-pool prototype (Tables 2-3)")
-    four.add_argument("--seed", type=int, default=1)
+    four = add_command(what, "four-pools", "the flock paper's four-pool prototype (Tables 2-3)")
+    four.add_argument("--seed", type=int, default=1, help="random seed")
     four.add_argument(
         "--jobs-per-sequence",
         type=int,
         default=100,
         help="keep each sequence's first N jobs (bench/four-pools runs 15 on real HTCondor)",
     )
-    four.add_argument("--json", action="store_true")
+    four.add_argument("-json", "--json", dest="json", action="store_true", help="print JSON, not tables")
     four.set_defaults(simulate=_simulate_four_pools)
     return parser
 
