@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from common.config import ConfigError, StrictModel, load_config
 
@@ -94,6 +94,21 @@ class DaemonSection(StrictModel):
     control_socket: Path
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     gateway_timeout: float = Field(30.0, gt=0, description="seconds an HTCondor call may take")
+    advertise_interval: float = Field(
+        60.0, ge=0, description="seconds between updates of the daemon's ClassAd in the collector; 0: no ad"
+    )
+    metrics_listen: str | None = Field(
+        None, description="host:port of a Prometheus endpoint (needs the [metrics] extra); unset: none"
+    )
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            from common.metrics import parse_listen
+
+            parse_listen(value)
+        return value
 
 
 C = TypeVar("C", bound=StrictModel)
@@ -108,11 +123,13 @@ class DaemonCli(Generic[C]):
     default_config: Path
     model: type[C]
     check: Callable[[C, Path], None]  # what parsing cannot check (key file, policy file, dirs)
-    serve: Callable[[C], int]  # run the daemon until it stops
+    serve: Callable[[C, Callable[[], C]], int]  # run the daemon until it stops; 2nd: re-read the config
     describe: Callable[[C], str]  # check-config's one line about a good file
     render_status: Callable[[dict[str, Any]], str]
     status_help: str
     check_help: str = "validate a config file"
+    # Fills in what the file leaves to HTCondor's configuration (common.condor_defaults).
+    resolve: Callable[[C, Path], C] | None = None
 
     def parser(self) -> tuple[argparse.ArgumentParser, Any]:
         """The parser with run, status and check-config; the subparsers, for more commands."""
@@ -142,15 +159,28 @@ class DaemonCli(Generic[C]):
     def load(self, path: Path) -> C:
         """Read, validate and check a config file (ConfigError names the file and key)."""
         config = load_config(path, self.model)
+        if self.resolve is not None:
+            config = self.resolve(config, path)
+        if config.daemon.metrics_listen is not None:  # type: ignore[attr-defined]
+            from common.metrics import require_prometheus_client
+
+            try:
+                require_prometheus_client()
+            except ConfigError as e:
+                raise ConfigError(f"{path}: {e}") from None
         self.check(config, path)
         return config
 
     def command(self, args: argparse.Namespace) -> int:
         """Carry out run, status or check-config."""
+        from common.logging import configure_logging
         from common.service import print_status
 
+        configure_logging(self.prog, level="warning")  # until `run` knows the daemon's own level
+
         if args.command == "run":
-            return self.serve(self.load(args.config))
+            path = args.config
+            return self.serve(self.load(path), lambda: self.load(path))
         if args.command == "status":
             path = args.socket or load_config(args.config, self.model).daemon.control_socket
             return print_status(self.prog, path, self.render_status, as_json=args.json)

@@ -396,6 +396,9 @@ def _install(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """condor-selforg's entry point."""
     args = build_parser().parse_args(argv)
+    from common.logging import configure_logging
+
+    configure_logging("condor-selforg", level="warning")
     if args.command == "show":
         return run_main("condor-selforg", lambda: _show(args.name))
     return run_main("condor-selforg", lambda: _install(args))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from common.cli import DaemonCli, add_command, run_main
+from common.condor_defaults import read_condor_config
 from common.config import ConfigError
-from poolD.config import PooldConfig
+from poolD.config import PooldConfig, with_condor_values
 from poolD.policy import Policy
 
 
@@ -76,14 +78,23 @@ def _check(config: PooldConfig, path: Path) -> None:
     config.ring.check_key(path)
 
 
-def _serve(config: PooldConfig) -> int:
+def _resolve(config: PooldConfig, path: Path) -> PooldConfig:
+    """`[pool] collector` from HTCondor's COLLECTOR_HOST when the file leaves it out."""
+    if config.pool.collector is not None:
+        return config
+    return with_condor_values(
+        config, read_condor_config(config.pool.condor_config, ["COLLECTOR_HOST"]), str(path)
+    )
+
+
+def _serve(config: PooldConfig, reread: Callable[[], PooldConfig]) -> int:
     import trio
 
     from common.logging import configure_logging
     from poolD.service import PoolDaemon
 
     configure_logging("poold", config.pool.name, level=config.daemon.log_level)
-    trio.run(PoolDaemon(config).serve)
+    trio.run(PoolDaemon(config, reread=reread).serve)
     return 0
 
 
@@ -199,6 +210,7 @@ CLI = DaemonCli(
     render_status=render_status,
     status_help="what the running daemon knows and did",
     check_help="validate a config file and its policy file",
+    resolve=_resolve,
 )
 
 SIM_DEPENDENCIES = ("numpy", "scipy", "matplotlib")

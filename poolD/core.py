@@ -35,6 +35,7 @@ from typing import Any
 
 from common.condor.address import sinful_host
 from common.condor.types import PoolLoad
+from common.events import Note, note
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode
 from common.wire import Message
@@ -100,7 +101,7 @@ class CoreOutput:
     """What every input returns: actions for the driver, decisions worth a log line, next wake-up."""
 
     actions: list[Action] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # decisions worth a log line
+    notes: list[Note] = field(default_factory=list)  # decisions worth a log line (common.events)
     wakeup: float | None = None
 
 
@@ -290,13 +291,16 @@ class PoolCore:
         """poold is stopping: take back our runtime FLOCK_TO, so each schedd's own value returns."""
         action = SetFlockTo((), "poold stopping")
         self._applying = action
-        return CoreOutput(actions=[action], notes=["poold stopping: FLOCK_TO withdrawn"])
+        stopping = note("flock_to_withdrawn", "poold stopping: FLOCK_TO withdrawn", reason="poold stopping")
+        return CoreOutput(actions=[action], notes=[stopping])
 
     def replace_policy(self, policy: Policy) -> CoreOutput:
         """A reloaded policy file takes effect; the blacklist carries over."""
         policy.blacklist = self.policy.blacklist
         self.discovery.policy = policy
-        return CoreOutput(notes=[f"policy reloaded from {policy.source}"])
+        return CoreOutput(
+            notes=[note("policy_reloaded", f"policy reloaded from {policy.source}", file=policy.source)]
+        )
 
     # ------------------------------------------------------------------ the Information Gatherer
 
@@ -331,7 +335,9 @@ class PoolCore:
         out.actions.append(SetFlockFrom(tuple(sorted(wanted)), addr, intent.pool, decision.rule))
 
     def _reply(self, addr: str, pool: str, accepted: bool, reason: str, out: CoreOutput) -> None:
-        out.notes.append(f"flock intent from {pool}: {'accepted' if accepted else 'refused'} ({reason})")
+        verdict = "accepted" if accepted else "refused"
+        text = f"flock intent from {pool}: {verdict} ({reason})"
+        out.notes.append(note("flock_intent", text, pool=pool, accepted=accepted, reason=reason))
         reply = FlockReply(pool=self.settings.pool, accepted=accepted, reason=reason[:200])
         out.actions.append(Send(addr, reply))
 
@@ -381,7 +387,7 @@ class PoolCore:
         target = [e.collector for e in chosen if self.authorized.get(e.pool, _NEVER).accepted]
         if self._applying is not None or not self.flocking.changes(target):
             return
-        out.notes.append(reason)
+        out.notes.append(note("flock_to", reason, flock_to=",".join(target), pools=len(target)))
         action = SetFlockTo(tuple(target), reason)
         self._applying = action
         out.actions.append(action)
@@ -404,7 +410,8 @@ class PoolCore:
         )
         self.willing.remove(culprit)
         self.flocking_since = now
-        out.notes.append(f"blacklisted {culprit}: offered slots, our jobs stayed idle")
+        text = f"blacklisted {culprit}: offered slots, our jobs stayed idle"
+        out.notes.append(note("blacklisted", text, pool=culprit, for_s=fl.blacklist_for))
 
     @staticmethod
     def _schedd_hosts(load: PoolLoad) -> list[str]:

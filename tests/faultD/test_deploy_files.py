@@ -16,12 +16,19 @@ FILES = Path(__file__).resolve().parents[2] / "common" / "deploy_files"
 
 
 def example_config(tmp_path: Path) -> Path:
+    """The packaged example, with a key and an HTCondor configuration of its own: the paths and
+    the collector's port it leaves out come from that configuration."""
     key = tmp_path / "ring.key"
     generate_key_file(key)
     (tmp_path / "config.d").mkdir()
+    condor = tmp_path / "condor_config"
+    condor.write_text(
+        f"LOCAL_CONFIG_DIR = {tmp_path}/config.d\nLOG = {tmp_path}/log\nSPOOL = {tmp_path}/spool\n"
+        "COLLECTOR_HOST = 10.0.0.20:9618\n"
+    )
     text = (FILES / "config/faultd.toml").read_text()
     text = text.replace("/etc/faultd/ring.key", str(key)).replace(
-        "/etc/condor/config.d", str(tmp_path / "config.d")
+        '# condor_config = "/etc/condor/condor_config"', f'condor_config = "{condor}"'
     )
     config = tmp_path / "faultd.toml"
     config.write_text(text)
@@ -33,11 +40,12 @@ def test_example_config_passes_check_config(tmp_path: Path, capsys: pytest.Captu
     assert main(["check-config", str(config)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{config}: ok (node ex1.pool-a on port 7641, listener, collector 10.0.0.21:9618")
+    assert out.rstrip().endswith(f"LOG {tmp_path}/log, SPOOL {tmp_path}/spool)")
 
 
 def test_check_config_names_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = example_config(tmp_path)
-    config.write_text(config.read_text().replace('collector = "10.0.0.21:9618"', 'collector = "nowhere"'))
+    config.write_text(config.read_text().replace('# collector = "10.0.0.21:9618"', 'collector = "nowhere"'))
     assert main(["check-config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"faultd: error: {config}") and "fault.collector" in err
