@@ -165,3 +165,26 @@ def test_show_prints_a_packaged_file(capsys: pytest.CaptureFixture[str]) -> None
     assert capsys.readouterr().out == (FILES / "systemd/poold.service").read_text()
     assert main(["show"]) == 0
     assert "condor/60-faultd-pool.conf" in capsys.readouterr().out.split()
+
+
+def test_one_snippet_per_role_and_what_both_set_adds_up() -> None:
+    """poold's pool and faultd's pool each have one snippet; a knob both set must build on the
+    value so far ($(KNOB) or $(KNOB:default)), so that installing both loses neither's lines."""
+
+    def knobs(name: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for line in (FILES / "condor" / name).read_text().splitlines():
+            if "=" in line and not line.lstrip().startswith("#") and not line.startswith(" "):
+                key, _, value = line.partition("=")
+                out.setdefault(key.strip(), []).append(value.strip())
+        return out
+
+    assert sorted(p.name for p in (FILES / "condor").iterdir()) == [
+        "60-faultd-pool.conf",
+        "60-poold-pool.conf",
+    ]
+    poold, faultd = knobs("60-poold-pool.conf"), knobs("60-faultd-pool.conf")
+    both = set(poold) & set(faultd)
+    assert both == {"ALLOW_WRITE_COLLECTOR"}
+    for key in both:
+        assert all(v.startswith(f"$({key}") for v in poold[key] + faultd[key]), (key, poold[key], faultd[key])
