@@ -66,7 +66,14 @@ def add_command(sub: Any, name: str, help: str, description: str | None = None) 
 def run_main(prog: str, main: Callable[[], int]) -> int:
     """Run `main` and flush what it printed. A ConfigError is printed as `prog: error: ...` and
     exits 2; Ctrl-C exits 130 and a reader that went away (`| head`, `| true`) 141, both without a
-    traceback."""
+    traceback. Logging not yet configured goes to stderr at warning level (the gateway's debug
+    lines are not for the command's output)."""
+    import structlog
+
+    if not structlog.is_configured():
+        from common.logging import configure_logging
+
+        configure_logging(prog, level="warning")
     try:
         code = main()
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

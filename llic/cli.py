@@ -1,4 +1,4 @@
-"""Command lines of llic: master_submitter and master_q (the master itself: llic/master.py)."""
+"""Command lines of llic: master_submitter, master_q and master_rm (the master itself: llic/master.py)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,16 @@ def master_submitter(argv: list[str] | None = None) -> int:
     import os
     from pathlib import Path
 
+    from common.cli import new_parser
     from common.config import ConfigError
     from llic.config import load_llic_config
     from llic.submitfile import SubmitFileError, parse_submit_file
 
     prog = "master_submitter"
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Run an HTCondor submit file's jobs through llic."
+    parser = new_parser(
+        prog,
+        "Run an HTCondor submit file's jobs through llic: one master (a scheduler-universe job) per "
+        "queue statement, which runs the tasks on a few agents.",
     )
     parser.add_argument("file", metavar="FILE", help="the HTCondor submit file")
     parser.add_argument(
@@ -128,5 +131,12 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
 def master_q(argv: list[str] | None = None) -> int:
     """master_q: how far llic masters have got (llic/master_q.py)."""
     from llic.master_q import main
+
+    return main(argv)
+
+
+def master_rm(argv: list[str] | None = None) -> int:
+    """master_rm: cancel llic masters and their agents (llic/master_rm.py)."""
+    from llic.master_rm import main
 
     return main(argv)

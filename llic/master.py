@@ -88,6 +88,7 @@ from llic.events import (
     WelcomeAgent,
 )
 from llic.master_core import MasterStatus
+from llic.master_q import master_ad, summarize
 from llic.plan import Plan, PlanError, load_plan
 from llic.runners import AgentRunner, GatewayAgents, LocalAgents, usable_ip
 from llic.state import MasterState, StateFileError, restore, save_state, snapshot
@@ -100,6 +101,8 @@ EXIT_UNUSABLE = 2  # state file or submit description unusable: held, not re-run
 EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
+PUBLISH_INTERVAL = 5.0  # seconds between updates of the progress in the master's job ad, at least
+_UNSET = object()
 
 
 class Master:
@@ -145,6 +148,8 @@ class Master:
         self._poll_wanted = trio.Event()
         self._submit_send, self._submit_recv = trio.open_memory_channel[SubmitAgent](math.inf)
         self._remove_send, self._remove_recv = trio.open_memory_channel[RemoveAgents](math.inf)
+        self._published: dict[str, object] = {}  # what the job ad says of our progress
+        self._publish_failed = False
 
     # ------------------------------------------------------------------ the core
 
@@ -230,6 +235,7 @@ class Master:
             nursery.start_soon(self._rescheduler)
             nursery.start_soon(self._poller)
             nursery.start_soon(self._signals)
+            nursery.start_soon(self._publisher)
             self.apply(self.core.start(slots, time.time(), input_sizes=sizes))
             task_status.started(self.port)
             await self._over.wait()
@@ -269,6 +275,7 @@ class Master:
                 self.log.warning("final removal by attribute failed", error=str(e))
             self.links.close_all(reason)
             self.execute(save)
+            await self.publish_progress()
 
     async def _let_agents_leave(self, leaving: set[str]) -> None:
         """Agents that finished their tasks exit by themselves within moments; removing them
@@ -352,6 +359,34 @@ class Master:
         except GatewayError as e:
             self.log.warning("agent removal failed", jobs=list(job_ids), error=str(e))
 
+    def progress_attrs(self) -> dict[str, object]:
+        """The master's row as master_q shows it, as job ad attributes (llic.master_q.master_ad)."""
+        now = time.time()
+        state = snapshot(self.core, self.plan.info, now, self.extra)
+        return master_ad(summarize(state, self.plan.state_path))
+
+    async def publish_progress(self) -> None:
+        """Put what changed of `progress_attrs` into the master's job ad; a refusal is logged once."""
+        attrs = self.progress_attrs()
+        changed = {k: v for k, v in attrs.items() if self._published.get(k, _UNSET) != v}
+        if not changed:
+            return
+        try:
+            await self.runner.publish(self.plan.info.master_id, self.plan.info.cluster, changed)
+        except GatewayError as e:
+            if not self._publish_failed:
+                self.log.warning("progress not written into the job ad", error=str(e))
+            self._publish_failed = True
+            return
+        self._publish_failed = False
+        self._published.update(changed)
+
+    async def _publisher(self) -> None:
+        """Every few seconds, the progress into the job ad (master_q without a state file)."""
+        while True:
+            await self.publish_progress()
+            await trio.sleep(max(PUBLISH_INTERVAL, self.config.state_save_interval))
+
     async def _on_timer(self, _: float) -> None:
         self.apply(self.core.on_timer(time.time()))
 
@@ -398,8 +433,10 @@ def _route_address() -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """`llic-master`'s command line."""
-    parser = argparse.ArgumentParser(
-        prog="llic-master", description="An llic master (run by master_submitter)."
+    from common.cli import new_parser
+
+    parser = new_parser(
+        "llic-master", "An llic master (run by master_submitter as a scheduler-universe job)."
     )
     parser.add_argument("state_file", type=Path, help="the master's state file (master.<id>.state)")
     parser.add_argument("--host", help="the address agents connect to (default: the schedd's)")
