@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 import trio
 
 from common.systemd import StatusReporter, sd_notify
+from tests.notify_socket import NotifySocket
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,32 +34,6 @@ async def main():
 
 trio.run(main)
 """
-
-
-class NotifySocket:
-    """A unix datagram socket standing in for systemd's: every message with its arrival time."""
-
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.2)
-        self.messages: list[tuple[float, str]] = []
-        self._stop = False
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop:
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
-                continue
-            self.messages.append((time.monotonic(), data.decode()))
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join()
-        self.sock.close()
 
 
 def test_a_hung_event_loop_stops_the_watchdog_pings(tmp_path: Path) -> None:
