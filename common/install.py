@@ -1,7 +1,7 @@
 """`condor-selforg install poold|faultd|llic`: put the files an administrator needs in place.
 
 The wheel carries them (common/deploy_files: systemd units, example configs, HTCondor config
-snippets); this command installs them at FHS paths with the owners and modes the README gives, as
+snippets); this command installs them at FHS paths with the owners and modes docs/admin.md gives, as
 a Debian package would install its conffiles:
 
 - a file that is missing is created;
@@ -63,7 +63,7 @@ class Item:
 
 
 def plan(component: str, *, condor_config_dir: PurePosixPath, condor_only: bool = False) -> list[Item]:
-    """What `install COMPONENT` puts where (see the README's install sections)."""
+    """What `install COMPONENT` puts where (docs/admin.md has the table)."""
     etc, units, cdir = PurePosixPath("/etc"), PurePosixPath("/etc/systemd/system"), condor_config_dir
     if component == "poold":
         items = [

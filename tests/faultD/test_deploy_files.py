@@ -96,4 +96,4 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     text = unit.read_text()
-    assert "Type=notify" in text and "WatchdogSec=" in text
+    assert "Type=notify" in text and "WatchdogSec=" in text and "ExecReload=/bin/kill -HUP $MAINPID" in text
