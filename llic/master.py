@@ -360,10 +360,12 @@ class Master:
             self.log.warning("agent removal failed", jobs=list(job_ids), error=str(e))
 
     def progress_attrs(self) -> dict[str, object]:
-        """The master's row as master_q shows it, as job ad attributes (llic.master_q.master_ad)."""
+        """The master's row as master_q shows it, as job ad attributes (llic.master_q.master_ad):
+        the Llic* ones; the job ad has Owner, ClusterId and LlicMasterId already (and HTCondor
+        lets no one edit the first two)."""
         now = time.time()
-        state = snapshot(self.core, self.plan.info, now, self.extra)
-        return master_ad(summarize(state, self.plan.state_path))
+        ad = master_ad(summarize(snapshot(self.core, self.plan.info, now, self.extra), self.plan.state_path))
+        return {k: v for k, v in ad.items() if k.startswith("Llic") and k != "LlicMasterId"}
 
     async def publish_progress(self) -> None:
         """Put what changed of `progress_attrs` into the master's job ad; a refusal is logged once."""

@@ -227,6 +227,7 @@ async def test_a_wrong_secret_is_refused_and_counted_and_the_right_agent_is_serv
         "LlicStatus": "done", "LlicTotal": 5, "LlicDone": 5, "LlicIdle": 0,
     }  # fmt: skip
     assert runner.published["LlicStateFile"] == str(state_path)
+    assert not {"Owner", "ClusterId", "LlicMasterId"} & set(runner.published)  # the job ad's own
 
 
 async def test_malformed_frames_and_stalled_handshakes_are_dropped_and_counted(tmp_path: Path) -> None:
