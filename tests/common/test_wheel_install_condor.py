@@ -139,7 +139,7 @@ def test_poold_and_faultd_from_the_wheel(
     sandbox: Sandbox, pool: SandboxPool, work: Path, wheel: Path
 ) -> None:
     venv = f"{work}/venv"
-    out = sandbox_cli("install-selforg", "--wheel", str(wheel), "--venv", venv).stdout
+    out = sandbox_cli("install-selforg", "--wheel", str(wheel), "--extras", "metrics", "--venv", venv).stdout
     assert out.strip().startswith(f"{venv} in ") and wheel.name in out
     root = Root(pool, venv)
     cm = root.host
