@@ -34,7 +34,7 @@ def master_submitter(argv: list[str] | None = None) -> int:
     from common.cli import new_parser
     from common.config import ConfigError
     from llic.config import load_llic_config
-    from llic.submitfile import SubmitFileError, parse_submit_file
+    from llic.submit import SubmitFileError, parse_submit_file
 
     prog = "master_submitter"
     parser = new_parser(
@@ -90,7 +90,7 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
     from common.logging import configure_logging
     from llic.config import load_llic_config
     from llic.state import StateFileError
-    from llic.submitfile import SubmitFileError, parse_submit_file
+    from llic.submit import SubmitFileError, parse_submit_file
     from llic.submitter import SubmitError, default_master, submit_masters, wait_masters
 
     configure_logging(prog, level="warning", json=False)  # the gateway's debug lines are not for users

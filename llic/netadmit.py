@@ -62,6 +62,8 @@ def parse_rate(text: str) -> float:
 
 @dataclass(frozen=True)
 class SubnetLimit:
+    """One NETWORK_CAPACITY item: a subnet (None for the default) and its rate in bits per second."""
+
     network: IPNetwork | None  # None: the default for subnets not listed
     bps: float
 
@@ -103,6 +105,7 @@ def format_capacity(limits: Iterable[SubnetLimit]) -> str:
 
 
 def format_rate(bps: float) -> str:
+    """A rate in bits per second as NETWORK_CAPACITY writes it (`200Mbps`)."""
     for unit, factor in (("Gbps", 1e9), ("Mbps", 1e6), ("Kbps", 1e3)):
         if bps >= factor:
             return f"{bps / factor:g}{unit}"
@@ -120,9 +123,11 @@ class Capacity:
 
     @classmethod
     def parse(cls, text: str) -> Capacity:
+        """The capacity of a NETWORK_CAPACITY value (ValueError naming the bad item)."""
         return cls(parse_capacity(text))
 
     def subnet_of(self, address: str) -> str:
+        """The subnet an address is accounted to: a listed network, else its /24 (or /64)."""
         try:
             ip = ipaddress.ip_address(address)
         except ValueError:
@@ -158,12 +163,15 @@ class Transfer:
 
 @dataclass
 class Totals:
+    """Bytes in and out, transfers and their summed durations, of an agent, a subnet or the master."""
+
     bytes_in: int = 0
     bytes_out: int = 0
     transfers: int = 0
     seconds: float = 0.0  # summed transfer durations
 
     def add(self, t: Transfer) -> None:
+        """Count one finished transfer."""
         if t.direction == IN:
             self.bytes_in += t.nbytes
         else:
@@ -172,6 +180,7 @@ class Totals:
         self.seconds += max(0.0, t.end - t.start)
 
     def to_json(self) -> dict[str, Any]:
+        """The totals as the state file and `master_q -json` show them."""
         return {
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
@@ -181,6 +190,7 @@ class Totals:
 
     @classmethod
     def from_json(cls, data: Any) -> Totals:
+        """Totals from a state file; a missing or malformed field counts as zero."""
         if not isinstance(data, dict):
             return cls()
 
@@ -212,6 +222,7 @@ class NetStats:
         self.peak: dict[str, float] = {}  # subnet -> highest rate seen at a record (bps)
 
     def record(self, t: Transfer) -> None:
+        """Account one finished transfer to its master, agent and subnet, and to the recent-rate window."""
         self.master.add(t)
         self.agents.setdefault(t.agent, Totals()).add(t)
         self.subnets.setdefault(t.subnet, Totals()).add(t)
@@ -319,6 +330,7 @@ class BulkReturns:
         return any((r.agent, r.process, r.attempt) == key for r in (*queued, *self.granted.values()))
 
     def request(self, req: BulkRequest, now: float) -> None:
+        """An agent has a large result ready: queue it behind its subnet's others and grant what fits."""
         if self._pending(req.agent, req.process, req.attempt):
             self.duplicates += 1
             return
@@ -371,10 +383,12 @@ class BulkReturns:
         self.max_wait = max(self.max_wait, now - req.since)
 
     def take_grants(self) -> list[BulkRequest]:
+        """The grants made since the last call, for the master to send."""
         out, self.fresh = self.fresh, []
         return out
 
     def snapshot(self) -> dict[str, Any]:
+        """Grants, waits and what is under way, for the state file and `master_q -net`."""
         return {
             "grants": self.grants,
             "duplicates": self.duplicates,
@@ -390,6 +404,8 @@ class BulkReturns:
 
 @dataclass(frozen=True)
 class Reservation:
+    """The rate an input transfer holds on its agent's subnet while it runs."""
+
     process: int
     agent: str
     subnet: str
@@ -415,6 +431,8 @@ class Gate:
 
 
 class Verdict:
+    """Whether a task's input transfer may start now, must wait, or should go to another subnet."""
+
     ADMITTED = "admitted"
     HELD = "held"  # does not fit now; will when capacity frees
     ELSEWHERE = "elsewhere"  # this agent's subnet cannot give the task's minimum rate
@@ -459,6 +477,7 @@ class NetAdmit:
     # ------------------------------------------------------------------ agents
 
     def connect(self, agent: str, address: str) -> str:
+        """An agent connected from `address`: remember its subnet (returned)."""
         subnet = self.capacity.subnet_of(address)
         self.agents[agent] = subnet
         self.stats.agent_subnet[agent] = subnet
@@ -490,6 +509,7 @@ class NetAdmit:
         self.bulk.request(BulkRequest(agent, process, attempt, nbytes, subnet, now), now)
 
     def bulk_done(self, agent: str, process: int, now: float) -> None:
+        """A large result has arrived (or its agent is gone): the next one on its subnet may go."""
         self.bulk.done(agent, process, now)
 
     # ------------------------------------------------------------------ figures
@@ -500,6 +520,7 @@ class NetAdmit:
         return len(self.held)
 
     def limit(self, subnet: str) -> float | None:
+        """The configured limit of a subnet in bits per second (None: unlimited)."""
         return self.capacity.limit_of(subnet)
 
     def reserved(self, subnet: str) -> float:
@@ -509,6 +530,7 @@ class NetAdmit:
         return inputs + (bulk.bps if bulk is not None else 0.0)
 
     def reserved_by_subnet(self) -> dict[str, float]:
+        """What inputs and large returns hold now, per subnet."""
         out: dict[str, float] = {}
         for r in self.reservations.values():
             out[r.subnet] = out.get(r.subnet, 0.0) + r.bps
@@ -518,10 +540,12 @@ class NetAdmit:
         return out
 
     def spare(self, subnet: str) -> float:
+        """What a subnet could still give (infinite when unlimited)."""
         limit = self.limit(subnet)
         return math.inf if limit is None else limit - self.reserved(subnet)
 
     def spare_of_agent(self, agent: str) -> float:
+        """What the subnet of an agent could still give (infinite before it connected)."""
         subnet = self.agents.get(agent)
         return math.inf if subnet is None else self.spare(subnet)
 
@@ -538,6 +562,7 @@ class NetAdmit:
         return None if r is None or r.bps <= 0 else r.bps
 
     def snapshot(self, now: float) -> dict[str, Any]:
+        """Accounting, limits and reservations, for the state file and `master_q -net`."""
         out = self.stats.snapshot(now, self.reserved_by_subnet())
         for name, row in out["subnets"].items():
             row["limit_bps"] = self.limit(name)
@@ -593,6 +618,7 @@ class NetAdmit:
         return Verdict.HELD
 
     def release(self, process: int) -> None:
+        """A task's input transfer is over: its reservation ends."""
         self.reservations.pop(process, None)
 
     def settle(self, queued: Iterable[int]) -> None:

@@ -23,7 +23,7 @@ from llic import protocol
 from llic.config import LlicConfig
 from llic.netadmit import Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, load_state
-from llic.submitfile import SubmitFileError, parse_submit_file
+from llic.submit import SubmitFileError, parse_submit_file
 from llic.task import Task
 
 MIN_RATE_ATTR = "llicminmbps"  # +LlicMinMbps = 8 in the submit file (issue 8 item 4)

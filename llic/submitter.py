@@ -55,7 +55,7 @@ from llic.state import (
     save_state,
     state_file_name,
 )
-from llic.submitfile import QueueBlock, SubmitFile
+from llic.submit import QueueBlock, SubmitFile
 
 MASTER_MAX_RUNS = 20  # runs before HTCondor holds a master that keeps failing
 MASTER_ENV = "LLIC_MASTER"
@@ -69,6 +69,8 @@ class SubmitError(Exception):
 
 @dataclass
 class SubmittedMaster:
+    """One master master_submitter submitted: its id, job, queue statement, task count and state file."""
+
     master_id: str
     job_id: str
     block: int
@@ -85,6 +87,7 @@ def quote_arguments(args: list[str]) -> str:
 
 
 def quote_environment(env: dict[str, str]) -> str:
+    """An environment as the submit language's new syntax quotes it (`"A='x' B='y'"`)."""
     parts = [f"{k}='" + v.replace("'", "''").replace('"', '""') + "'" for k, v in env.items()]
     return '"' + " ".join(parts) + '"'
 
@@ -339,4 +342,5 @@ async def _queue_problems(gw: Gateway, schedd: DaemonRef | None, watches: list[_
 
 
 def default_master() -> str:
+    """The llic-master to submit: $LLIC_MASTER, else the one beside this Python."""
     return os.environ.get(MASTER_ENV) or str(Path(sys.executable).parent / "llic-master")

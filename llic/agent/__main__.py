@@ -38,6 +38,7 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 
 def self_check() -> dict[str, Any]:
+    """What the agent runs on (Python, msgpack, protocol version), for `--self-check`."""
     import msgpack
 
     return {
@@ -59,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The agent's command line: connect to the master and run its tasks (or `--self-check`)."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.self_check:

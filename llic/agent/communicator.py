@@ -71,6 +71,7 @@ class Agent:
         self.sock: socket.socket | None = None
 
     def log(self, text: str) -> None:
+        """A debug line on stderr (the agent job's error file) when LLIC_DEBUG is on."""
         if self.config.debug:
             print(f"llic-agent[{self.agent_id}]: {text}", file=sys.stderr, flush=True)
 

@@ -44,6 +44,8 @@ class InputFileError(Exception):
 
 @dataclass
 class InitialTask:
+    """A task the chef wrote into the input file, run before the master is reached."""
+
     task: protocol.Task
     files: list[tuple[str, str]] = field(
         default_factory=list
@@ -52,6 +54,8 @@ class InitialTask:
 
 @dataclass
 class AgentInput:
+    """The agent's input file: its master, secret, window, mode and the files every task shares."""
+
     master: str
     secret: bytes
     window: int
@@ -65,6 +69,7 @@ class AgentInput:
 
     @property
     def transfer(self) -> bool:
+        """Whether tasks' files travel with them (TRANSFER modes) rather than sit on a shared file system."""
         return self.mode in protocol.TRANSFER_MODES
 
     def to_json(self) -> dict[str, Any]:

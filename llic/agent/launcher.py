@@ -60,6 +60,7 @@ class Launcher(threading.Thread):
         self._aborted = False
 
     def run(self) -> None:
+        """Run queued jobs until told to stop; a job that raises is still reported, as a failed launch."""
         while True:
             job = self.jobs.get()
             if job is None or self._aborted:
@@ -86,6 +87,7 @@ class Launcher(threading.Thread):
         self.jobs.put(None)
 
     def run_job(self, job: Job) -> None:
+        """Run one task to its end and put its result on the communicator's queue."""
         task = job.task
         result = protocol.TaskResult(task.process, task.attempt, protocol.STATUS_OK, host=self.host)
         started = time.time()

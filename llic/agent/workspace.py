@@ -53,6 +53,7 @@ class Job:
 
     @property
     def key(self) -> tuple[int, int]:
+        """(process, attempt): which run of which task this is."""
         return self.task.key
 
 
@@ -124,6 +125,7 @@ class Workspace:
             _chmod(exe, set_bits=0o555)
 
     def cleanup(self) -> None:
+        """Remove the agent's scratch directory and everything tasks left in it."""
         if self.work:
             shutil.rmtree(self.work, ignore_errors=True)
 

@@ -188,3 +188,20 @@ def test_one_snippet_per_role_and_what_both_set_adds_up() -> None:
     assert both == {"ALLOW_WRITE_COLLECTOR"}
     for key in both:
         assert all(v.startswith(f"$({key}") for v in poold[key] + faultd[key]), (key, poold[key], faultd[key])
+
+
+def test_only_flock_to_and_flock_from_are_settable_at_run_time_and_only_from_the_manager() -> None:
+    """Issue 14's bound on HTCondor's side, in the one snippet that enables runtime config: plain
+    assignments (not `$(KNOB) ...`), so an earlier file cannot widen them; faultd's snippet
+    enables nothing at run time."""
+    lines = {}
+    for name in ("60-poold-pool.conf", "60-faultd-pool.conf"):
+        for line in (FILES / "condor" / name).read_text().splitlines():
+            key, eq, value = line.partition("=")
+            if eq and not line.lstrip().startswith("#"):
+                lines.setdefault(key.strip(), []).append((name, value.strip()))
+    assert lines["ENABLE_RUNTIME_CONFIG"] == [("60-poold-pool.conf", "True")]
+    assert lines["SETTABLE_ATTRS_CONFIG"] == [("60-poold-pool.conf", "FLOCK_TO, FLOCK_FROM")]
+    assert lines["ALLOW_CONFIG"] == [("60-poold-pool.conf", "$(CONDOR_HOST)")]
+    assert not [k for k in lines if k.startswith(("SETTABLE_ATTRS", "ENABLE_")) and k not in (
+        "SETTABLE_ATTRS_CONFIG", "ENABLE_RUNTIME_CONFIG")]  # fmt: skip

@@ -3,7 +3,7 @@
 Every submit file of tests/llic/corpus is copied into a directory the sandbox shares (/tmp is
 bind-mounted into its root, so the path is the same inside and out) and run there through
 `condor_submit -dry-run -` on the pool's host, with a known environment (`env -i`), and through
-`llic.submitfile` (and the `master_submitter --dry-run` command line) with the same working
+`llic.submit` (and the `master_submitter --dry-run` command line) with the same working
 directory and environment. The two must agree job by job and field by field.
 
 How condor_submit -dry-run prints jobs (23.9): each cluster starts with the full ad of its first
@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from deploy.harness.sandbox import Sandbox, SandboxPool
-from llic.submitfile import (
+from llic.submit import (
     SubmitFileError,
     TaskSpec,
     parse_submit_file,

@@ -22,7 +22,7 @@ from llic.master_core import MasterStatus
 from llic.plan import input_blobs
 from llic.runners import AgentRunner, agent_ip, request_attributes, usable_ip
 from llic.state import MasterInfo, initial_state, load_state, save_state
-from llic.submitfile import parse_submit_file
+from llic.submit import parse_submit_file
 from llic.taskbook import TaskState
 
 NFS_SUB = """\

@@ -1,4 +1,4 @@
-"""llic.submitfile without HTCondor: parsing, macro expansion, queue forms, errors naming file:line.
+"""llic.submit without HTCondor: parsing, macro expansion, queue forms, errors naming file:line.
 
 The behaviours pinned here were seen in condor_submit 23.9 (see test_dryrun_condor.py for the
 comparison against the real tool).
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llic.cli import master_submitter
-from llic.submitfile import (
+from llic.submit import (
     Mode,
     SubmitFile,
     SubmitFileError,
