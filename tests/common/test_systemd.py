@@ -45,13 +45,11 @@ def test_a_hung_event_loop_stops_the_watchdog_pings(tmp_path: Path) -> None:
     finally:
         notify.close()
     texts = [m for _, m in notify.messages]
-    blocked = next(t for t, m in notify.messages if m == "STATUS=blocking")
-    unblocked = next(t for t, m in notify.messages if m == "STATUS=unblocked")
-    pings = [t for t, m in notify.messages if m == "WATCHDOG=1"]
-    # Pings every 0.2 s while the loop runs, before and after; none while it hangs (3 s).
-    assert [t for t in pings if blocked < t < unblocked] == [], texts
-    assert unblocked - blocked >= 2.9
-    assert any(t < blocked for t in pings) and any(t > unblocked for t in pings), texts
+    blocked, unblocked = texts.index("STATUS=blocking"), texts.index("STATUS=unblocked")
+    # Pings every 0.2 s while the loop runs, before and after; none while it hangs (3 s). In the
+    # order the datagrams came, not by clock: a loaded machine may receive them late.
+    assert "WATCHDOG=1" not in texts[blocked:unblocked], texts
+    assert "WATCHDOG=1" in texts[:blocked] and "WATCHDOG=1" in texts[unblocked:], texts
 
 
 async def test_status_is_sent_when_the_line_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
