@@ -200,6 +200,7 @@ condor_config = "{cm["config_file"]}"
 [ring]
 node_name = "{cm["name"]}"
 bind = "{address}"
+port = 7641
 key_file = "/etc/faultd/ring.key"
 [daemon]
 control_socket = "{run_dir}/faultd.sock"
