@@ -1,7 +1,7 @@
 """What every command-line entry point shares: user errors become one line, not a traceback; a
 closed pipe (`| head`) or Ctrl-C ends the command quietly; `--version`; help that shows defaults;
-and the skeleton of a daemon's command line (`run`, `status`, `check-config`), which poold and
-faultd fill in with their own config model, daemon and status rendering."""
+and the skeleton of a daemon's command line (`run`, `status`, `check-config`, `keys`), which poold
+and faultd fill in with their own config model, daemon and status rendering."""
 
 from __future__ import annotations
 
@@ -161,6 +161,9 @@ class DaemonCli(Generic[C]):
         )
         check = add_command(sub, "check-config", self.check_help)
         check.add_argument("file", type=Path, help="the config file to check")
+        from common.keys import add_keys_parser
+
+        add_keys_parser(sub, self.prog)
         return parser, sub
 
     def load(self, path: Path) -> C:
@@ -179,12 +182,16 @@ class DaemonCli(Generic[C]):
         return config
 
     def command(self, args: argparse.Namespace) -> int:
-        """Carry out run, status or check-config."""
+        """Carry out run, status, check-config or keys."""
         from common.logging import configure_logging
         from common.service import print_status
 
         configure_logging(self.prog, level="warning")  # until `run` knows the daemon's own level
 
+        if args.command == "keys":
+            from common.keys import run_keys
+
+            return run_keys(args)
         if args.command == "run":
             path = args.config
             return self.serve(self.load(path), lambda: self.load(path))

@@ -23,6 +23,37 @@ log = structlog.get_logger("service")
 
 ControlHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 MAX_REQUEST = 64 * 1024
+MAX_NESTING = 32  # a control request is a flat object; json's recursion must never be reached
+
+
+def parse_request(data: bytes) -> dict[str, Any]:
+    """A control request line as a JSON object; ValueError (with a short reason) for anything
+    else. Bounded: the size by MAX_REQUEST (the reader's limit) and the nesting by MAX_NESTING,
+    counted before json sees the text, so that "[[[[..." cannot exhaust its recursion."""
+    line = data.split(b"\n", 1)[0] or b"{}"
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_NESTING:
+                raise ValueError(f"request nested deeper than {MAX_NESTING} levels")
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    request = json.loads(line)
+    if not isinstance(request, dict):
+        raise ValueError("request must be a JSON object")
+    return request
 
 
 async def serve_control(
@@ -41,25 +72,36 @@ async def serve_control(
     listener = trio.SocketListener(sock)
 
     async def one(stream: trio.SocketStream) -> None:
-        async with stream:
-            data = b""
-            with trio.move_on_after(5):
-                while b"\n" not in data and len(data) < MAX_REQUEST:
-                    chunk = await stream.receive_some(4096)
-                    if not chunk:
-                        break
-                    data += chunk
+        """One request, one answer; nothing a client sends (or a handler raises) may end the
+        server, since serve_control runs in the daemon's main nursery."""
+        try:
+            async with stream:
+                await answer(stream)
+        except Exception as e:
+            log.warning("control request failed", error=f"{type(e).__name__}: {e}")
+
+    async def answer(stream: trio.SocketStream) -> None:
+        data = b""
+        with trio.move_on_after(5):
+            while b"\n" not in data and len(data) < MAX_REQUEST:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                data += chunk
+        try:
+            request = parse_request(data[:MAX_REQUEST])
+        except ValueError as e:  # json's errors and UnicodeDecodeError are ValueErrors
+            reply: dict[str, Any] = {"error": f"bad request: {e}"}
+        else:
             try:
-                request = json.loads(data.split(b"\n", 1)[0] or b"{}")
-                if not isinstance(request, dict):
-                    raise ValueError("request must be a JSON object")
                 reply = await handler(request)
-            except (ValueError, KeyError) as e:
-                reply = {"error": f"bad request: {e}"}
-            try:
-                await stream.send_all(json.dumps(reply, default=str).encode() + b"\n")
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+            except Exception as e:
+                log.exception("control handler failed", error=str(e))
+                reply = {"error": f"internal error: {type(e).__name__}: {e}"}
+        try:
+            await stream.send_all(json.dumps(reply, default=str).encode() + b"\n")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     try:
         task_status.started()

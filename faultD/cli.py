@@ -21,7 +21,7 @@ def _resolve(config: FaultdConfig, path: Path) -> FaultdConfig:
 
 
 def _check(config: FaultdConfig, path: Path) -> None:
-    config.ring.check_key(path)
+    config.ring.check_key(path, same_pool=True)
     if config.condor.config_dir is None or not config.condor.config_dir.is_dir():
         raise ConfigError(f"{path}: condor.config_dir: {config.condor.config_dir} is not a directory")
 
@@ -82,6 +82,8 @@ def render_status(s: dict[str, Any]) -> str:
     drops = {k: v for k, v in s.get("drops", {}).items() if v}
     if drops:
         lines.append(f"dropped         {drops}")
+    if s.get("refused"):
+        lines.append(f"refused         {s['refused']} (not from the manager, or not the original)")
     for h in s.get("history", []):
         lines.append(f"  {h}")
     return "\n".join(lines)

@@ -19,6 +19,14 @@ Rules, beyond the seed's figure:
   stops its collector and negotiator, and listens; the original restores that state and becomes
   manager with a higher epoch. With nobody's alive heard for `missed_alives` intervals after start,
   the original simply becomes manager.
+- Trust (issue 14): a replica push is kept only from the manager this node follows, for the
+  current epoch (the fencing token), naming that manager as its author, and with a version at
+  most one above the `state_version` that manager's last alive announced: a ring member that is
+  not the manager cannot plant a replica (which a takeover would restore), and the manager cannot
+  make its versions jump out of reach of its successors. A handover is taken only from the
+  manager this node preempted, and a preempt only from the configured original manager
+  (`manager_hint`). Who sent what is proven by the driver before a message reaches this machine
+  (common.overlay.claims: the `sender` of every message is the certified signer).
 - Network partition: see docs/faultd.md. In short, the side without the manager elects its own
   (like condor_had, split brain is accepted while the partition lasts, because each side can
   then still run jobs); when it heals, the lower token steps down and everybody repoints.
@@ -148,6 +156,7 @@ class RoleMachine:
         self.handover: tuple[int, str, Handover] | None = None  # (original id, addr, what we sent)
         self.fenced = 0
         self.takeovers = 0
+        self.refused: dict[str, int] = {}  # messages refused by the trust rules, by kind
         self._out = RoleOutput()
 
     # ------------------------------------------------------------------ inputs
@@ -243,6 +252,7 @@ class RoleMachine:
             "replica_holders": [p.addr for p in self.replica_holders()] if self.role is Role.MANAGER else [],
             "fenced_alives": self.fenced,
             "takeovers": self.takeovers,
+            "refused": dict(self.refused),
         }
 
     # ------------------------------------------------------------------ listener
@@ -344,23 +354,43 @@ class RoleMachine:
         )
         self.preempt_at = now + self.params.preempt_retry
 
+    def _refuse(self, kind: str, why: str, sender: str, **fields: object) -> None:
+        """Count a message the trust rules refuse, and note it (event `<kind>_refused`)."""
+        self.refused[kind] = self.refused.get(kind, 0) + 1
+        self._note(f"{kind}_refused", f"{kind} refused: {why}", sender=sender, why=why, **fields)
+
     def _on_handover(self, msg: Handover, now: float) -> None:
         if not self.original or self.role is Role.MANAGER:
+            return
+        if self.manager is None or msg.sender.id != self.manager.id:
+            self._refuse("handover", f"from {msg.sender.addr}, not the manager we preempted", msg.sender.addr)
             return
         state = msg.state if msg.state is not None and msg.state.intact() else self.replica
         reason = f"handover from {msg.sender.addr}: resuming as manager"
         self._become_manager(now, state=state, epoch=max(msg.epoch, self.best[0] + 1), reason=reason)
 
-    def _on_replica(self, msg: ReplicaPush, now: float) -> None:
-        state = msg.state
+    def _replica_problem(self, msg: ReplicaPush) -> str | None:
+        """Why a push must not be kept (see the module docstring), or None."""
+        state, manager = msg.state, self.manager
+        if self.role is not Role.LISTENER or manager is None or msg.sender.id != manager.id:
+            return f"from {msg.sender.addr}, which is not the manager we follow"
+        if state.manager != msg.sender.id or token(state.epoch, state.manager) != self.best:
+            return f"for epoch {state.epoch} of {id_hex(state.manager)[:8]}, not the current manager's"
+        announced = self.last_alive_msg
+        if announced is None or announced.manager.id != manager.id:
+            return "no alive of this manager heard yet"
+        if state.version > announced.state_version + 1:
+            return f"version {state.version} beyond the announced {announced.state_version}"
         if not state.intact():
-            self._note(
-                "replica_dropped",
-                f"replica from {msg.sender.addr} fails its checksum: dropped",
-                sender=msg.sender.addr,
-                version=state.version,
-            )
+            return f"from {msg.sender.addr} fails its checksum"
+        return None
+
+    def _on_replica(self, msg: ReplicaPush, now: float) -> None:
+        problem = self._replica_problem(msg)
+        if problem is not None:
+            self._refuse("replica", problem, msg.sender.addr, version=msg.state.version)
             return
+        state = msg.state
         current = self.replica
         if current is None or (state.epoch, state.version) >= (current.epoch, current.version):
             self.replica = state
@@ -446,6 +476,11 @@ class RoleMachine:
         self.acked[msg.sender.id] = max(self.acked.get(msg.sender.id, -1), msg.version)
 
     def _on_preempt(self, msg: PreemptReplacement, now: float) -> None:
+        if self.manager_hint is not None and msg.original.id != self.manager_hint:
+            self._refuse(
+                "preempt", f"from {msg.original.addr}, which is not the original manager", msg.original.addr
+            )
+            return
         if self.role is not Role.MANAGER:
             if self.handover is not None and self.handover[0] == msg.original.id:
                 self._out.directs.append((msg.original.addr, self.handover[2]))  # ours was lost

@@ -33,6 +33,7 @@ from common.events import Note, log_note, note
 from common.logging import set_level
 from common.metrics import serve_metrics
 from common.overlay.bulk import BulkChannel
+from common.overlay.certs import CertificateError
 from common.overlay.driver import UdpOverlay
 from common.overlay.ids import node_id_from_name
 from common.overlay.messages import Peer
@@ -59,7 +60,8 @@ from faultD.role import (
 log = structlog.get_logger("faultd")
 
 BULK_TYPES: tuple[type[Message], ...] = (ReplicaPush, Handover)
-# What a SIGHUP takes on from a changed faultd.toml; any other change waits for a restart.
+# What a SIGHUP takes on from a changed faultd.toml; any other change waits for a restart (the
+# revocation list, [ring] revoked_file, is read again on every SIGHUP).
 RELOADABLE = (
     "daemon.log_level",
     "daemon.gateway_timeout",
@@ -70,6 +72,7 @@ RELOADABLE = (
     "condor.listener_daemons",
     "condor.manager_daemons",
 )
+MAX_BULK_SENDS = 32
 
 
 class FaultDaemon:
@@ -87,9 +90,10 @@ class FaultDaemon:
             timeout=config.daemon.gateway_timeout,
         )
         self.condor = CondorRole(config.condor, self.gateway)
-        self.overlay = UdpOverlay(config.ring, on_event=self._on_event)
+        self.overlay = UdpOverlay(config.ring, on_event=self._on_event, same_pool=True)
         self.bulk = BulkChannel(
             self.overlay.key,
+            self.overlay.identity,
             MessageCodec(list(BULK_TYPES), name="faultd-bulk", max_size=64 << 20),
             self._on_bulk,
             replay_window=config.ring.replay_window,
@@ -107,6 +111,7 @@ class FaultDaemon:
         self._takeover_at: float | None = None  # when the role machine decided to manage
         self.role: RoleMachine | None = None
         self._nursery: trio.Nursery | None = None  # bulk sends run here, beside the daemon's tasks
+        self._bulk_sends = 0
         self.counters: Counter[str] = Counter()
         self.history: deque[str] = deque(maxlen=50)
         self.condor_error: str | None = None
@@ -151,9 +156,13 @@ class FaultDaemon:
         return int(self.overlay.address.rpartition(":")[2])
 
     async def reload(self) -> None:
-        """SIGHUP: read the config file again (and HTCondor's values it leaves out); what
-        `RELOADABLE` names takes effect, the log names the changes that wait for a restart. A
-        broken file is reported and the old config kept."""
+        """SIGHUP: the config file is read again (and HTCondor's values it leaves out) and what
+        `RELOADABLE` names takes effect, the log naming the changes that wait for a restart; the
+        revocation list is read again first. A broken file is reported and the old one kept."""
+        self._reload_revoked()
+        await self._reload_config()
+
+    async def _reload_config(self) -> None:
         if self.reread is None:
             self._note(note("config_reloaded", "config not reloaded: started without a config file"))
             return
@@ -181,6 +190,16 @@ class FaultDaemon:
         self._note(
             note("config_reloaded", text, applied=",".join(plan.apply), restart=",".join(plan.restart))
         )
+
+    def _reload_revoked(self) -> None:
+        try:
+            self.overlay.reload_revoked()
+        except CertificateError as e:
+            log.error("revocation list not reloaded, the old one stays", error=str(e))
+            self._note(note("revoked_reload_failed", f"revocation list not reloaded: {e}", error=str(e)))
+            return
+        revoked = len(self.overlay.identity.trust.revoked)
+        self._note(note("revoked_reloaded", f"revocation list reloaded ({revoked} serials)", revoked=revoked))
 
     # ------------------------------------------------------------------ the role machine
 
@@ -210,26 +229,36 @@ class FaultDaemon:
                 self.counters["events_overflow"] += 1
 
     async def _on_bulk(self, msg: Message, peer: str) -> None:
-        await self._events_in.send((msg, peer))
+        try:
+            self._events_in.send_nowait((msg, peer))
+        except trio.WouldBlock:
+            self.counters["events_overflow"] += 1
 
     async def _event_loop(self) -> None:
         async for item in self._events_out:
             now = trio.current_time()
-            if isinstance(item, tuple):
-                if self.role is not None:
-                    await self._apply(self.role.on_message(item[0], now))
-                continue
-            core = self.overlay.core
-            if self.role is None:
-                if core is None or not core.joined:
-                    continue  # the role machine starts once the ring has taken us in
-                self.role = self._make_role(core.me)
-                await self._apply(self.role.start(now))
-                await self._apply(self.role.on_leaf_set(tuple(core.leaf.members()), now))
-            if isinstance(item, LeafSetChanged):
-                await self._apply(self.role.on_leaf_set(item.members, now))
-            elif isinstance(item, Delivered | Received | BroadcastReceived):
-                await self._apply(self.role.on_message(item.payload, now))
+            try:
+                await self._handle(item, now)
+            except Exception as e:  # one message that trips the role machine must not stop faultd
+                self.counters["handler_errors"] += 1
+                log.exception("role machine step failed", error=str(e))
+
+    async def _handle(self, item: Event | tuple[Message, str], now: float) -> None:
+        if isinstance(item, tuple):
+            if self.role is not None:
+                await self._apply(self.role.on_message(item[0], now))
+            return
+        core = self.overlay.core
+        if self.role is None:
+            if core is None or not core.joined:
+                return  # the role machine starts once the ring has taken us in
+            self.role = self._make_role(core.me)
+            await self._apply(self.role.start(now))
+            await self._apply(self.role.on_leaf_set(tuple(core.leaf.members()), now))
+        if isinstance(item, LeafSetChanged):
+            await self._apply(self.role.on_leaf_set(item.members, now))
+        elif isinstance(item, Delivered | Received | BroadcastReceived):
+            await self._apply(self.role.on_message(item.payload, now))
 
     async def _on_timer(self, now: float) -> None:
         if self.role is not None:
@@ -259,8 +288,20 @@ class FaultDaemon:
                 await self.overlay.send_direct(addr, msg)
 
     def _spawn_bulk(self, addr: str, msg: Message) -> None:
+        """One task per bulk send, at most MAX_BULK_SENDS at once (a manager pushes to K holders
+        every alive until they ack: an unreachable holder must not pile up tasks)."""
         assert self._nursery is not None
-        self._nursery.start_soon(self.bulk.send, addr, msg)
+        if self._bulk_sends >= MAX_BULK_SENDS:
+            self.counters["bulk_sends_skipped"] += 1
+            return
+        self._bulk_sends += 1
+        self._nursery.start_soon(self._bulk_send, addr, msg)
+
+    async def _bulk_send(self, addr: str, msg: Message) -> None:
+        try:
+            await self.bulk.send(addr, msg)
+        finally:
+            self._bulk_sends -= 1
 
     # ------------------------------------------------------------------ HTCondor
 

@@ -35,7 +35,7 @@ from llic.events import (
     WelcomeAgent,
 )
 from llic.netadmit import Gate, NetAdmit
-from llic.taskbook import Assignment, TaskBook, TaskState
+from llic.taskbook import Assignment, Decide, TaskBook, TaskState
 
 
 class ChefState(StrEnum):
@@ -128,6 +128,9 @@ class Chef:
         self.run = run  # the master's run, part of the agent's name
         self.net = net  # network admission for tasks whose inputs travel (None: none)
         self.now = 0.0  # the time of the event being handled (for admission)
+        self.decide: Decide | None = None  # the job policy's judgment of an ended run (MasterCore's)
+        self.wait_for_requeues = False  # a run that ends may go back to the queue (max_retries...)
+        self.host = ""  # the running agent's address (the job event log's execute host)
 
     @property
     def index(self) -> int:
@@ -176,9 +179,11 @@ class Chef:
             case SubmitFailed(reason=reason):
                 if s is ChefState.LAUNCHED and self.rec.job_id is None:
                     self._recover(f"submission failed: {reason}", book, others, out)
-            case AgentConnected():
+            case AgentConnected(address=address):
                 if s is ChefState.LAUNCHED:
                     self.rec.state = ChefState.RUNNING
+                    self.host = address
+                    book.started(self.index, now, address)
                     threshold = self.net.bulk_threshold if self.net is not None else 0
                     out.actions.append(WelcomeAgent(self.agent, self.config.window_size, threshold))
                     out.notes.append(f"chef {self.index}: agent {self.agent} connected")
@@ -196,7 +201,7 @@ class Chef:
                     book.complete(self.index, outcome, now)  # counts it as ignored
                     out.notes.append(f"chef {self.index}: {why}: ignored")
                     return out
-                book.complete(self.index, outcome, now)
+                book.complete(self.index, outcome, now, self.decide)
                 if not outcome.ok:
                     self.rec.failures += 1
                     state = book[process].state
@@ -219,14 +224,14 @@ class Chef:
                 if s is ChefState.RUNNING:
                     out.actions.append(CloseConnection(self.agent, reason))
                 if s in (ChefState.LAUNCHED, ChefState.RUNNING, ChefState.CREATED):
-                    book.requeue_chef(self.index)
+                    book.requeue_chef(self.index, now, f"llic master: {reason}")
                     self.rec.state = ChefState.TERMINATED
         return out
 
     def fill(self, book: TaskBook, others: Collection[int], out: Output) -> None:
         """Keep WINDOW_SIZE tasks at the running agent (§3.9.4); when the queue cannot fill the
-        window, send no_more_tasks (§3.8 4.b); when that is said and every result is back,
-        terminate."""
+        window, send no_more_tasks (§3.8 4.b) (with `wait_for_requeues`, only once no task runs
+        anywhere: one may come back); when that is said and every result is back, terminate."""
         rec = self.rec
         if rec.state is not ChefState.RUNNING:
             return
@@ -234,11 +239,13 @@ class Chef:
             space = self.config.window_size - book.held(rec.index)
             if space > 0:
                 gate = None if self.net is None else Gate(self.net, self.agent, self.now)
-                tasks = book.take(rec.index, space, others, gate)
+                tasks = book.take(rec.index, space, others, gate, now=self.now, host=self.host)
                 if tasks:
                     out.actions.append(SendTasks(self.agent, tuple(tasks), self._rates(tasks)))
                 if gate is not None and gate.waiting:
                     pass  # tasks held for network capacity: more comes when a transfer ends
+                elif len(tasks) < space and self.wait_for_requeues and book.running:
+                    pass  # a run still under way may come back to the queue: keep the agent
                 elif len(tasks) < space:
                     rec.no_more_sent = True
                     out.actions.append(SendNoMoreTasks(self.agent))
@@ -268,7 +275,7 @@ class Chef:
         """§3.8 4.e: tasks back to the queue, connection closed, agent removed, resubmitted unless
         this chef has recovered NUM_AGENT_RECOVERIES times already."""
         rec = self.rec
-        requeued = book.requeue_chef(rec.index)
+        requeued = book.requeue_chef(rec.index, self.now, f"llic: agent {self.agent} failed: {reason}")
         if rec.state is ChefState.RUNNING:
             out.actions.append(CloseConnection(self.agent, reason))
         if rec.job_id is not None:

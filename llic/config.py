@@ -127,6 +127,14 @@ class LlicConfig(StrictModel):
         gt=0,
         description="seconds between schedd queue reads that find agents gone from the queue (§3.7)",
     )
+    periodic_expr_interval: float = Field(
+        60.0,
+        gt=0,
+        description=(
+            "seconds between evaluations of the tasks' periodic_hold, periodic_release and "
+            "periodic_remove (HTCondor's PERIODIC_EXPR_INTERVAL)"
+        ),
+    )
     state_save_interval: float = Field(
         2.0,
         gt=0,

@@ -38,6 +38,7 @@ from llic.events import (
     Action,
     AgentConnected,
     BulkReady,
+    CancelTask,
     ConnectionBroken,
     GrantBulk,
     MasterEvent,
@@ -138,7 +139,7 @@ class Connections:
         self.log = log if log is not None else structlog.get_logger("llic.master")
         self.conns: dict[str, AgentConnection] = {}
 
-    def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk) -> None:
+    def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk | CancelTask) -> None:
         """Queue what the core says to its agent (dropped when it is not connected or closing)."""
         conn = self.conns.get(action.agent)
         if conn is not None and conn.closing is None:
@@ -327,6 +328,9 @@ class Connections:
                         await self._send_task(conn, assignment, action.rate_of(assignment.process))
                 case SendNoMoreTasks():
                     await self._send(conn.stream, {"t": protocol.NO_MORE_TASKS})
+                case CancelTask(process=process, attempt=attempt):
+                    cancel = {"t": protocol.CANCEL, "process": process, "attempt": attempt}
+                    await self._send(conn.stream, cancel)
                 case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
                     go: dict[str, Any] = {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
                     if rate_bps > 0:

@@ -2,11 +2,12 @@
 
 Events are what the driver (llic/master.py) saw happen: an agent submitted or refused by the
 schedd, an agent connected, a result or a large result's announcement arrived, a connection broke,
-the schedd queue read, a transfer ended. Actions are what the core decided the driver must do:
-submit or remove agent jobs, welcome, refuse or close a connection, send tasks, let a large
-result come, save the state file, ask for a negotiation cycle, read the schedd queue. Each entry
-point of the core returns an `Output`: its actions, in the order they must be carried out, notes
-for the log, and when the core next wants its timer. Plain frozen records, no behaviour (h11 keeps
+the schedd queue read, a transfer ended, the user asked to release, remove or hold tasks. Actions
+are what the core decided the driver must do: submit or remove agent jobs, welcome, refuse or
+close a connection, send tasks, cancel one, let a large result come, write job event log events,
+save the state file, ask for a negotiation cycle, read the schedd queue. Each entry point of the
+core returns an `Output`: its actions, in the order they must be carried out, notes for the log,
+and when the core next wants its timer. Plain frozen records, no behaviour (h11 keeps
 its events apart the same way), so that drivers, simulations and tests build and match them freely.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llic.task import TaskResult
-from llic.taskbook import Assignment
+from llic.taskbook import Assignment, TaskEvent
 
 # ----------------------------------------------------------------------------- events
 
@@ -113,6 +114,16 @@ class BulkReady:
     nbytes: int
 
 
+@dataclass(frozen=True)
+class UserRequest:
+    """The user asked (master_release, master_rm, master_hold) to release, remove or hold
+    these tasks (None: every task the action applies to)."""
+
+    action: str  # "release", "remove" or "hold"
+    processes: tuple[int, ...] | None
+    reason: str
+
+
 MasterEvent = (
     AgentSubmitted
     | SubmitFailed
@@ -123,6 +134,7 @@ MasterEvent = (
     | QueuePollFailed
     | TransferDone
     | BulkReady
+    | UserRequest
 )
 
 
@@ -209,6 +221,23 @@ class GrantBulk:
 
 
 @dataclass(frozen=True)
+class CancelTask:
+    """Tell the agent to stop run `attempt` of `process` (held or removed while it ran): it kills
+    the process, or drops it if it has not started; its result, if any, is stale."""
+
+    agent: str
+    process: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class WriteEvents:
+    """Append these task events to the tasks' job event logs (the submit file's `log`), in order."""
+
+    events: tuple[TaskEvent, ...]
+
+
+@dataclass(frozen=True)
 class SaveState:
     """Write the state file now, before the actions after it. First in an output when the save
     must precede acting (a new run number, a newly learned agent job); alone from `on_timer`
@@ -238,6 +267,8 @@ Action = (
     | SaveState
     | Reschedule
     | PollQueue
+    | CancelTask
+    | WriteEvents
 )
 
 

@@ -72,9 +72,11 @@ from llic import protocol
 from llic.agent_build import build_agent
 from llic.agent_job import AGENT_PYTHON, AgentSetup, prepare_agent
 from llic.connection import HANDSHAKE_TIMEOUT, Connections
+from llic.eventlog import append_events, format_event
 from llic.events import (
     Action,
     AgentSubmitted,
+    CancelTask,
     CloseConnection,
     GrantBulk,
     MasterEvent,
@@ -90,13 +92,16 @@ from llic.events import (
     SendTasks,
     SubmitAgent,
     SubmitFailed,
+    UserRequest,
     WelcomeAgent,
+    WriteEvents,
 )
 from llic.master_core import MasterStatus
 from llic.master_q import master_ad, summarize
 from llic.plan import Plan, PlanError, load_plan
 from llic.runners import AgentRunner, GatewayAgents, LocalAgents, usable_ip
 from llic.state import MasterState, StateFileError, restore, save_state, snapshot
+from llic.user_requests import read_requests
 
 log = structlog.get_logger("llic.master")
 
@@ -107,6 +112,7 @@ EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
 PUBLISH_INTERVAL = 5.0  # seconds between updates of the progress in the master's job ad, at least
+REQUEST_POLL_INTERVAL = 1.0  # seconds between looks for master_release / master_rm requests
 _UNSET = object()
 
 
@@ -126,7 +132,14 @@ class Master:
     ) -> None:
         self.plan = plan
         self.config = plan.config
-        self.core = restore(state, plan.config, plan.net_admission(state.extra.get("net")))
+        self.logs = plan.logs()  # process -> its job event log (tasks with a `log` only)
+        self.core = restore(
+            state,
+            plan.config,
+            plan.net_admission(state.extra.get("net")),
+            policy=plan.policy(),
+            log_events=bool(self.logs),
+        )
         self.runner = runner
         self.extra: dict[str, Any] = dict(state.extra)
         self.counters: Counter[str] = Counter()
@@ -155,6 +168,7 @@ class Master:
         self._remove_send, self._remove_recv = trio.open_memory_channel[RemoveAgents](math.inf)
         self._published: dict[str, object] = {}  # what the job ad says of our progress
         self._publish_failed = False
+        self._events_send, self._events_recv = trio.open_memory_channel[WriteEvents | None](math.inf)
 
     # ------------------------------------------------------------------ the core
 
@@ -187,8 +201,10 @@ class Master:
                 self._reschedule_wanted.set()
             case PollQueue():
                 self._poll_wanted.set()
-            case WelcomeAgent() | SendTasks() | SendNoMoreTasks() | GrantBulk():
+            case WelcomeAgent() | SendTasks() | SendNoMoreTasks() | GrantBulk() | CancelTask():
                 self.links.deliver(action)
+            case WriteEvents():
+                self._events_send.send_nowait(action)
             case CloseConnection(agent=agent, reason=reason):
                 self.links.close(agent, reason)
             case RefuseAgent(agent=agent, reason=reason):
@@ -241,10 +257,16 @@ class Master:
             nursery.start_soon(self._poller)
             nursery.start_soon(self._signals)
             nursery.start_soon(self._publisher)
+            nursery.start_soon(self._requests)
+            events_done = trio.Event()
+            nursery.start_soon(self._event_writer, events_done)
             self.apply(self.core.start(slots, time.time(), input_sizes=sizes))
             task_status.started(self.port)
             await self._over.wait()
             await self._finish()
+            self._events_send.send_nowait(None)
+            with trio.move_on_after(30):
+                await events_done.wait()  # the last events (removals, the end) are in the logs
             nursery.cancel_scope.cancel()
         status = self.core.status
         counts = self.core.counts()
@@ -344,6 +366,39 @@ class Master:
                 self.log.warning(self.stop_reason)
                 self._over.set()
                 return
+
+    async def _event_writer(self, done: trio.Event) -> None:
+        """Append the core's task events to the tasks' job event logs, in order (a thread does
+        the writing); a log that cannot be written is a warning, not a reason to stop."""
+        cluster = self.plan.info.cluster
+        async for action in self._events_recv:
+            if action is None:
+                break
+            texts: dict[str, list[str]] = {}
+            for event in action.events:
+                path = self.logs.get(event.process)
+                if path is not None:
+                    texts.setdefault(path, []).append(format_event(cluster, event))
+            problems = await trio.to_thread.run_sync(append_events, texts)
+            for problem in problems:
+                self.counters["log_write_failures"] += 1
+                self.log.warning("job event log not written", problem=problem)
+        done.set()
+
+    async def _requests(self) -> None:
+        """The user's master_release / master_rm / master_hold requests: files the commands put
+        next to the state file (llic/requests.py); each goes to the core, which saves the state
+        first, then the file is removed."""
+        outdir = self.plan.outdir
+        while True:
+            found = await trio.to_thread.run_sync(read_requests, outdir)
+            for path, request in found:
+                if isinstance(request, str):
+                    self.log.warning("bad request file", file=str(path), problem=request)
+                else:
+                    self.feed(UserRequest(request.action, request.processes, request.reason))
+                path.unlink(missing_ok=True)
+            await trio.sleep(REQUEST_POLL_INTERVAL)
 
     # ------------------------------------------------------------------ HTCondor side
 

@@ -38,6 +38,7 @@ from llic.events import (
     AgentConnected,
     AgentSubmitted,
     BulkReady,
+    CancelTask,
     ConnectionBroken,
     GrantBulk,
     MasterEvent,
@@ -51,9 +52,23 @@ from llic.events import (
     ResultReceived,
     SaveState,
     TransferDone,
+    UserRequest,
+    WriteEvents,
 )
 from llic.netadmit import IN, NetAdmit, Transfer
-from llic.taskbook import TaskBook, TaskCounts, TaskState
+from llic.task import TaskResult
+from llic.task_policy import (
+    HELD,
+    HOLD_USER_REQUEST,
+    IDLE,
+    RUNNING,
+    Decision,
+    DefaultPolicy,
+    JobFacts,
+    TaskPolicy,
+    Verdict,
+)
+from llic.taskbook import TaskBook, TaskCounts, TaskRecord, TaskState
 
 RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
 
@@ -80,12 +95,21 @@ class MasterCore:
         started: float | None = None,
         run: int = 0,
         net: NetAdmit | None = None,
+        policy: TaskPolicy | None = None,
+        cluster: int = 0,
+        log_events: bool = False,
     ) -> None:
         self.book = book
         self.config = config
         self._run = run  # starts so far; start() counts one more
         self._net = net if net is not None else NetAdmit()  # accounting always; limits if configured
+        self._policy: TaskPolicy = policy if policy is not None else DefaultPolicy()
+        self._cluster = cluster  # the tasks' ClusterId, for the policy's ads
+        book.log_events = log_events
         self.chefs = [Chef(rec, config, run, self._net) for rec in chefs]
+        for chef in self.chefs:
+            chef.decide = self._decide
+            chef.wait_for_requeues = self._policy.may_requeue()
         self._accepting = _Accepting(self.chefs)
         if [c.index for c in self.chefs] != list(range(len(self.chefs))):
             raise ValueError("chef records must be numbered 0, 1, ... in order")
@@ -96,6 +120,8 @@ class MasterCore:
         self._next_reschedule: float | None = None  # set by start()
         self._next_poll: float | None = None  # None while a PollQueue is unanswered
         self._poll_known: frozenset[str] | None = None  # agent jobs known when PollQueue went out
+        self._next_periodic: float | None = None  # the next periodic policy evaluation
+        self._last_now = 0.0  # the time of the entry point being handled
 
     @classmethod
     def new(cls, processes: Iterable[int], config: LlicConfig, net: NetAdmit | None = None) -> MasterCore:
@@ -121,14 +147,15 @@ class MasterCore:
 
     @property
     def finished(self) -> bool:
-        """Every task is done or failed for good."""
+        """Every task is done, failed or removed for good (none held, none left to run)."""
         return self.book.finished
 
     @property
     def gave_up(self) -> bool:
-        """Tasks left and every chef unrecoverable (§3.7): nothing can run them."""
+        """Tasks left to run and every chef unrecoverable (§3.7): nothing can run them. (Held
+        tasks alone keep the master waiting for a release or a removal, as HTCondor keeps them.)"""
         return (
-            not self.book.finished
+            not self.book.idle
             and bool(self.chefs)
             and all(c.state is ChefState.UNRECOVERABLE for c in self.chefs)
         )
@@ -208,11 +235,16 @@ class MasterCore:
         self._run += 1
         self._next_reschedule = now + self.config.reschedule_interval
         self._next_poll = now + self.config.queue_poll_interval
+        if self._policy.has_periodic():
+            self._next_periodic = now + self.config.periodic_expr_interval
         for chef in self.chefs:
             chef.run = self._run
         if not self.chefs:
             wanted = min(max(matching_slots, 1), self.config.max_chefs_number, self.book.queued)
             self.chefs[:] = [Chef(ChefRecord(i), self.config, self._run, self._net) for i in range(wanted)]
+            for chef in self.chefs:
+                chef.decide = self._decide
+                chef.wait_for_requeues = self._policy.may_requeue()
             out.notes.append(
                 f"{len(self.book)} tasks, {self.book.queued} to run, {matching_slots} matching slots:"
                 f" {wanted} agents"
@@ -248,6 +280,8 @@ class MasterCore:
             return self._done(out, now)
         if isinstance(event, QueueSnapshot | QueuePollFailed):
             return self._done(self._queue_read(event, now), now)
+        if isinstance(event, UserRequest):
+            return self._done(self._user_request(event, now), now, save_first=True)
         self._dirty = True
         out = Output()
         chef, current = self._chef_of(event.agent)
@@ -282,6 +316,9 @@ class MasterCore:
                 out.actions.append(PollQueue())
                 self._poll_known = frozenset(self.agent_job_ids())
                 self._next_poll = None
+            if self._next_periodic is not None and now >= self._next_periodic:
+                self._next_periodic = now + self.config.periodic_expr_interval
+                out.extend(self._periodic(now))
         save = self._dirty and (
             now >= self._last_save + self.config.state_save_interval or now < self._last_save
         )
@@ -300,6 +337,9 @@ class MasterCore:
         if jobs:
             out.actions.append(RemoveAgents(tuple(jobs), f"final cleanup: {reason}"))
         out.notes.append(f"finished ({self.status}): {self.book.counts()}; removing {len(jobs)} agent jobs")
+        events = self.book.take_events()
+        if events:
+            out.actions.append(WriteEvents(tuple(events)))
         out.actions.append(SaveState())
         self._saved(now)
         out.wakeup = self._wakeup()
@@ -308,8 +348,11 @@ class MasterCore:
     # ------------------------------------------------------------------ internals
 
     def _done(self, out: Output, now: float, *, save_first: bool = False) -> Output:
-        """Seal an entry point's output: a save first when it must precede acting, and the
-        time the core next wants its timer."""
+        """Seal an entry point's output: the job event log's events of what it changed, a save
+        first when it must precede acting, and the time the core next wants its timer."""
+        events = self.book.take_events()
+        if events:
+            out.actions.append(WriteEvents(tuple(events)))
         if save_first:
             out.actions.insert(0, SaveState())
             self._saved(now)
@@ -327,8 +370,103 @@ class MasterCore:
         if self._dirty:
             times.append(self._last_save + self.config.state_save_interval)
         if not self.over:
-            times += [t for t in (self._next_reschedule, self._next_poll) if t is not None]
+            times += [
+                t for t in (self._next_reschedule, self._next_poll, self._next_periodic) if t is not None
+            ]
         return min(times) if times else None
+
+    def _facts(self, rec: TaskRecord, status: int, now: float, result: TaskResult | None = None) -> JobFacts:
+        """A task's job ad facts for the policy (llic/task_policy.py)."""
+        return JobFacts(
+            cluster=self._cluster,
+            process=rec.process,
+            status=status,
+            starts=rec.attempt,
+            completions=rec.completions,
+            qdate=self._started if self._started is not None else now,
+            entered=rec.entered if rec.entered is not None else (self._started or now),
+            now=now,
+            exit_code=None if result is None else result.exit_code,
+            exit_signal=None if result is None else result.signal,
+            run_started=rec.run_started,
+            wall_clock=rec.wall_clock,
+            hold_code=rec.hold_code,
+            hold_subcode=rec.hold_subcode,
+        )
+
+    def _decide(self, rec: TaskRecord, result: TaskResult, now: float) -> Decision:
+        """The job policy's judgment of a run that ended (TaskBook.complete's `decide`)."""
+        return self._policy.on_exit(self._facts(rec, RUNNING, now, result))
+
+    def _periodic(self, now: float) -> Output:
+        """HTCondor's periodic policy over every task that waits, runs or is held."""
+        out = Output()
+        self._last_now = now
+        statuses = {TaskState.QUEUED: IDLE, TaskState.RUNNING: RUNNING, TaskState.HELD: HELD}
+        for rec in self.book.records():
+            status = statuses.get(rec.state)
+            if status is None:
+                continue
+            decision = self._policy.periodic(self._facts(rec, status, now))
+            if decision is not None:
+                self._apply(rec.process, decision, now, out)
+        if out.actions or out.notes:
+            self._dirty = True
+            out.extend(self._balance(now))
+        return out
+
+    def _apply(self, process: int, decision: Decision, now: float, out: Output) -> None:
+        """Hold, release or remove one task (the periodic policy or the user)."""
+        rec = self.book[process]
+        attempt = rec.attempt
+        chef: int | None = None
+        verdict = decision.verdict
+        if verdict is Verdict.HOLD:
+            chef = self.book.hold(process, decision, now)
+            done = rec.state is TaskState.HELD
+        elif verdict is Verdict.RELEASE:
+            done = self.book.release(process, now, decision.reason)
+        elif verdict is Verdict.REMOVE:
+            done, chef = self.book.remove(process, now, decision.reason)
+        else:
+            return
+        if done:
+            out.notes.append(f"process {process}: {verdict.value}: {decision.reason or 'no reason'}")
+        if chef is not None:
+            self._stop_running(chef, process, attempt, out)
+
+    def _stop_running(self, index: int, process: int, attempt: int, out: Output) -> None:
+        """A task its agent runs was held or removed: the agent stops it; its chef may be done."""
+        chef = self.chefs[index]
+        if chef.state is ChefState.RUNNING:
+            out.actions.append(CancelTask(chef.agent, process, attempt))
+            chef.now = self._last_now
+            chef.fill(self.book, self._accepting, out)
+
+    def _user_request(self, event: UserRequest, now: float) -> Output:
+        """master_release / master_rm / master_hold: as condor_release, condor_rm, condor_hold."""
+        out = Output()
+        self._dirty = True
+        applies = {
+            "release": (TaskState.HELD,),
+            "remove": (TaskState.QUEUED, TaskState.RUNNING, TaskState.HELD),
+            "hold": (TaskState.QUEUED, TaskState.RUNNING),
+        }.get(event.action)
+        if applies is None or self._stopped:
+            out.notes.append(f"user request {event.action!r} ignored")
+            return out
+        processes = event.processes
+        if processes is None:
+            processes = tuple(p for state in applies for p in self.book.in_state(state))
+        verdict = {"release": Verdict.RELEASE, "remove": Verdict.REMOVE, "hold": Verdict.HOLD}[event.action]
+        code = HOLD_USER_REQUEST if verdict is Verdict.HOLD else 0
+        reason = event.reason or f"via master_{'rm' if event.action == 'remove' else event.action}"
+        self._last_now = now
+        for process in processes:
+            if process in self.book:
+                self._apply(process, Decision(verdict, reason, code), now, out)
+        out.extend(self._balance(now))
+        return out
 
     def _waiting_for_slots(self) -> bool:
         """Some agent is submitted and has not connected yet: negotiation cycles help it start."""

@@ -21,7 +21,9 @@ LlicTaskState, ExitCode, RemoteHost, ...), from the masters' state files.
 The numbers are as of the master's last save (at most STATE_SAVE_INTERVAL old while it runs).
 TASKS/S is the rate over the last minute before that save (a pool's slots come and go, so the
 recent rate predicts the rest better than the average since the start); for a master that has
-ended, it is the average over its whole run. ETA is the tasks left at that rate.
+ended, it is the average over its whole run. ETA is the tasks left at that rate. Held tasks
+are counted in the totals line and listed below it with their hold reasons (the first
+HELD_SHOWN of each master; `-json`: "held" and "held_tasks"); master_release releases them.
 
 `-net` shows llic's transfers instead (issue 8, llic/netadmit.py): per subnet its limit, bytes
 sent to agents (IN) and back (OUT), the rate over the last seconds before the save, the highest
@@ -48,6 +50,7 @@ from llic.state import MasterState, StateFileError, find_state_files, load_state
 from llic.taskbook import TaskState
 
 RATE_WINDOW = 60.0  # seconds of completions that make up the current rate
+HELD_SHOWN = 100  # held tasks -json lists with their reasons (the count has them all)
 AGENT_STATES = [
     ChefState.CREATED,
     ChefState.LAUNCHED,
@@ -84,6 +87,13 @@ def summarize(state: MasterState, path: Path | None = None) -> dict[str, Any]:
         "running": counts.running,
         "queued": counts.queued,
         "failed": counts.failed,
+        "held": counts.held,
+        "removed": counts.removed,
+        "held_tasks": [
+            {"process": t.process, "reason": t.hold_reason, "code": t.hold_code, "subcode": t.hold_subcode}
+            for t in state.tasks
+            if t.state is TaskState.HELD
+        ][:HELD_SHOWN],
         "agents": state.agents_by_state(),
         "agent_jobs_submitted": sum(len(c.job_ids) for c in state.chefs),
         "tasks_per_second": rate,
@@ -212,16 +222,26 @@ def render_table(rows: list[dict[str, Any]], title: str) -> str:
             f"{r['running']:>6} {r['queued']:>7} {r['failed']:>6} {r['total']:>7} {agents:>17} "
             f"{_rate_text(r['tasks_per_second']):>8} {_duration(r['eta_seconds']):>11} {r['status']}"
         )
-    total = {k: sum(r[k] for r in rows) for k in ("total", "done", "running", "queued", "failed")}
+    total = {k: sum(r[k] for r in rows) for k in ("total", "done", "running", "queued", "held", "failed")}
     agents_running = sum(r["agents"].get(ChefState.RUNNING.value, 0) for r in rows)
     agents_waiting = sum(r["agents"].get(ChefState.LAUNCHED.value, 0) for r in rows)
+    held_text = f"{total['held']} held, " if total["held"] else ""
     lines.append("")
     lines.append(
         f"Total for {len(rows)} master{'s' if len(rows) != 1 else ''}: {total['total']} tasks; "
         f"{total['done']} done, {total['running']} running, {total['queued']} idle, "
-        f"{total['failed']} failed; "
+        f"{held_text}{total['failed']} failed; "
         f"agents: {agents_running} running, {agents_waiting} waiting for a slot"
     )
+    held = [(r["master_id"], t) for r in rows for t in r.get("held_tasks", [])]
+    if held:
+        lines.append("")
+        lines.append(
+            f"-- {total['held']} held task{'s' if total['held'] != 1 else ''} (master_release releases them)"
+        )
+        for master_id, t in held:
+            codes = f"code {t['code']}, subcode {t['subcode']}"
+            lines.append(f"{master_id} process {t['process']}: {t['reason']} ({codes})")
     return "\n".join(lines)
 
 

@@ -1,12 +1,17 @@
-"""master_rm (condor_rm for llic): cancel masters, their agents with them; their state is kept.
+"""master_rm (condor_rm for llic): cancel masters, their agents with them; or remove some tasks.
 
-    master_rm MASTER_ID|STATE_FILE|CLUSTER ... [-name SCHEDD] [-reason TEXT]
+    master_rm MASTER_ID|CLUSTER ... [-name SCHEDD] [-reason TEXT]
+    master_rm STATE_FILE [PROCESS ...] [-reason TEXT]
 
-A master is named by its id (master.<id>/), its state file, or its job's cluster. master_rm
-removes the master's job (the scheduler-universe job master_submitter made; the master, told to
-stop, removes its agents and saves its state on the way out), then every agent job tagged with
-that master (`LlicMaster`), in case the master was not running to do it. Nothing is deleted: the
-state file and the output directory stay, and master_q still reads them.
+A master is a cluster and its tasks are its jobs, so master_rm acts as condor_rm does on either.
+Named by its id (master.<id>/) or its job's cluster, a master is cancelled: master_rm removes the
+master's job (the scheduler-universe job master_submitter made; the master, told to stop, removes
+its agents and saves its state on the way out), then every agent job tagged with that master
+(`LlicMaster`), in case the master was not running to do it. Nothing is deleted: the state file
+and the output directory stay, and master_q still reads them. Named by its state file, the master
+is asked to remove tasks (the PROCESS numbers given, else every task not yet finished): it records
+each as removed in its job event log and stops those running (llic/user_requests.py), as
+master_release and master_hold ask it to release or hold them.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from common.cli import new_parser, run_main
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
 from common.config import ConfigError
 from llic.agent_job import MASTER_ATTR
-from llic.state import StateFileError, load_state
 
 MASTER_JOB = "LlicMasterId"  # the master job's attribute (llic.submitter.master_job)
 DEFAULT_REASON = "removed by master_rm"
@@ -31,29 +35,53 @@ def build_parser() -> argparse.ArgumentParser:
     """master_rm's command line."""
     parser = new_parser("master_rm", __doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument(
-        "targets", nargs="+", metavar="MASTER_ID|STATE_FILE|CLUSTER", help="the masters to cancel"
+        "targets",
+        nargs="+",
+        metavar="MASTER_ID|CLUSTER ... | STATE_FILE [PROCESS ...]",
+        help="the masters to cancel; or a master's state file and the tasks to remove",
     )
     parser.add_argument(
         "-name", "--name", dest="schedd", help="the schedd (default: every schedd of the pool)"
     )
-    parser.add_argument("-reason", "--reason", default=DEFAULT_REASON, help="the reason HTCondor records")
+    parser.add_argument(
+        "-reason",
+        "--reason",
+        help=f"the reason HTCondor records (default: '{DEFAULT_REASON}'; for tasks: 'via master_rm')",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """master_rm's entry point: 0 when every master was found and removed, 1 otherwise."""
-    args = build_parser().parse_args(argv)
+    """master_rm's entry point: 0 when every master was found and removed (or the request for
+    tasks written), 1 when one was not, 2 for a bad command line or state file."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if names_state_file(args.targets[0]):
+        from llic.cli import ask_master
+
+        processes = args.targets[1:]
+        if not all(p.isdigit() for p in processes) or args.schedd:
+            parser.error("after a STATE_FILE come only task process numbers (and no -name)")
+        return run_main(
+            "master_rm",
+            lambda: ask_master(
+                "remove", "master_rm", Path(args.targets[0]), [int(p) for p in processes], args.reason
+            ),
+        )
     return run_main("master_rm", lambda: _main(args))
 
 
+def names_state_file(target: str) -> bool:
+    """A master's state file (its tasks are meant), not a master id or cluster."""
+    return target.endswith(".state") or Path(target).is_file()
+
+
 def master_id_of(target: str) -> tuple[str | None, int | None]:
-    """(master id, cluster) a target names: a state file gives its id, digits a cluster."""
-    path = Path(target)
-    if target.endswith(".state") or path.is_file():
-        try:
-            return load_state(path).info.master_id, None
-        except StateFileError as e:
-            raise ConfigError(str(e)) from None
+    """(master id, cluster) a target names: digits a cluster, anything else a master id."""
+    if names_state_file(target):
+        raise ConfigError(
+            f"{target}: a state file names tasks (master_rm STATE_FILE [PROCESS ...]), give it first"
+        )
     if target.isdigit():
         return None, int(target)
     return target, None
@@ -66,7 +94,7 @@ def _main(args: argparse.Namespace) -> int:
 
     async def cancel() -> int:
         async with Gateway(timeout=60) as gw:
-            remover = Remover(gw, args.reason)
+            remover = Remover(gw, args.reason or DEFAULT_REASON)
             await remover.find_schedds(args.schedd)
             results = [await remover.cancel(mid, cluster, text) for (mid, cluster), text in zip(
                 targets, args.targets, strict=True)]  # fmt: skip

@@ -21,10 +21,12 @@ from typing import Any
 from common.config import ConfigError
 from llic import protocol
 from llic.config import LlicConfig
+from llic.eventlog import log_path
 from llic.netadmit import Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, load_state
 from llic.submit import SubmitFileError, parse_submit_file
 from llic.task import Task
+from llic.task_policy import EXPRESSIONS, DefaultPolicy, TaskPolicy
 
 MIN_RATE_ATTR = "llicminmbps"  # +LlicMinMbps = 8 in the submit file (issue 8 item 4)
 
@@ -101,6 +103,19 @@ class Plan:
         if spec.input is not None and spec.input not in names:
             names.append(spec.input)
         return [n for n in names if n not in common]
+
+    def logs(self) -> dict[int, str]:
+        """Each task's job event log (those with a `log` only), as a path on this machine."""
+        return {p: log_path(spec.initialdir, spec.log) for p, spec in self.specs.items() if spec.log}
+
+    def policy(self) -> TaskPolicy:
+        """The tasks' job policy (llic/job_policy.py, which loads HTCondor's ClassAd library);
+        HTCondor's default when no task has a policy command."""
+        if not any(name in EXPRESSIONS for spec in self.specs.values() for name in spec.policy):
+            return DefaultPolicy()
+        from llic.job_policy import task_policy  # classad2: only for masters that need it
+
+        return task_policy(self.specs.values(), self.agent_attributes)
 
     def net_admission(self, figures: Any = None) -> NetAdmit:
         """The network admission this master runs with: the limits of its config, the submit

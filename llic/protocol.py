@@ -20,6 +20,13 @@ Messages (fields beyond these are dropped on decoding, so later versions can add
                       bulk_ready {process, attempt, size}
     master -> agent   challenge {nonce_m, mac_m}   welcome {window[, bulk_threshold]}   refused {reason}
                       task {task} + files   no_more_tasks {}   bulk_go {process, attempt[, rate_bps]}
+                      cancel {process, attempt}
+
+`cancel` (issue 20): the master held or removed a task the agent holds (the job's periodic
+policy, or the user): the agent kills it if it runs, or reports it without running it; either
+way its result still comes back (the master ignores it), so the agent's accounting is unchanged.
+An older agent refuses the message and its connection is dropped, which loses its other tasks
+to a new agent (the masters build their own agents, so this does not happen in practice).
 
 Bulk returns (issue 8 item 3), an optional addition both ways: a master that serializes large
 results says `bulk_threshold` (bytes) in its welcome. An agent that was told it announces a result
@@ -87,8 +94,9 @@ NO_MORE_TASKS = "no_more_tasks"
 RESULT = "result"
 BULK_READY = "bulk_ready"
 BULK_GO = "bulk_go"
+CANCEL = "cancel"
 FROM_AGENT = frozenset({HELLO, AUTH, RESULT, BULK_READY})
-FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, NO_MORE_TASKS, BULK_GO})
+FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, NO_MORE_TASKS, BULK_GO, CANCEL})
 MESSAGE_TYPES = FROM_AGENT | FROM_MASTER
 
 
@@ -149,6 +157,7 @@ _FIELDS: dict[str, dict[str, _Check]] = {
     RESULT: {"result": _check_result},
     BULK_READY: {"process": _check_count, "attempt": _check_count, "size": _check_count},
     BULK_GO: {"process": _check_count, "attempt": _check_count},
+    CANCEL: {"process": _check_count, "attempt": _check_count},
 }
 # fields a message may leave out (None or absent: not there), added after version 1 shipped
 _OPTIONAL: dict[str, dict[str, _Check]] = {

@@ -6,14 +6,16 @@ For each queue block of the user's submit file:
    (`state.master_output_dir` under MASTER_OUTPUTS_DIR_PREFIX_PATH) holding the block's
    self-contained submit description (`QueueBlock.submit_text`) and the initial state file,
    written atomically before anything is submitted.
-2. The master job, submitted through the gateway on hold: universe scheduler (so HTCondor never
+2. The master job, submitted through the gateway on hold (tasks submitted on hold, `hold =
+   true`, are held in the initial state file): universe scheduler (so HTCondor never
    evacuates it, and re-runs it when it fails, seed §3.2), `python -m llic.master STATE_FILE`.
    `on_exit_remove` lets it leave the queue only after exit status 0; killed by a signal or
    exiting with any other status it is run again and resumes from its state file. Exit statuses
    2 (state file or description unusable) and 3 (gave up), and a 20th run, hold it instead, with
    the reason in HoldReason, so a master that cannot succeed is not restarted forever.
 3. The state file is rewritten with the job's cluster (the tasks' `$(Cluster)`, as condor_submit
-   would give them), the directory handed to the job's owner when master_submitter runs as root
+   would give them), the tasks' job event logs get their submit events (000, under
+   cluster.process), the directory handed to the job's owner when master_submitter runs as root
    (the sandbox's clients claim to be its unprivileged user: HTCondor runs no job as root), and
    the job released.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import socket
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -44,6 +47,7 @@ import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
 from llic.config import LlicConfig
+from llic.eventlog import append_events, log_path, submit_event
 from llic.master_core import MasterStatus
 from llic.state import (
     MasterInfo,
@@ -209,10 +213,21 @@ async def _submit_one(
     state_path = outdir / state_file_name(master_id)
     sub_path = outdir / f"master.{master_id}.sub"
     sub_path.write_text(block.submit_text())
-    processes = [t.process for t in block.tasks(1 + block.cluster_offset)]
+    processes: list[int] = []
+    held: list[int] = []
+    logs: dict[int, tuple[str, str]] = {}  # process -> (its job event log, the submit event's notes)
+    for task in block.iter_tasks(1 + block.cluster_offset):
+        processes.append(task.process)
+        if task.hold:
+            held.append(task.process)
+        if task.log:
+            logs[task.process] = (
+                log_path(task.initialdir, task.log),
+                task.policy.get("SubmitEventNotes", ""),
+            )
     # The tasks' $(Cluster) is the master job's cluster, known once it is submitted (below).
     info = MasterInfo(master_id, _whoami(), 0, str(sub_path), block.index)
-    state = initial_state(info, config, processes, time.time())
+    state = initial_state(info, config, processes, time.time(), held=held)
     state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
     save_state(state_path, state)
     desc = master_job(
@@ -228,12 +243,15 @@ async def _submit_one(
         owner = str(owner_ad.get("Owner") or info.owner)
         state = replace(state, info=replace(info, cluster=result.cluster, owner=owner))
         save_state(state_path, state)
+        written = await trio.to_thread.run_sync(_write_submit_events, logs, result.cluster)
         if os.geteuid() == 0 and owner != "root":
             try:
                 pw = pwd.getpwnam(owner)
             except KeyError:
                 raise SubmitError(f"the master job's owner {owner!r} is not a user here") from None
             _chown_tree(outdir, pw.pw_uid, pw.pw_gid)
+            for path in written:  # the master, running as the owner, appends to them
+                os.chown(path, pw.pw_uid, pw.pw_gid)
         await _release(gw, schedd, result.cluster)
     except BaseException:
         with trio.CancelScope(shield=True):
@@ -244,6 +262,21 @@ async def _submit_one(
                 pass
         raise
     return SubmittedMaster(master_id, job_id, block.index, block.line, len(processes), state_path)
+
+
+def _write_submit_events(logs: dict[int, tuple[str, str]], cluster: int) -> list[str]:
+    """The job event logs' submit events (000), as the schedd writes them when condor_submit
+    queues the jobs; returns the logs written. A log that cannot be written stops the submission
+    (condor_submit too refuses a log it cannot write)."""
+    host = f"<{socket.gethostname()}>"
+    now = time.time()
+    texts: dict[str, list[str]] = {}
+    for process, (path, notes) in logs.items():
+        texts.setdefault(path, []).append(submit_event(cluster, process, now, host, notes))
+    problems = append_events(texts)
+    if problems:
+        raise SubmitError(f"cannot write the job event log {problems[0]}")
+    return list(texts)
 
 
 def _whoami() -> str:

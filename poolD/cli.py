@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     overlay.add_argument("--settle", type=float, default=300.0, help="virtual seconds after the last join")
     overlay.add_argument("--steady", type=float, default=600.0, help="window measuring maintenance traffic")
     overlay.add_argument("--repair", type=float, default=300.0, help="virtual seconds of repair after churn")
+    overlay.add_argument(
+        "--detect-samples", type=int, default=100, help="isolated crashes timed for detect_median_s/_p99_s"
+    )
     traces = add_command(what, "traces", "job exchange between EASY sites on SWF traces; prints JSON")
     traces.add_argument(
         "--trace", action="append", required=True, metavar="FILE:SLOTS", help="a site's trace (repeatable)"
@@ -75,7 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(config: PooldConfig, path: Path) -> None:
     if config.daemon.policy_file is not None:
         Policy.load(config.daemon.policy_file)
-    config.ring.check_key(path)
+    cert = config.ring.check_key(path).cert
+    if cert.pool != config.pool.name:
+        raise ConfigError(
+            f"{path}: pool.name is {config.pool.name!r}, but the node certificate is for {cert.pool!r}"
+        )
 
 
 def _resolve(config: PooldConfig, path: Path) -> PooldConfig:
@@ -151,6 +158,9 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
     if args.nodes < 1 or args.lookups < 1:
         print("poold: error: --nodes and --lookups must be at least 1", file=sys.stderr)
         return 2
+    if args.detect_samples < 0:
+        print("poold: error: --detect-samples must be at least 0", file=sys.stderr)
+        return 2
     config = ExperimentConfig(
         nodes=args.nodes,
         seed=args.seed,
@@ -162,6 +172,7 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
         settle_seconds=args.settle,
         steady_seconds=args.steady,
         repair_seconds=args.repair,
+        detect_samples=args.detect_samples,
     )
     try:
         result = OverlayExperiment(config).run()

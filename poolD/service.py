@@ -32,6 +32,7 @@ from common.config import ConfigError
 from common.events import Note, log_note, note
 from common.logging import set_level
 from common.metrics import serve_metrics
+from common.overlay.certs import CertificateError
 from common.overlay.driver import UdpOverlay
 from common.overlay.ids import digit, id_hex
 from common.overlay.messages import Peer
@@ -59,7 +60,8 @@ from poolD.policy import Policy
 log = structlog.get_logger("poold")
 
 GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom
-# What a SIGHUP takes on from a changed poold.toml; any other change waits for a restart.
+# What a SIGHUP takes on from a changed poold.toml; any other change waits for a restart (the
+# revocation list, [ring] revoked_file, is read again on every SIGHUP).
 RELOADABLE = ("daemon.policy_file", "daemon.log_level", "daemon.gateway_timeout", "daemon.advertise_interval")
 
 
@@ -114,10 +116,27 @@ class PoolDaemon:
 
     async def reload(self) -> None:
         """SIGHUP: the config file is read again and what `RELOADABLE` names takes effect (the
-        log names the changes that wait for a restart); then the policy file is read again. A
-        broken config file or policy is reported and the old one kept."""
+        log names the changes that wait for a restart); then the revocation list and the policy
+        file are read again. A broken config file, list or policy is reported and the old one
+        kept."""
         if self.reread is not None:
             await self._reload_config()
+        try:
+            self.overlay.reload_revoked()
+        except CertificateError as e:
+            log.error("revocation list not reloaded", error=str(e))
+            self._note(
+                note(
+                    "revoked_reload_failed",
+                    f"revocation list reload failed, old list kept: {e}",
+                    error=str(e),
+                )
+            )
+        else:
+            revoked = len(self.overlay.identity.trust.revoked)
+            self._note(
+                note("revoked_reloaded", f"revocation list reloaded ({revoked} serials)", revoked=revoked)
+            )
         try:
             policy = self._read_policy()
         except ConfigError as e:

@@ -33,7 +33,8 @@ def run_script(name: str, *args: str, **kwargs: object) -> subprocess.CompletedP
 
 def test_every_command_is_listed() -> None:
     assert set(SCRIPTS) == {
-        "poold", "faultd", "master_submitter", "master_q", "master_rm", "llic-master", "condor-selforg",
+        "poold", "faultd", "master_submitter", "master_q", "master_rm", "master_release", "master_hold",
+        "llic-master", "condor-selforg",
     }  # fmt: skip
 
 

@@ -267,7 +267,9 @@ class Agent:
         if self.window != self.config.window:
             self.log(f"the master set the window to {self.window} (input file: {self.config.window})")
         sock.settimeout(None)
-        decoder.allowed = frozenset({protocol.TASK, protocol.NO_MORE_TASKS, protocol.BULK_GO})
+        decoder.allowed = frozenset(
+            {protocol.TASK, protocol.NO_MORE_TASKS, protocol.BULK_GO, protocol.CANCEL}
+        )
         self.log(f"authenticated; window {self.window}, bulk threshold {self.bulk_threshold}")
         return decoder
 
@@ -311,6 +313,12 @@ class Agent:
             selector.close()
 
     def _handle(self, msg: protocol.Message) -> None:
+        if msg.type == protocol.CANCEL:
+            key = (msg.body["process"], msg.body["attempt"])
+            self.log(f"master: cancel {key[0]}.{key[1]}")
+            if key in self.held:
+                self.launcher.cancel(key)  # its result still comes back, as `held` expects
+            return
         if msg.type == protocol.BULK_GO:
             key = (msg.body["process"], msg.body["attempt"])
             if key in self.parked and key not in self.granted:

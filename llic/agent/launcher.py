@@ -57,6 +57,8 @@ class Launcher(threading.Thread):
         self.host = host
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._current: tuple[int, int] | None = None  # the (process, attempt) running now
+        self._cancelled: set[tuple[int, int]] = set()  # the master stopped these
         self._aborted = False
 
     def run(self) -> None:
@@ -78,6 +80,13 @@ class Launcher(threading.Thread):
                 return
             self.done(job)
 
+    def cancel(self, key: tuple[int, int]) -> None:
+        """The master stopped this task: kill it if it runs, skip it if it has not started."""
+        with self._lock:
+            self._cancelled.add(key)
+            if self._current == key and self._proc is not None:
+                _kill_group(self._proc.pid)
+
     def abort(self) -> None:
         """Stop now: kill the running task and everything it started; run nothing more."""
         with self._lock:
@@ -92,6 +101,8 @@ class Launcher(threading.Thread):
         result = protocol.TaskResult(task.process, task.attempt, protocol.STATUS_OK, host=self.host)
         started = time.time()
         clock = time.monotonic()
+        with self._lock:
+            self._current = task.key
         try:
             proc = self._start(job)
         except _LaunchError as exc:
@@ -131,6 +142,8 @@ class Launcher(threading.Thread):
             with self._lock:
                 if self._aborted:
                     raise _LaunchError("the agent is stopping")
+                if job.task.key in self._cancelled:
+                    raise _LaunchError("cancelled by the master before it started")
                 try:
                     self._proc = subprocess.Popen(
                         job.argv,
@@ -161,3 +174,4 @@ class Launcher(threading.Thread):
         proc.wait()
         with self._lock:
             self._proc = None
+            self._current = None

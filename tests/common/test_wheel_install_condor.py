@@ -164,14 +164,27 @@ def test_poold_and_faultd_from_the_wheel(
 
     # -- the administrator's part: ring keys and the two config files (no HTCondor path in them:
     # poold's collector, faultd's LOG, SPOOL, config dir and collector come from HTCondor's config)
-    for daemon, (uid, gid) in (("poold", (condor_uid, condor_gid)), ("faultd", (0, 0))):
+    # and each daemon's identity, made with its own `keys` command as docs/admin.md says (a CA per
+    # ring, the node's key pair in /etc/<daemon>, its certificate, the CA's public key beside it)
+    address = cm["address"]
+    for daemon, (uid, gid), name in (
+        ("poold", (condor_uid, condor_gid), POOL),
+        ("faultd", (0, 0), cm["name"]),
+    ):
+        etc = f"/etc/{daemon}"
         key = root.path / f"etc/{daemon}/ring.key"
         generate_key_file(key)
-        os.chown(key, uid, gid)
+        keys = (f"{venv}/bin/{daemon}", "keys")
+        root.run(*keys, "init-ca", f"/root/{daemon}-ca")
+        root.run(*keys, "new-node", etc)
+        root.run(*keys, "sign", "--ca-key", f"/root/{daemon}-ca/ca.key", "--public-key", f"{etc}/node.pub",
+                 "--name", name, "--pool", POOL, "--host", address, "--out", f"{etc}/node.cert")  # fmt: skip
+        shutil.copy(root.path / f"root/{daemon}-ca/ca.pub", root.path / f"etc/{daemon}/ca.pub")
+        for f in ("ring.key", "node.key", "node.pub", "node.cert", "ca.pub"):
+            os.chown(root.path / f"etc/{daemon}/{f}", uid, gid)
     run_dir = work / "run"
     run_dir.mkdir()
     os.chown(run_dir, condor_uid, condor_gid)
-    address = cm["address"]
     (root.path / "etc/poold/poold.toml").write_text(f"""
 [pool]
 name = "{POOL}"

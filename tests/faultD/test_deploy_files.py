@@ -11,15 +11,19 @@ import pytest
 
 from common.overlay.auth import generate_key_file
 from faultD.cli import main, render_status
+from tests.poolD.test_deploy_files import install_keys
 
 FILES = Path(__file__).resolve().parents[2] / "common" / "deploy_files"
 
 
 def example_config(tmp_path: Path) -> Path:
-    """The packaged example, with a key and an HTCondor configuration of its own: the paths and
+    """The packaged example, with keys and an HTCondor configuration of its own: the paths and
     the collector's port it leaves out come from that configuration."""
-    key = tmp_path / "ring.key"
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    key = etc / "ring.key"
     generate_key_file(key)
+    install_keys(etc, main, name="ex1.pool-a", pool="pool-a", host="10.0.0.21")
     (tmp_path / "config.d").mkdir()
     condor = tmp_path / "condor_config"
     condor.write_text(
@@ -27,7 +31,7 @@ def example_config(tmp_path: Path) -> Path:
         "COLLECTOR_HOST = 10.0.0.20:9618\n"
     )
     text = (FILES / "config/faultd.toml").read_text()
-    text = text.replace("/etc/faultd/ring.key", str(key)).replace(
+    text = text.replace("/etc/faultd/", f"{etc}/").replace(
         '# condor_config = "/etc/condor/condor_config"', f'condor_config = "{condor}"'
     )
     config = tmp_path / "faultd.toml"
@@ -81,10 +85,12 @@ def test_render_status_shows_role_manager_epoch_and_replica() -> None:
             },
             "replica_holders": [], "condor": {"role_file": "/etc/condor/config.d/99-faultd-role.conf"},
             "leaf_set": ["10.0.0.1:7641"], "drops": {"bad_mac": 2}, "history": ["new manager 10.0.0.1:7641"],
+            "refused": {"replica": 3},
         }
     )  # fmt: skip
     assert "role            listener" in text and "epoch / seq     2 / 41" in text
     assert "version 7 (epoch 2)" in text and "accountant" in text and "bad_mac" in text
+    assert "refused         {'replica': 3}" in text
 
 
 def test_systemd_unit_verifies(tmp_path: Path) -> None:

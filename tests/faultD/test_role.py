@@ -27,10 +27,10 @@ def machine(me: Peer, *, original: bool = False) -> RoleMachine:
     return m
 
 
-def alive(mgr: Peer, epoch: int, seq: int, incarnation: int = 1) -> Alive:
+def alive(mgr: Peer, epoch: int, seq: int, incarnation: int = 1, state_version: int = 0) -> Alive:
     return Alive(
         manager=mgr, collector=f"{mgr.addr.split(':')[0]}:9618", epoch=epoch, seq=seq, interval=1.0,
-        incarnation=incarnation,
+        incarnation=incarnation, state_version=state_version,
     )  # fmt: skip
 
 
@@ -85,7 +85,7 @@ def test_listener_that_still_hears_the_manager_does_not_take_over() -> None:
 
 def test_takeover_restores_the_replica_with_a_higher_epoch() -> None:
     m = machine(B)
-    m.on_message(alive(A, 1, 1), 0.0)
+    m.on_message(alive(A, 1, 1, state_version=4), 0.0)  # a replica is kept only up to what A announced
     m.on_message(ReplicaPush(sender=A, state=state(A.id, 4)), 0.1)
     out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 5.0)
     assert m.role is Role.MANAGER
@@ -98,7 +98,7 @@ def test_a_takeover_is_one_structured_event() -> None:
     """The decision as a log event with fields (event=takeover epoch=2 manager=b:1 ...) and a
     sentence for faultd status; the core still does no I/O."""
     m = machine(B)
-    m.on_message(alive(A, 1, 1), 0.0)
+    m.on_message(alive(A, 1, 1, state_version=4), 0.0)  # a replica is kept only up to what A announced
     m.on_message(ReplicaPush(sender=A, state=state(A.id, 4)), 0.1)
     out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 5.0)
     (takeover,) = [n for n in out.notes if n.event == "takeover"]

@@ -8,6 +8,7 @@ import pytest
 
 from common.config import ConfigError, parse_config
 from common.overlay.auth import generate_key_file
+from deploy.harness.ring_keys import RingKeys
 from faultD.config import FaultdConfig, with_condor_values
 from faultD.service import FaultDaemon
 from poolD.config import PooldConfig
@@ -23,9 +24,8 @@ VALUES = {
 
 
 def faultd_config(tmp_path: Path, extra: str = "", bind: str = "10.0.0.21") -> FaultdConfig:
-    key = tmp_path / "ring.key"
-    if not key.exists():
-        generate_key_file(key)
+    keys = RingKeys(tmp_path / "keys", ring="faultd:pool-a")
+    keys.node("ex1", hosts=["0.0.0.0/0"], pool="pool-a")
     text = f"""
 [fault]
 {extra}
@@ -33,8 +33,7 @@ def faultd_config(tmp_path: Path, extra: str = "", bind: str = "10.0.0.21") -> F
 node_name = "ex1"
 bind = "{bind}"
 port = 7641
-key_file = "{key}"
-[daemon]
+{keys.toml("ex1")}[daemon]
 control_socket = "{tmp_path / "faultd.sock"}"
 """
     return parse_config(text, FaultdConfig, source="faultd.toml")

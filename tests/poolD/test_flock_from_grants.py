@@ -1,6 +1,6 @@
 """What poolD lets other pools' schedds in with (FLOCK_FROM): only hosts the grammar and the
 policy grant, bounded, and taken back when a grant expires or the policy turns (issue 14, row 1).
-The pure core, fed by hand; tests/poolD/test_hostile_poold.py attacks a real poold."""
+The pure core, fed by hand; tests/hostile/test_poold_flock_intents.py attacks a real poold."""
 
 from __future__ import annotations
 

@@ -5,23 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.config import parse_config
-from common.overlay.auth import generate_key_file
+from deploy.harness.ring_keys import RingKeys
 from poolD.config import PooldConfig
 from poolD.policy import Direction, Subject
 from poolD.service import PoolDaemon
 
 
 def daemon(tmp_path: Path, policy: Path) -> PoolDaemon:
-    key = tmp_path / "ring.key"
-    generate_key_file(key)
+    keys = RingKeys(tmp_path)
+    keys.node("home", hosts=["0.0.0.0/0"], pool="home")
     text = f"""
 [pool]
 name = "home"
 collector = "127.0.0.1:9618"
 [ring]
 node_name = "home"
-key_file = "{key}"
-[daemon]
+{keys.toml("home")}[daemon]
 policy_file = "{policy}"
 control_socket = "{tmp_path / "ctl.sock"}"
 """

@@ -1,5 +1,5 @@
 """Issue 14, row 6: what a peer that holds nothing can do to an llic master (row 9, the modes
-of returned files, is in test_files.py). On loopback, without HTCondor: the master's driver in
+of returned files, is in tests/llic/test_files.py). On loopback, without HTCondor: the master's driver in
 this process (fake agents from test_master_driver) for the exact counters, and a real
 `llic-master` process with real local agents under a flood of connections for its memory."""
 
