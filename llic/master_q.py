@@ -120,6 +120,8 @@ MASTER_ATTRS = {
     "running": "LlicRunning",
     "queued": "LlicIdle",
     "failed": "LlicFailed",
+    "held": "LlicHeld",
+    "removed": "LlicRemoved",
     "agent_jobs_submitted": "LlicAgentJobsSubmitted",
     "tasks_per_second": "LlicTasksPerSecond",
     "eta_seconds": "LlicEtaSeconds",
@@ -141,7 +143,8 @@ def master_ad(row: dict[str, Any]) -> dict[str, Any]:
 def row_of_ad(ad: dict[str, Any]) -> dict[str, Any]:
     """The inverse of master_ad, for masters listed from their job ads."""
     row = {key: ad.get(attr) for key, attr in MASTER_ATTRS.items()}
-    for key in ("total", "done", "running", "queued", "failed", "agent_jobs_submitted", "retries", "lost"):
+    for key in ("total", "done", "running", "queued", "failed", "held", "removed", "agent_jobs_submitted",
+                "retries", "lost"):  # fmt: skip
         row[key] = int(row[key] or 0)
     row["owner"] = str(row["owner"] or "?")
     row["agents"] = {s.value: int(ad.get(AGENT_ATTR.format(s.value.capitalize())) or 0) for s in AGENT_STATES}

@@ -11,7 +11,7 @@ from llic import cli
 from llic.chef import ChefRecord, ChefState
 from llic.config import CONFIG_ENV, LlicConfig
 from llic.master_core import MasterStatus
-from llic.master_q import main, render_table, summarize
+from llic.master_q import main, master_ad, render_table, row_of_ad, summarize
 from llic.state import (
     MasterInfo,
     MasterState,
@@ -99,6 +99,18 @@ def test_table_looks_like_condor_q() -> None:
         "agents: 4 running, 0 waiting for a slot"
     )
     assert render_table([], "t").splitlines()[-1].startswith("Total for 0 masters: 0 tasks;")
+
+
+def test_a_master_listed_from_its_job_ad_shows_as_from_its_state_file() -> None:
+    """master_q without a state file reads the masters' job ads: the same table, held tasks counted."""
+    state = a_state("12.0")
+    state.tasks[70] = TaskRecord(70, TaskState.HELD)
+    row = summarize(state)
+    ad = master_ad(row)
+    assert ad["LlicHeld"] == 1 and ad["LlicRemoved"] == 0
+    from_ad = row_of_ad(ad)
+    assert render_table([from_ad], "t").splitlines()[2] == render_table([row], "t").splitlines()[2]
+    assert "1 held, " in render_table([from_ad], "t")
 
 
 def test_one_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
