@@ -105,15 +105,18 @@ def issue_node(
 
 
 def add_keys_parser(sub: argparse._SubParsersAction, prog: str) -> None:
-    """The `keys` command and its subcommands, for `prog` (poold or faultd)."""
-    keys = sub.add_parser("keys", help="node keys and certificates of the ring (for its administrator)")
-    what = keys.add_subparsers(dest="keys_command", required=True)
-    ca = what.add_parser("init-ca", help="make the ring's certificate authority (keep ca.key offline)")
-    ca.add_argument("directory", type=Path)
-    node = what.add_parser("new-node", help="make this node's key pair (node.key stays here; send node.pub)")
-    node.add_argument("directory", type=Path)
-    sign = what.add_parser("sign", help="sign a node's public key into a certificate (with the CA key)")
-    sign.add_argument("--ca-key", type=Path, required=True)
+    """The `keys` command and its subcommands, for `prog` (poold or faultd), in the suite's style:
+    each says what it does and its defaults (common.cli.add_command)."""
+    from common.cli import add_command
+
+    keys = add_command(sub, "keys", "node keys and certificates of the ring (for its administrator)")
+    what = keys.add_subparsers(dest="keys_command", required=True, metavar="KEYS_COMMAND")
+    ca = add_command(what, "init-ca", "make the ring's certificate authority (keep ca.key offline)")
+    ca.add_argument("directory", type=Path, help="where to write ca.key and ca.pub")
+    node = add_command(what, "new-node", "make this node's key pair (node.key stays here; send node.pub)")
+    node.add_argument("directory", type=Path, help="where to write node.key and node.pub")
+    sign = add_command(what, "sign", "sign a node's public key into a certificate (with the CA key)")
+    sign.add_argument("--ca-key", type=Path, required=True, help="the CA's private key (ca.key)")
     sign.add_argument("--public-key", type=Path, required=True, help="the node's node.pub")
     sign.add_argument("--name", required=True, help="the node's [ring] node_name")
     sign.add_argument("--node-id", help="the node's [ring] node_id, if its config sets one (32 hex digits)")
@@ -123,14 +126,14 @@ def add_keys_parser(sub: argparse._SubParsersAction, prog: str) -> None:
     )
     default_ring = "poold" if prog == "poold" else "faultd:POOL"
     sign.add_argument("--ring", help=f"ring name (default {default_ring}); every member has the same")
-    sign.add_argument("--days", type=float, default=365.0, help="validity from now (default 365)")
-    sign.add_argument("--serial", type=int, help="default: random")
+    sign.add_argument("--days", type=float, default=365.0, help="validity from now, in days")
+    sign.add_argument("--serial", type=int, help="the certificate's serial (default: random)")
     sign.add_argument("--out", type=Path, required=True, help="the certificate file to write (node.cert)")
-    show = what.add_parser("show", help="print a certificate")
-    show.add_argument("file", type=Path)
-    revoke = what.add_parser("revoke", help="add a certificate's serial to a revocation list")
+    show = add_command(what, "show", "print a certificate")
+    show.add_argument("file", type=Path, help="the certificate (node.cert)")
+    revoke = add_command(what, "revoke", "add a certificate's serial to a revocation list")
     revoke.add_argument("--list", type=Path, required=True, help="the revocation list ([ring] revoked_file)")
-    revoke.add_argument("serial", type=int)
+    revoke.add_argument("serial", type=int, help="the revoked certificate's serial (keys show prints it)")
     keys.set_defaults(keys_prog=prog)
 
 

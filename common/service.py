@@ -1,5 +1,5 @@
-"""What every daemon of the suite needs around its protocol: systemd readiness and watchdog, a
-local control socket for its CLI (`poold status`, `faultd status`), and signal handling."""
+"""What every daemon of the suite needs around its protocol: a local control socket for its CLI
+(`poold status`, `faultd status`) and signal handling; systemd's protocol is common.systemd."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from typing import Any
 
 import structlog
 import trio
+
+from common.systemd import READY, reloading, sd_notify, watchdog_period
+
+__all__ = ["print_status", "query_control", "sd_notify", "serve_control", "signal_loop", "watchdog_period"]
 
 log = structlog.get_logger("service")
 
@@ -50,42 +54,6 @@ def parse_request(data: bytes) -> dict[str, Any]:
     if not isinstance(request, dict):
         raise ValueError("request must be a JSON object")
     return request
-
-
-def sd_notify(state: str) -> bool:
-    """Tell systemd about our state (READY=1, WATCHDOG=1, STOPPING=1, STATUS=...), if it listens."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return False
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.sendto(state.encode(), address)
-        except OSError as e:
-            log.warning("sd_notify failed", error=str(e))
-            return False
-    return True
-
-
-def watchdog_period() -> float | None:
-    """Half the watchdog interval systemd asked for (WATCHDOG_USEC), or None without one."""
-    usec = os.environ.get("WATCHDOG_USEC")
-    pid = os.environ.get("WATCHDOG_PID")
-    if not usec or (pid and pid != str(os.getpid())):
-        return None
-    return int(usec) / 2e6
-
-
-async def watchdog_loop(healthy: Callable[[], bool]) -> None:
-    """Ping systemd's watchdog while `healthy()` says so; a hung daemon then gets restarted."""
-    period = watchdog_period()
-    if period is None:
-        return
-    while True:
-        if healthy():
-            sd_notify("WATCHDOG=1")
-        await trio.sleep(period)
 
 
 async def serve_control(
@@ -176,7 +144,9 @@ async def signal_loop(on_reload: Callable[[], Awaitable[None]], cancel: trio.Can
         async for signum in signals:
             if signum == signal.SIGHUP:
                 log.info("SIGHUP: reloading")
+                reloading()
                 await on_reload()
+                sd_notify(READY)
             else:
                 log.info("stopping", signal=signal.Signals(signum).name)
                 sd_notify("STOPPING=1")

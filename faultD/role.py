@@ -38,6 +38,7 @@ import random
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from common.events import Note, note
 from common.overlay.ids import closeness, id_hex
 from common.overlay.messages import Peer
 from common.wire import Message
@@ -106,7 +107,7 @@ class RoleOutput:
     routes: list[tuple[int, Message]] = field(default_factory=list)
     directs: list[tuple[str, Message]] = field(default_factory=list)
     condor: list[CondorAction] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # decisions worth a log line
+    notes: list[Note] = field(default_factory=list)  # decisions worth a log line (common.events)
     wakeup: float | None = None
 
 
@@ -268,7 +269,13 @@ class RoleMachine:
             return
         if self.role is Role.MANAGER:
             # A manager's best token is its own, so a lower one was fenced above: this one wins.
-            self._note(f"alive from {msg.manager.addr} with epoch {msg.epoch}: stepping down")
+            self._note(
+                "step_down",
+                f"alive from {msg.manager.addr} with epoch {msg.epoch}: stepping down",
+                epoch=msg.epoch,
+                manager=msg.manager.addr,
+                own_epoch=self.epoch,
+            )
             self._step_down()
         same = (
             self.manager is not None
@@ -287,7 +294,13 @@ class RoleMachine:
         self.missing_at = now + self._silence_limit()
         self.missing_sent = 0
         if not same or self.manager_collector != msg.collector:
-            self._note(f"new manager {msg.manager.addr} (epoch {msg.epoch}), collector {msg.collector}")
+            self._note(
+                "new_manager",
+                f"new manager {msg.manager.addr} (epoch {msg.epoch}), collector {msg.collector}",
+                epoch=msg.epoch,
+                manager=msg.manager.addr,
+                collector=msg.collector,
+            )
             self.manager = msg.manager
             self.manager_collector = msg.collector
             self._out.condor.append(PointTo(msg.collector))
@@ -296,15 +309,24 @@ class RoleMachine:
 
     def _on_silence(self, now: float) -> None:
         if self.manager is None and self.original:
-            self._note("no manager heard since start: the original manager takes its role")
-            self._become_manager(now, state=self.replica)
+            self._become_manager(
+                now,
+                state=self.replica,
+                reason="no manager heard since start: the original manager takes its role",
+            )
             return
         key = self.manager.id if self.manager is not None else self.manager_hint
         if key is None:
             self.missing_at = now + self._silence_limit()
             return
         self.missing_sent += 1
-        self._note(f"manager {id_hex(key)[:8]} silent: manager_missing #{self.missing_sent}")
+        self._note(
+            "manager_silent",
+            f"manager {id_hex(key)[:8]} silent: manager_missing #{self.missing_sent}",
+            manager=id_hex(key),
+            missing=self.missing_sent,
+            silent_s=None if self.last_alive is None else round(now - self.last_alive, 3),
+        )
         self._out.routes.append((key, ManagerMissing(manager=key, epoch=self.best[0], sender=self.me)))
         self.missing_at = now + self._silence_limit()
 
@@ -322,8 +344,8 @@ class RoleMachine:
             if self.last_alive_msg is not None:
                 self._out.directs.append((msg.sender.addr, self.last_alive_msg))
             return
-        self._note(f"manager_missing from {msg.sender.addr}: taking over as the closest live node")
-        self._become_manager(now, state=self.replica)
+        reason = f"manager_missing from {msg.sender.addr}: taking over as the closest live node"
+        self._become_manager(now, state=self.replica, reason=reason)
 
     def _preempt(self, now: float) -> None:
         assert self.manager is not None
@@ -332,19 +354,20 @@ class RoleMachine:
         )
         self.preempt_at = now + self.params.preempt_retry
 
-    def _refuse(self, kind: str, why: str) -> None:
+    def _refuse(self, kind: str, why: str, sender: str, **fields: object) -> None:
+        """Count a message the trust rules refuse, and note it (event `<kind>_refused`)."""
         self.refused[kind] = self.refused.get(kind, 0) + 1
-        self._note(f"{kind} refused: {why}")
+        self._note(f"{kind}_refused", f"{kind} refused: {why}", sender=sender, why=why, **fields)
 
     def _on_handover(self, msg: Handover, now: float) -> None:
         if not self.original or self.role is Role.MANAGER:
             return
         if self.manager is None or msg.sender.id != self.manager.id:
-            self._refuse("handover", f"from {msg.sender.addr}, not the manager we preempted")
+            self._refuse("handover", f"from {msg.sender.addr}, not the manager we preempted", msg.sender.addr)
             return
         state = msg.state if msg.state is not None and msg.state.intact() else self.replica
-        self._note(f"handover from {msg.sender.addr}: resuming as manager")
-        self._become_manager(now, state=state, epoch=max(msg.epoch, self.best[0] + 1))
+        reason = f"handover from {msg.sender.addr}: resuming as manager"
+        self._become_manager(now, state=state, epoch=max(msg.epoch, self.best[0] + 1), reason=reason)
 
     def _replica_problem(self, msg: ReplicaPush) -> str | None:
         """Why a push must not be kept (see the module docstring), or None."""
@@ -359,13 +382,13 @@ class RoleMachine:
         if state.version > announced.state_version + 1:
             return f"version {state.version} beyond the announced {announced.state_version}"
         if not state.intact():
-            return "fails its checksum"
+            return f"from {msg.sender.addr} fails its checksum"
         return None
 
     def _on_replica(self, msg: ReplicaPush, now: float) -> None:
         problem = self._replica_problem(msg)
         if problem is not None:
-            self._refuse("replica", problem)
+            self._refuse("replica", problem, msg.sender.addr, version=msg.state.version)
             return
         state = msg.state
         current = self.replica
@@ -376,8 +399,21 @@ class RoleMachine:
 
     # ------------------------------------------------------------------ manager
 
-    def _become_manager(self, now: float, *, state: PoolState | None, epoch: int | None = None) -> None:
+    def _become_manager(
+        self, now: float, *, state: PoolState | None, reason: str, epoch: int | None = None
+    ) -> None:
+        previous = self.manager
         self.epoch = epoch if epoch is not None else self.best[0] + 1
+        self._note(
+            "takeover",
+            f"{reason} (epoch {self.epoch})",
+            epoch=self.epoch,
+            manager=self.me.addr,
+            collector=self.collector,
+            previous=None if previous is None else previous.addr,
+            silent_s=None if self.last_alive is None else round(now - self.last_alive, 3),
+            state_version=None if state is None else state.version,
+        )
         self.best = token(self.epoch, self.me.id)
         self.role = Role.MANAGER
         self.takeovers += 1
@@ -441,13 +477,20 @@ class RoleMachine:
 
     def _on_preempt(self, msg: PreemptReplacement, now: float) -> None:
         if self.manager_hint is not None and msg.original.id != self.manager_hint:
-            self._refuse("preempt", f"from {msg.original.addr}, which is not the original manager")
+            self._refuse(
+                "preempt", f"from {msg.original.addr}, which is not the original manager", msg.original.addr
+            )
             return
         if self.role is not Role.MANAGER:
             if self.handover is not None and self.handover[0] == msg.original.id:
                 self._out.directs.append((msg.original.addr, self.handover[2]))  # ours was lost
             return
-        self._note(f"original manager {msg.original.addr} is back: handing over")
+        self._note(
+            "handover",
+            f"original manager {msg.original.addr} is back: handing over",
+            to=msg.original.addr,
+            epoch=self.epoch + 1,
+        )
         # We name the original's epoch, and fence ourselves below it, so that if we must take over
         # again later we cannot pick the epoch the original is about to use.
         handover = Handover(sender=self.me, epoch=self.epoch + 1, state=self.local_state)
@@ -464,8 +507,8 @@ class RoleMachine:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _note(self, text: str) -> None:
-        self._out.notes.append(text)
+    def _note(self, event: str, text: str, **fields: object) -> None:
+        self._out.notes.append(note(event, text, **fields))
 
     def _flush(self, now: float) -> RoleOutput:
         out, self._out = self._out, RoleOutput()

@@ -1,5 +1,6 @@
-"""Command lines of llic: master_submitter, master_q, and master_release, master_rm and
-master_hold (the user's requests, llic/user_requests.py); the master itself: llic/master.py."""
+"""Command lines of llic: master_submitter, master_q, master_rm (masters: llic/master_rm.py; tasks:
+the user's requests, llic/user_requests.py), master_release and master_hold; the master itself:
+llic/master.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from llic.submit import SubmitFile
 
 # what --dry-run prints of each task, in this order (a task's whole record is llic.task.Task)
@@ -32,9 +35,13 @@ def master_submitter(argv: list[str] | None = None) -> int:
     `condor_submit -dry-run` would (first cluster 1). Without it, one master per queue statement
     is submitted in the scheduler universe (llic/submitter.py); --wait shows their progress.
     """
+    from common.cli import new_parser
+
     prog = "master_submitter"
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Run an HTCondor submit file's jobs through llic."
+    parser = new_parser(
+        prog,
+        "Run an HTCondor submit file's jobs through llic: one master (a scheduler-universe job) per "
+        "queue statement, which runs the tasks on a few agents.",
     )
     parser.add_argument("file", metavar="FILE", help="the HTCondor submit file")
     parser.add_argument(
@@ -167,31 +174,44 @@ def master_q(argv: list[str] | None = None) -> int:
     return main(argv)
 
 
-def _request(action: str, prog: str, argv: list[str] | None) -> int:
-    """master_release / master_rm / master_hold: ask a master to act on its tasks."""
+def _request_parser(action: str, prog: str) -> argparse.ArgumentParser:
     from pathlib import Path
 
-    from llic.state import StateFileError, load_state
-    from llic.taskbook import TaskState
-    from llic.user_requests import Request, write_request
+    from common.cli import new_parser
 
     verb = {"release": "release held", "remove": "remove", "hold": "hold"}[action]
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=f"Ask an llic master to {verb} tasks (as condor_{'rm' if action == 'remove' else action} "
+    parser = new_parser(
+        prog,
+        f"Ask an llic master to {verb} tasks (as condor_{'rm' if action == 'remove' else action} "
         "does jobs); without PROCESS, every task it applies to.",
     )
     parser.add_argument("state_file", metavar="STATE_FILE", type=Path, help="the master's master.<id>.state")
     parser.add_argument("processes", metavar="PROCESS", type=int, nargs="*", help="task process numbers")
-    parser.add_argument("-reason", "--reason", default="", help="the reason the job event log records")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "-reason", "--reason", help=f"the reason the job event log records (default: via {prog})"
+    )
+    return parser
+
+
+def _request(action: str, prog: str, argv: list[str] | None) -> int:
+    """master_release / master_hold: ask a master to act on its tasks."""
+    args = _request_parser(action, prog).parse_args(argv)
+    return ask_master(action, prog, args.state_file, args.processes, args.reason)
+
+
+def ask_master(action: str, prog: str, state_file: Path, processes: list[int], reason: str | None) -> int:
+    """Write a request for the master whose state file this is (llic/user_requests.py)."""
+    from llic.state import StateFileError, load_state
+    from llic.taskbook import TaskState
+    from llic.user_requests import Request, write_request
+
     try:
-        state = load_state(args.state_file)
+        state = load_state(state_file)
     except StateFileError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     known = {t.process: t.state for t in state.tasks}
-    unknown = [p for p in args.processes if p not in known]
+    unknown = [p for p in processes if p not in known]
     if unknown:
         print(f"{prog}: error: master {state.info.master_id} has no process {unknown[0]}", file=sys.stderr)
         return 2
@@ -200,10 +220,11 @@ def _request(action: str, prog: str, argv: list[str] | None) -> int:
         "remove": (TaskState.QUEUED, TaskState.RUNNING, TaskState.HELD),
         "hold": (TaskState.QUEUED, TaskState.RUNNING),
     }[action]
-    chosen = args.processes or [p for p, st in known.items() if st in applies]
+    chosen = processes or [p for p, st in known.items() if st in applies]
     matching = [p for p in chosen if known[p] in applies]
-    reason = args.reason or f"via {prog}"
-    path = write_request(args.state_file.parent, Request(action, tuple(args.processes) or None, reason))
+    path = write_request(
+        state_file.parent, Request(action, tuple(processes) or None, reason or f"via {prog}")
+    )
     others = len(chosen) - len(matching)
     skipped = f" ({others} others are not in a state it applies to)" if others else ""
     print(
@@ -219,8 +240,11 @@ def master_release(argv: list[str] | None = None) -> int:
 
 
 def master_rm(argv: list[str] | None = None) -> int:
-    """master_rm STATE_FILE [PROCESS ...]: remove tasks (condor_rm)."""
-    return _request("remove", "master_rm", argv)
+    """master_rm MASTER_ID|CLUSTER ...: cancel masters and their agents (as condor_rm CLUSTER);
+    master_rm STATE_FILE [PROCESS ...]: remove tasks (as condor_rm CLUSTER.PROC). llic/master_rm.py."""
+    from llic.master_rm import main
+
+    return main(argv)
 
 
 def master_hold(argv: list[str] | None = None) -> int:

@@ -100,6 +100,7 @@ from llic.events import (
     WriteEvents,
 )
 from llic.master_core import MasterStatus
+from llic.master_q import master_ad, summarize
 from llic.plan import Plan, PlanError, load_plan
 from llic.runners import AgentRunner, GatewayAgents, LocalAgents, usable_ip
 from llic.state import MasterState, StateFileError, StateWriter, restore, snapshot
@@ -112,7 +113,9 @@ EXIT_FAILED = 1  # anything unexpected: HTCondor re-runs the master, which resum
 EXIT_UNUSABLE = 2  # state file or submit description unusable: held, not re-run
 EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
+PUBLISH_INTERVAL = 5.0  # seconds between updates of the progress in the master's job ad, at least
 REQUEST_POLL_INTERVAL = 1.0  # seconds between looks for master_release / master_rm requests
+_UNSET = object()
 
 
 class Master:
@@ -174,6 +177,8 @@ class Master:
         self._count_wanted = trio.Event()
         self._submit_send, self._submit_recv = trio.open_memory_channel[SubmitAgent](math.inf)
         self._remove_send, self._remove_recv = trio.open_memory_channel[RemoveAgents](math.inf)
+        self._published: dict[str, object] = {}  # what the job ad says of our progress
+        self._publish_failed = False
         self._events_send, self._events_recv = trio.open_memory_channel[WriteEvents | None](math.inf)
 
     # ------------------------------------------------------------------ the core
@@ -282,6 +287,7 @@ class Master:
             nursery.start_soon(self._poller)
             nursery.start_soon(self._counter)
             nursery.start_soon(self._signals)
+            nursery.start_soon(self._publisher)
             nursery.start_soon(self._requests)
             events_done = trio.Event()
             nursery.start_soon(self._event_writer, events_done)
@@ -312,8 +318,9 @@ class Master:
         """The core's `finish`, carried out to its end here (not by the submitter and remover
         tasks, which would remove at once what must first get its grace): the state saved (how
         the run ended is known), connections closed, agents that are not leaving removed, those
-        that finished given AGENT_EXIT_GRACE to leave by themselves, then removed, every agent
-        of this master removed by attribute, and the state saved again, last."""
+        that finished given the core's grace to leave by themselves, then removed, every agent
+        of this master removed by attribute, the state saved again, and the progress put into the
+        job ad, last."""
         reason = self.stop_reason or ("all tasks done" if self.core.finished else "gave up")
         out = self.core.finish(time.time(), reason)
         for note in out.notes:
@@ -338,6 +345,9 @@ class Master:
                 self.log.warning("final removal by attribute failed", error=str(e))
             self.links.close_all(reason)
         self.save()
+        with trio.move_on_after(10) as scope:
+            scope.shield = True  # the job ad's last word on progress, also when cancelled
+            await self.publish_progress()
 
     async def _let_agents_leave(self, leaving: set[str], grace: float) -> None:
         """Agents that finished their tasks exit by themselves within moments; removing them
@@ -478,6 +488,36 @@ class Master:
         except GatewayError as e:
             self.log.warning("agent removal failed", jobs=list(job_ids), error=str(e))
 
+    def progress_attrs(self) -> dict[str, object]:
+        """The master's row as master_q shows it, as job ad attributes (llic.master_q.master_ad):
+        the Llic* ones; the job ad has Owner, ClusterId and LlicMasterId already (and HTCondor
+        lets no one edit the first two)."""
+        now = time.time()
+        ad = master_ad(summarize(snapshot(self.core, self.plan.info, now, self.extra), self.plan.state_path))
+        return {k: v for k, v in ad.items() if k.startswith("Llic") and k != "LlicMasterId"}
+
+    async def publish_progress(self) -> None:
+        """Put what changed of `progress_attrs` into the master's job ad; a refusal is logged once."""
+        attrs = self.progress_attrs()
+        changed = {k: v for k, v in attrs.items() if self._published.get(k, _UNSET) != v}
+        if not changed:
+            return
+        try:
+            await self.runner.publish(self.plan.info.master_id, self.plan.info.cluster, changed)
+        except GatewayError as e:
+            if not self._publish_failed:
+                self.log.warning("progress not written into the job ad", error=str(e))
+            self._publish_failed = True
+            return
+        self._publish_failed = False
+        self._published.update(changed)
+
+    async def _publisher(self) -> None:
+        """Every few seconds, the progress into the job ad (master_q without a state file)."""
+        while True:
+            await self.publish_progress()
+            await trio.sleep(max(PUBLISH_INTERVAL, self.config.state_save_interval))
+
     async def _on_timer(self, _: float) -> None:
         self.apply(self.core.on_timer(time.time()))
 
@@ -548,8 +588,10 @@ def _route_address() -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """`llic-master`'s command line."""
-    parser = argparse.ArgumentParser(
-        prog="llic-master", description="An llic master (run by master_submitter)."
+    from common.cli import new_parser
+
+    parser = new_parser(
+        "llic-master", "An llic master (run by master_submitter as a scheduler-universe job)."
     )
     parser.add_argument("state_file", type=Path, help="the master's state file (master.<id>.state)")
     parser.add_argument("--host", help="the address agents connect to (default: the schedd's)")

@@ -78,6 +78,10 @@ class AgentRunner(Protocol):
         """The address agents reach this master at, if the runner knows it."""
         ...
 
+    async def publish(self, master_id: str, cluster: int, attrs: dict[str, object]) -> None:
+        """Put the master's progress into its own job ad (master_q and condor_q read it there)."""
+        ...
+
     async def aclose(self) -> None:
         """Let go of what the runner holds (the gateway's worker, local processes)."""
         ...
@@ -167,6 +171,12 @@ class GatewayAgents:
                     break
         return ip
 
+    async def publish(self, master_id: str, cluster: int, attrs: dict[str, object]) -> None:
+        """condor_qedit of the master's own job (its owner may edit it): the attributes master_q
+        lists masters by, without reading their state files."""
+        constraint = f"ClusterId == {cluster} && LlicMasterId == {json.dumps(master_id)}"
+        await self.gw.edit_jobs(constraint, attrs, schedd=self.schedd())
+
     async def aclose(self) -> None:
         """Stop the gateway's worker process."""
         await self.gw.aclose()
@@ -184,6 +194,7 @@ class LocalAgents:
         self.procs: dict[str, trio.Process] = {}
         self.submitted: list[dict[str, str]] = []
         self._n = 0
+        self.published: dict[str, object] = {}  # the master's job ad, as far as it would be
 
     async def slots(self, plan: Plan) -> int:
         """What the caller said."""
@@ -242,6 +253,10 @@ class LocalAgents:
     async def agent_host(self) -> str | None:
         """Loopback: the agents run here."""
         return "127.0.0.1"
+
+    async def publish(self, master_id: str, cluster: int, attrs: dict[str, object]) -> None:
+        """No job ad here: kept in `published`, for tests."""
+        self.published.update(attrs)
 
     async def aclose(self) -> None:
         """Kill the agents and wait for them."""

@@ -94,6 +94,21 @@ def test_takeover_restores_the_replica_with_a_higher_epoch() -> None:
     assert any(isinstance(b, Alive) and b.epoch == 2 for b in out.broadcasts)
 
 
+def test_a_takeover_is_one_structured_event() -> None:
+    """The decision as a log event with fields (event=takeover epoch=2 manager=b:1 ...) and a
+    sentence for faultd status; the core still does no I/O."""
+    m = machine(B)
+    m.on_message(alive(A, 1, 1, state_version=4), 0.0)  # a replica is kept only up to what A announced
+    m.on_message(ReplicaPush(sender=A, state=state(A.id, 4)), 0.1)
+    out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 5.0)
+    (takeover,) = [n for n in out.notes if n.event == "takeover"]
+    assert takeover.fields == {
+        "epoch": 2, "manager": "b:1", "collector": "b:9618", "previous": "a:1", "silent_s": 5.0,
+        "state_version": 4,
+    }  # fmt: skip
+    assert str(takeover) == "manager_missing from c:1: taking over as the closest live node (epoch 2)"
+
+
 def test_corrupt_replica_is_dropped() -> None:
     m = machine(B)
     bad = state(A.id, 1).model_copy(update={"checksum": "0" * 64})

@@ -374,3 +374,63 @@ def test_a_corrupt_or_missing_state_file_is_an_error_and_the_job_is_held(
     assert json.dumps(sorted(p.name for p in work.iterdir())) == json.dumps(
         ["master.err", "master.log", "master.out", "master.x.state"]
     )
+
+
+def _master_tool(pool: SandboxPool, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """master_q or master_rm as a user on the submit host runs them (the pool's client config)."""
+    env = dict(os.environ, CONDOR_CONFIG=pool.client_config)
+    return subprocess.run(
+        [str(REPO / ".venv/bin" / tool), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_master_q_lists_masters_from_the_schedd_and_master_rm_cancels_one(
+    sandbox: Sandbox, pool: SandboxPool
+) -> None:
+    """The master keeps its progress in its own job ad, so master_q answers from the schedd, as
+    condor_q would (-constraint, -af), without the state file; master_rm removes the master and
+    its agents and keeps the state."""
+    work = _slow_nfs(sandbox, "master-rm", 2.0)
+    (state_path,) = submit(pool, work)
+    master_id = load_state(state_path).info.master_id
+
+    def listed() -> str | None:
+        res = _master_tool(pool, "master_q", "-constraint", f'LlicMasterId == "{master_id}" && LlicDone > 0',
+                           "-af", "LlicMasterId", "LlicTotal", "LlicStatus", "LlicStateFile")  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        return res.stdout or None
+
+    assert poll_until("the master's progress in its job ad", listed, timeout=180, poll=1.0) == (
+        f"{master_id} {N} running {state_path}\n"
+    )
+    # The same attributes through HTCondor's own tool.
+    q = pool.exec(
+        "condor_q", "-constraint", f'LlicMasterId == "{master_id}"', "-af", "LlicTotal", "LlicStatus"
+    )
+    assert q.stdout == f"{N} running\n"
+    none = _master_tool(pool, "master_q", "-constraint", 'LlicMasterId == "no-such"', "-af", "LlicMasterId")
+    assert (none.returncode, none.stdout) == (0, "")
+    assert poll_until("agents at work", lambda: agent_jobs_left(pool, master_id), timeout=120)
+
+    rm = _master_tool(pool, "master_rm", master_id)
+    assert rm.returncode == 0, rm.stderr
+    assert (
+        rm.stdout.startswith(f"master {master_id}: master job ")
+        and f"state kept in {state_path}" in rm.stdout
+    )
+    wait_agents_gone(pool, master_id)
+    poll_until(  # a removed master leaves the queue once it has stopped (removing its agents, saving)
+        "the master job to leave the queue",
+        lambda: (
+            pool.exec("condor_q", "-constraint", f'LlicMasterId == "{master_id}"', "-af", "ClusterId").stdout
+            == ""
+        ),
+        timeout=120,
+    )
+    state = load_state(state_path)  # kept, and readable
+    assert state.info.master_id == master_id and state.counts().total == N
+    again = _master_tool(pool, "master_rm", master_id)
+    assert (
+        again.returncode == 1
+        and again.stderr == f"master_rm: no master {master_id} in the queue ({master_id})\n"
+    )

@@ -77,6 +77,7 @@ class FakeRunner:
         self.removed: list[str] = []
         self.removed_all = 0
         self.reschedules = 0
+        self.published: dict[str, object] = {}  # the master's job ad, as it would be
 
     async def slots(self, plan: object) -> int:
         return self._slots
@@ -99,6 +100,9 @@ class FakeRunner:
 
     async def agent_host(self) -> str | None:
         return "127.0.0.1"
+
+    async def publish(self, master_id: str, cluster: int, attrs: dict[str, object]) -> None:
+        self.published.update(attrs)
 
     async def aclose(self) -> None:
         return None
@@ -232,6 +236,12 @@ async def test_a_wrong_secret_is_refused_and_counted_and_the_right_agent_is_serv
     assert state.extra["counters"]["auth_failures"] == 1
     assert [t.state for t in state.tasks] == [TaskState.DONE] * 5
     assert runner.removed_all == 2  # at the start (crash gap) and at the end
+    # The job ad's progress (what master_q lists masters by), as of the master's end.
+    assert {k: runner.published[k] for k in ("LlicStatus", "LlicTotal", "LlicDone", "LlicIdle")} == {
+        "LlicStatus": "done", "LlicTotal": 5, "LlicDone": 5, "LlicIdle": 0,
+    }  # fmt: skip
+    assert runner.published["LlicStateFile"] == str(state_path)
+    assert not {"Owner", "ClusterId", "LlicMasterId"} & set(runner.published)  # the job ad's own
 
 
 async def test_an_agent_of_version_2_gets_tasks_in_batches_and_may_answer_in_batches(tmp_path: Path) -> None:

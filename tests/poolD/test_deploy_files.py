@@ -15,7 +15,7 @@ import pytest
 from common.overlay.auth import generate_key_file
 from poolD.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+FILES = Path(__file__).resolve().parents[2] / "common" / "deploy_files"
 
 
 def install_keys(
@@ -44,8 +44,8 @@ def test_example_config_and_policy_pass_check_config(
     key = etc / "ring.key"
     generate_key_file(key)
     install_keys(etc, main, name="physics", pool="physics", host="cm.physics.example.edu")
-    text = (REPO / "config/poold.toml").read_text()
-    text = text.replace("/etc/poold/policy.toml", str(REPO / "config/policy.toml")).replace(
+    text = (FILES / "config/poold.toml").read_text()
+    text = text.replace("/etc/poold/policy.toml", str(FILES / "config/policy.toml")).replace(
         "/etc/poold/", f"{etc}/"
     )
     config = tmp_path / "poold.toml"
@@ -107,7 +107,7 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
         pytest.fail("systemd-analyze is missing (Debian: apt-get install systemd)")
     unit = tmp_path / "poold.service"
     venv = Path(sys.executable).parent.parent  # the venv running these tests, which has bin/poold
-    unit.write_text((REPO / "deploy/poold.service").read_text().replace("/opt/condor-selforg", str(venv)))
+    unit.write_text((FILES / "systemd/poold.service").read_text().replace("/opt/condor-selforg", str(venv)))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     text = unit.read_text()
@@ -122,7 +122,7 @@ def test_systemd_unit_is_hardened_and_bounded(tmp_path: Path) -> None:
         pytest.fail("systemd-analyze is missing (Debian: apt-get install systemd)")
     unit = tmp_path / "poold.service"
     venv = Path(sys.executable).parent.parent
-    unit.write_text((REPO / "deploy/poold.service").read_text().replace("/opt/condor-selforg", str(venv)))
+    unit.write_text((FILES / "systemd/poold.service").read_text().replace("/opt/condor-selforg", str(venv)))
     text = unit.read_text()
     for setting in (
         "MemoryMax=512M",

@@ -94,7 +94,9 @@ def test_a_grant_that_is_not_renewed_expires_and_flock_from_shrinks() -> None:
     out = c.on_timer(250.0)  # b's grant (until 250) ran out
     (action,) = of(out, SetFlockFrom)
     assert action.hosts == ("s1.a.org",) and action.reply_to is None
-    assert any("revoked for b" in n for n in out.notes)
+    assert any("revoked for b" in str(n) for n in out.notes)
+    (revoked,) = [n for n in out.notes if n.event == "flock_from_revoked"]
+    assert revoked.fields == {"pools": "b", "reason": "grant expired (not renewed)"}
     applied(c, out.actions, 250.0)
     assert c.flock_from == {"s1.a.org"} and c.counters["flock_from_revoked"] == 1
     out = c.on_timer(350.0)
