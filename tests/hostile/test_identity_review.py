@@ -12,6 +12,7 @@ from common.overlay.certs import CertificateAuthority, public_key_of
 from common.overlay.claims import ClaimChecker, endorse
 from common.overlay.identity import IdentityDrop, NodeIdentity, TrustStore
 from common.overlay.messages import Direct, Peer
+from common.service import parse_request
 from poolD.messages import FlockIntent
 
 pytestmark = pytest.mark.hostile
@@ -47,3 +48,13 @@ def test_a_member_cannot_relay_another_pools_signed_intent_as_its_own_direct() -
     # A's own Direct with the same intent is still believed.
     own = Direct(sender=Peer(id=1, addr="10.0.0.1:7640"), payload=intent)
     assert checker.accept(own, a.cert, now + 5, "10.0.0.1:7640")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32"])
+def test_control_request_nesting_cannot_hide_behind_a_utf16_quote(encoding: str) -> None:
+    """U+225B in UTF-16-LE is the bytes '["': a byte counter saw a quote, json (guessing UTF-16
+    from bytes) did not, and 5000 nested lists reached json's recursion (RecursionError)."""
+    text = '["\u225b",' + "[" * 5000 + "]" * 5000 + "]"
+    with pytest.raises(ValueError):
+        parse_request(text.encode(encoding))
+    assert parse_request(b'{"cmd": "status"}\n') == {"cmd": "status"}
