@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 
 import pytest
+import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from common.overlay.bulk import BulkChannel, BulkDrop
 from common.overlay.certs import CertificateAuthority, public_key_of
 from common.overlay.claims import ClaimChecker, endorse
+from common.overlay.envelope import SignedSealer
 from common.overlay.identity import IdentityDrop, NodeIdentity, TrustStore
 from common.overlay.messages import Direct, Peer
 from common.service import parse_request
+from common.wire import HEADER, Message, MessageCodec, pack
+from deploy.harness.sandbox import poll_until_async
+from faultD.messages import PoolState, ReplicaPush, StateFile
+from faultD.service import BULK_TYPES
 from poolD.messages import FlockIntent
 
 pytestmark = pytest.mark.hostile
@@ -58,3 +66,46 @@ def test_control_request_nesting_cannot_hide_behind_a_utf16_quote(encoding: str)
     with pytest.raises(ValueError):
         parse_request(text.encode(encoding))
     assert parse_request(b'{"cmd": "status"}\n') == {"cmd": "status"}
+
+
+async def test_a_ring_member_cannot_pile_up_connections_waiting_for_a_body() -> None:
+    """Each connection with a fresh signed header announcing 64 MiB and no body waited for a body
+    slot, uncounted and unbounded (a file descriptor each), and held both slots; the manager's
+    push could not get one."""
+    server = identity("victim", "127.0.0.1", 1, "p", ring="faultd:p", same_pool=True)
+    evil = identity("exec7", "127.0.0.1", 7, "p", ring="faultd:p", same_pool=True)
+    manager = identity("mgr", "127.0.0.1", 5, "p", ring="faultd:p", same_pool=True)
+    got: list[Message] = []
+
+    async def on_message(msg: Message, peer: str) -> None:
+        got.append(msg)
+
+    def codec() -> MessageCodec:
+        return MessageCodec(list(BULK_TYPES), name="t", max_size=64 << 20)
+
+    channel = BulkChannel(RING, server, codec(), on_message)
+    sender = BulkChannel(RING, manager, codec(), on_message)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(channel.serve, "127.0.0.1", 0)
+        port = channel.sealer.port
+        sealer = SignedSealer(RING, evil, context="bulk", name="bulk")
+        streams = []
+        for _ in range(10):
+            header = sealer.seal(pack(["faultd.replica", 64 << 20, b"\0" * 32]), f"127.0.0.1:{port}",
+                                 time.time(), os.urandom(16))  # fmt: skip
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(HEADER.pack(len(header)) + header)
+            streams.append(stream)
+        await poll_until_async(
+            "the stalled bodies beyond one per signer to be dropped",
+            lambda: channel.drops.get(BulkDrop.TOO_MANY_WAITING_FROM_SIGNER) == 9,
+        )
+        assert channel.waiting == 1
+        files = [StateFile(name="accountant", data=b"x")]
+        state = PoolState(manager=5, epoch=1, version=1, taken_at=0.0, files=files,
+                          checksum=PoolState.digest(files))  # fmt: skip
+        assert await sender.send(
+            f"127.0.0.1:{port}", ReplicaPush(sender=Peer(id=5, addr="127.0.0.1:1"), state=state)
+        )
+        await poll_until_async("the manager's push to arrive", lambda: len(got) == 1)
+        nursery.cancel_scope.cancel()
