@@ -10,12 +10,15 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from common.overlay import envelope
+from common.overlay.auth import Sealer
 from common.overlay.bulk import BulkChannel, BulkDrop
 from common.overlay.certs import CertificateAuthority, public_key_of
 from common.overlay.claims import ClaimChecker, endorse
 from common.overlay.envelope import SignedSealer
 from common.overlay.identity import IdentityDrop, NodeIdentity, TrustStore
 from common.overlay.messages import Direct, Peer
+from common.overlay.ratelimit import PeerRateLimiter
 from common.service import parse_request
 from common.wire import HEADER, Message, MessageCodec, pack
 from deploy.harness.sandbox import poll_until_async
@@ -109,3 +112,32 @@ async def test_a_ring_member_cannot_pile_up_connections_waiting_for_a_body() -> 
         )
         await poll_until_async("the manager's push to arrive", lambda: len(got) == 1)
         nursery.cancel_scope.cancel()
+
+
+def test_a_copied_certificate_from_spoofed_sources_costs_no_signature_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the ring key alone and a member's public certificate, each datagram from a rotating
+    (spoofed) source escaped the per-source limit and cost an Ed25519 verify."""
+    victim = identity("victim", "127.0.0.1", 1, "p")
+    sealer = SignedSealer(RING, victim, context="datagram", limiter=PeerRateLimiter(500.0, 1000.0))
+    sealer.port = 7640
+    verifies = 0
+    real = envelope.signature_valid
+
+    def counting(*args: object) -> bool:
+        nonlocal verifies
+        verifies += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(envelope, "signature_valid", counting)
+    ring_only = Sealer(RING)
+    now = time.time()
+    inner = pack(["127.0.0.1:7640", b"x", victim.cert_wire, b"\0" * 64])
+    for i in range(2000):
+        source = f"10.{i // 250}.{i % 250}.1"
+        assert sealer.open(ring_only.seal(inner, now, os.urandom(16)), now, (source, 1)) is None
+    assert verifies == 0 and sealer.drops.get(IdentityDrop.WRONG_SOURCE) == 2000
+    # from a host the certificate lists, the signature is checked (and this one is bad)
+    assert sealer.open(ring_only.seal(inner, now, os.urandom(16)), now, ("127.0.0.1", 1)) is None
+    assert verifies == 1 and sealer.drops.get(IdentityDrop.BAD_SIGNATURE) == 1
