@@ -30,27 +30,36 @@ def parse_request(data: bytes) -> dict[str, Any]:
     """A control request line as a JSON object; ValueError (with a short reason) for anything
     else. Bounded: the size by MAX_REQUEST (the reader's limit) and the nesting by MAX_NESTING,
     counted before json sees the text, so that "[[[[..." cannot exhaust its recursion."""
-    line = data.split(b"\n", 1)[0] or b"{}"
+    raw = data.split(b"\n", 1)[0] or b"{}"
+    try:
+        # Decoded strictly first: json would guess UTF-16/32 from bytes, and the count below
+        # would then be of other characters than the ones json parses.
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"request is not UTF-8 ({e.reason})") from None
     depth = deepest = 0
     in_string = escaped = False
-    for byte in line:
+    for char in line:
         if in_string:
             if escaped:
                 escaped = False
-            elif byte == 0x5C:  # backslash
+            elif char == "\\":
                 escaped = True
-            elif byte == 0x22:  # quote
+            elif char == '"':
                 in_string = False
-        elif byte == 0x22:
+        elif char == '"':
             in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
+        elif char in "[{":
             depth += 1
             deepest = max(deepest, depth)
             if deepest > MAX_NESTING:
                 raise ValueError(f"request nested deeper than {MAX_NESTING} levels")
-        elif byte in (0x5D, 0x7D):  # ] }
+        elif char in "]}":
             depth -= 1
-    request = json.loads(line)
+    try:
+        request = json.loads(line)
+    except RecursionError:  # not reachable after the count above; kept as a last line
+        raise ValueError("request nested too deeply") from None
     if not isinstance(request, dict):
         raise ValueError("request must be a JSON object")
     return request

@@ -27,7 +27,9 @@ class FaultSection(StrictModel):
 
     original_manager: bool = Field(False, description="true only in the central manager's config")
     manager_name: str | None = Field(
-        None, description="the original manager's ring node_name: lets machines elect one if it never starts"
+        None,
+        description="the original manager's ring node_name: lets machines elect one if it never starts;"
+        " only it may preempt a replacement (without it, no preempt is believed)",
     )
     collector: str | None = Field(
         None,

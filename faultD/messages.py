@@ -11,6 +11,11 @@ from common.wire import Message
 
 HOST_PORT = r"^[A-Za-z0-9._-]+:[0-9]{1,5}$"
 MAX_STATE_FILES = 64
+# Epochs and versions grow by one per takeover or state change; anything near msgpack's 64-bit
+# limit is a forgery, and a successor's epoch + 1 must still encode.
+COUNTER_LIMIT = 1 << 62
+# The role machine refuses a fencing epoch at or above this: it leaves room for 2**61 successors.
+MAX_EPOCH = 1 << 61
 
 
 @app_message
@@ -24,11 +29,11 @@ class Alive(AppMessage):
     TYPE = "faultd.alive"
     manager: Peer
     collector: str = Field(pattern=HOST_PORT, description="where the pool's daemons must report")
-    epoch: int = Field(ge=1)
-    seq: int = Field(ge=0)
+    epoch: int = Field(ge=1, lt=COUNTER_LIMIT)
+    seq: int = Field(ge=0, lt=COUNTER_LIMIT)
     interval: float = Field(gt=0, le=3600, description="seconds until the next alive")
     incarnation: int = Field(ge=0, lt=1 << 64, description="new each time a node becomes manager")
-    state_version: int = Field(0, ge=0)
+    state_version: int = Field(0, ge=0, lt=COUNTER_LIMIT)
 
     def claims(self) -> Claims:
         """The manager speaks for itself and the collector on its host."""
@@ -41,7 +46,7 @@ class ManagerMissing(AppMessage):
 
     TYPE = "faultd.missing"
     manager: NodeId
-    epoch: int = Field(ge=0, description="the highest epoch the sender has seen")
+    epoch: int = Field(ge=0, lt=COUNTER_LIMIT, description="the highest epoch the sender has seen")
     sender: Peer
 
     def claims(self) -> Claims:
@@ -75,8 +80,8 @@ class PoolState(Message):
 
     TYPE = "faultd.pool_state"
     manager: NodeId
-    epoch: int = Field(ge=0)
-    version: int = Field(ge=0)
+    epoch: int = Field(ge=0, lt=COUNTER_LIMIT)
+    version: int = Field(ge=0, lt=COUNTER_LIMIT)
     taken_at: float
     files: list[StateFile] = Field(max_length=MAX_STATE_FILES)
     checksum: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -113,7 +118,7 @@ class ReplicaAck(AppMessage):
 
     TYPE = "faultd.replica_ack"
     sender: Peer
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, lt=COUNTER_LIMIT)
 
     def claims(self) -> Claims:
         """The sender speaks for itself."""
@@ -126,7 +131,7 @@ class Handover(AppMessage):
 
     TYPE = "faultd.handover"
     sender: Peer
-    epoch: int = Field(ge=1)
+    epoch: int = Field(ge=1, lt=COUNTER_LIMIT)
     state: PoolState | None
 
     def claims(self) -> Claims:

@@ -25,7 +25,12 @@ Rules, beyond the seed's figure:
   not the manager cannot plant a replica (which a takeover would restore), and the manager cannot
   make its versions jump out of reach of its successors. A handover is taken only from the
   manager this node preempted, and a preempt only from the configured original manager
-  (`manager_hint`). Who sent what is proven by the driver before a message reaches this machine
+  (`manager_hint`; with none configured, every preempt is refused). An alive from another
+  manager is refused while the one this node follows is still heard, unless it comes from the
+  original manager with an epoch at most one above the best seen; a managing original does not
+  yield to a replacement's alive but preempts it (a forger cannot take a live pool with one
+  datagram). Two replacements (a healed partition) still resolve by token. Who sent what is
+  proven by the driver before a message reaches this machine
   (common.overlay.claims: the `sender` of every message is the certified signer).
 - Network partition: see docs/faultd.md. In short, the side without the manager elects its own
   (like condor_had, split brain is accepted while the partition lasts, because each side can
@@ -43,6 +48,7 @@ from common.overlay.ids import closeness, id_hex
 from common.overlay.messages import Peer
 from common.wire import Message
 from faultD.messages import (
+    MAX_EPOCH,
     Alive,
     Handover,
     ManagerMissing,
@@ -154,6 +160,7 @@ class RoleMachine:
         self.replica_at: float | None = None
         self.acked: dict[int, int] = {}  # replica holder -> version it confirmed
         self.handover: tuple[int, str, Handover] | None = None  # (original id, addr, what we sent)
+        self.challenged: int | None = None  # the replacement this original manager preempted
         self.fenced = 0
         self.takeovers = 0
         self.refused: dict[str, int] = {}  # messages refused by the trust rules, by kind
@@ -267,6 +274,12 @@ class RoleMachine:
         if tok < self.best:
             self.fenced += 1
             return
+        problem = self._alive_problem(msg, now)
+        if problem is not None:
+            self._refuse("alive", problem, msg.manager.addr, epoch=msg.epoch)
+            if self.role is Role.MANAGER and self.original:
+                self._challenge(msg, now)
+            return
         if self.role is Role.MANAGER:
             # A manager's best token is its own, so a lower one was fenced above: this one wins.
             self._note(
@@ -307,6 +320,39 @@ class RoleMachine:
             if self.original and msg.manager.id != self.me.id:
                 self._preempt(now)
 
+    def _heard_recently(self, now: float) -> bool:
+        return self.last_alive is not None and now - self.last_alive < self._silence_limit()
+
+    def _alive_problem(self, msg: Alive, now: float) -> str | None:
+        """Why a higher-token alive must not move this node to its sender, or None.
+
+        A ring member can sign an alive naming itself; only the manager's silence (or the
+        configured original manager) may give it the pool. An epoch grows by one per takeover."""
+        if msg.epoch >= MAX_EPOCH:
+            return f"from {msg.manager.addr}: epoch {msg.epoch} is beyond any number of takeovers"
+        from_original = self.manager_hint is not None and msg.manager.id == self.manager_hint
+        if self.role is Role.MANAGER:
+            if self.original:
+                return f"from {msg.manager.addr}: the original manager preempts, it does not yield"
+            return None  # two replacements (a healed partition): the lower token steps down
+        if self.manager is None or msg.manager.id == self.manager.id or not self._heard_recently(now):
+            return None
+        if not from_original:
+            return f"from {msg.manager.addr} while manager {self.manager.addr} is still heard"
+        if msg.epoch > self.best[0] + 1:
+            return f"epoch {msg.epoch} jumps beyond {self.best[0]} + 1"
+        return None
+
+    def _challenge(self, msg: Alive, now: float) -> None:
+        """The original manager, managing, hears a replacement (a healed partition, or a forger):
+        it asks for the role as it would after a restart, and keeps managing meanwhile."""
+        if self.preempt_at is not None and now < self.preempt_at:
+            return
+        preempt = PreemptReplacement(original=self.me, collector=self.collector)
+        self._out.directs.append((msg.manager.addr, preempt))
+        self.preempt_at = now + self.params.preempt_retry
+        self.challenged = msg.manager.id
+
     def _on_silence(self, now: float) -> None:
         if self.manager is None and self.original:
             self._become_manager(
@@ -336,8 +382,8 @@ class RoleMachine:
             # directly, in case our broadcast tree does not reach it (e.g. it joined just now).
             self._out.directs.append((msg.sender.addr, self._alive()))
             return
-        heard_recently = self.last_alive is not None and now - self.last_alive < self._silence_limit()
-        still_heard = heard_recently and self.manager is not None and self.manager.id == msg.manager
+        still_heard = self._heard_recently(now) and self.manager is not None
+        still_heard = still_heard and self.manager.id == msg.manager
         if msg.epoch < self.best[0] or still_heard:
             # The sender is behind (a newer manager exists) or has link trouble of its own (we still
             # hear the manager): one node's view must not elect a second manager. Tell it what we know.
@@ -360,7 +406,24 @@ class RoleMachine:
         self._note(f"{kind}_refused", f"{kind} refused: {why}", sender=sender, why=why, **fields)
 
     def _on_handover(self, msg: Handover, now: float) -> None:
-        if not self.original or self.role is Role.MANAGER:
+        if not self.original:
+            return
+        if msg.epoch >= MAX_EPOCH:
+            why = f"from {msg.sender.addr}: epoch {msg.epoch} beyond any takeovers"
+            self._refuse("handover", why, msg.sender.addr, epoch=msg.epoch)
+            return
+        if self.role is Role.MANAGER:
+            if self.challenged == msg.sender.id:
+                # The replacement we challenged gave up; our epoch rises above its so that its
+                # listeners follow us. We keep our own state: it is the one the pool ran on here.
+                self.challenged = None
+                self._note(
+                    "replacement_stepped_down",
+                    f"handover from {msg.sender.addr}: the replacement stepped down",
+                    sender=msg.sender.addr,
+                    epoch=msg.epoch,
+                )
+                self._raise_epoch(now, max(msg.epoch, self.best[0] + 1))
             return
         if self.manager is None or msg.sender.id != self.manager.id:
             self._refuse("handover", f"from {msg.sender.addr}, not the manager we preempted", msg.sender.addr)
@@ -432,6 +495,16 @@ class RoleMachine:
         self._send_alive(now)
         self._replicate(now, force=True)
 
+    def _raise_epoch(self, now: float, epoch: int) -> None:
+        """Stay manager (daemons untouched) under a new, higher fencing token."""
+        self.epoch = epoch
+        self.best = token(epoch, self.me.id)
+        self.incarnation = self.rng.getrandbits(63)
+        self.seq = 0
+        self.acked.clear()
+        self._send_alive(now)
+        self._replicate(now, force=True)
+
     def _step_down(self) -> None:
         self.role = Role.LISTENER
         self._out.condor.append(StopManager())
@@ -476,10 +549,13 @@ class RoleMachine:
         self.acked[msg.sender.id] = max(self.acked.get(msg.sender.id, -1), msg.version)
 
     def _on_preempt(self, msg: PreemptReplacement, now: float) -> None:
-        if self.manager_hint is not None and msg.original.id != self.manager_hint:
-            self._refuse(
-                "preempt", f"from {msg.original.addr}, which is not the original manager", msg.original.addr
-            )
+        if self.manager_hint is None:
+            why = f"from {msg.original.addr}: no original manager (manager_name) configured"
+            self._refuse("preempt", why, msg.original.addr)
+            return
+        if msg.original.id != self.manager_hint:
+            why = f"from {msg.original.addr}, which is not the original manager"
+            self._refuse("preempt", why, msg.original.addr)
             return
         if self.role is not Role.MANAGER:
             if self.handover is not None and self.handover[0] == msg.original.id:

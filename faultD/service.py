@@ -261,8 +261,13 @@ class FaultDaemon:
             await self._apply(self.role.on_message(item.payload, now))
 
     async def _on_timer(self, now: float) -> None:
-        if self.role is not None:
+        if self.role is None:
+            return
+        try:
             await self._apply(self.role.on_timer(now))
+        except Exception as e:  # as in _event_loop: a step that fails must not end faultd's nursery
+            self.counters["timer_errors"] += 1
+            log.exception("role machine timer step failed", error=str(e))
 
     def _note(self, item: Note) -> None:
         log_note(log, item)

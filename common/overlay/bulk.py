@@ -10,8 +10,11 @@ Nothing a stranger sends costs more than a few kB: the header is read with a lim
 may be at that stage at once and at most `max_unauthenticated_per_peer` of them from one address
 (so that one source cannot take every slot; more are closed at once and counted), and the body
 is read only after the header has been believed, one `max_bodies` at a time, with a deadline
-that grows with its length. The body must match the signed digest and type, and what it claims
-(its sender) must be the signer (common.overlay.claims). Whatever fails is dropped and counted,
+that grows with its length; at most `max_waiting` believed connections may wait for or hold a
+body slot, `max_waiting_per_signer` of them signed by one certificate (a ring member's stalled
+bodies must not pile up file descriptors, nor one signer hold every body slot; more are closed
+and counted). The body must match the signed digest and type, and what it claims (its sender)
+must be the signer (common.overlay.claims). Whatever fails is dropped and counted,
 like a bad datagram; an exception in the application's handler is counted too, and the server
 goes on.
 """
@@ -47,6 +50,8 @@ class BulkDrop:
 
     TOO_MANY = "too_many_connections"
     TOO_MANY_FROM_PEER = "too_many_from_peer"
+    TOO_MANY_WAITING = "too_many_waiting_for_body"
+    TOO_MANY_WAITING_FROM_SIGNER = "too_many_waiting_from_signer"
     BAD_HEADER = "bad_header"
     DIGEST = "digest_mismatch"
     TYPE = "type_mismatch"
@@ -80,6 +85,8 @@ class BulkChannel:
         max_unauthenticated: int = 16,
         max_unauthenticated_per_peer: int = 4,
         max_bodies: int = 2,
+        max_waiting: int = 8,
+        max_waiting_per_signer: int = 1,
     ) -> None:
         self.sealer = SignedSealer(
             key, identity, context="bulk", window=replay_window, max_size=MAX_HEADER, name="bulk"
@@ -94,6 +101,10 @@ class BulkChannel:
         self.unauthenticated = 0
         self._unauthenticated_from: Counter[str] = Counter()  # by source host
         self._bodies = trio.Semaphore(max_bodies)
+        self.max_waiting = max_waiting
+        self.max_waiting_per_signer = max_waiting_per_signer
+        self.waiting = 0  # believed connections waiting for, or holding, a body slot
+        self._waiting_from: Counter[int] = Counter()  # by signer certificate serial
         self.own_drops: Counter[str] = Counter()
         self.drop_log = DropLog("bulk")
         self.sent = 0
@@ -181,16 +192,25 @@ class BulkChannel:
         ):
             self._drop(BulkDrop.BAD_HEADER, peer, f"type {str(type_name)[:40]!r}, length {length!r}")
             return
-        body: bytes | None = None
-        async with self._bodies:
-            with trio.move_on_after(self.timeout + length / MIN_RATE):
-                body = await _receive_exactly(stream, length)
-                if body is None:
-                    self.codec.drop(DropReason.TRUNCATED, peer, f"body shorter than {length} bytes")
-                    return
-            if body is None:
-                self.codec.drop(DropReason.TRUNCATED, peer, f"{length} bytes not received in time")
-                return
+        signer = opened.sender.serial
+        if self.waiting >= self.max_waiting:
+            self._drop(BulkDrop.TOO_MANY_WAITING, peer, f"{self.waiting} connections waiting for a body")
+            return
+        if self._waiting_from[signer] >= self.max_waiting_per_signer:
+            name = opened.sender.node_name
+            self._drop(BulkDrop.TOO_MANY_WAITING_FROM_SIGNER, peer, f"{name!r} has bodies waiting already")
+            return
+        self.waiting += 1
+        self._waiting_from[signer] += 1
+        try:
+            body = await self._receive_body(stream, peer, length)
+        finally:
+            self.waiting -= 1
+            self._waiting_from[signer] -= 1
+            if not self._waiting_from[signer]:
+                del self._waiting_from[signer]
+        if body is None:
+            return
         if hashlib.sha256(body).digest() != digest:
             self._drop(BulkDrop.DIGEST, peer, "body does not match the signed digest")
             return
@@ -206,6 +226,16 @@ class BulkChannel:
             await self.on_message(msg, peer)
         except Exception as e:
             self._drop(BulkDrop.HANDLER, peer, f"{msg.TYPE}: {type(e).__name__}: {e}")
+
+    async def _receive_body(self, stream: trio.SocketStream, peer: str, length: int) -> bytes | None:
+        async with self._bodies:
+            with trio.move_on_after(self.timeout + length / MIN_RATE):
+                body = await _receive_exactly(stream, length)
+                if body is None:
+                    self.codec.drop(DropReason.TRUNCATED, peer, f"body shorter than {length} bytes")
+                return body
+            self.codec.drop(DropReason.TRUNCATED, peer, f"{length} bytes not received in time")
+            return None
 
     async def _read_header(self, stream: trio.SocketStream, peer: str) -> bytes | None:
         prefix = await _receive_exactly(stream, HEADER.size)

@@ -144,7 +144,9 @@ class ClaimChecker:
         if isinstance(sender, Peer) and (problem := peer_problem(sender, signer, msg.TYPE)):
             return problem
         if isinstance(msg, Direct):
-            return self.payload_problem(msg.payload, now)
+            # The payload's proof must be the sender's own: a member must not relay pool A's
+            # signed intent (seen on the wire) to a third pool as if A had sent it.
+            return self.payload_problem(msg.payload, now, origin=msg.sender)
         return None
 
     def payload_problem(self, payload: Message, now: float, *, origin: Peer | None = None) -> Problem | None:

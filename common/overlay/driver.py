@@ -177,6 +177,10 @@ class UdpOverlay:
         except (OSError, ValueError) as e:
             # An unreachable or malformed peer address costs this one message, never the node.
             log.warning("send failed", peer=addr, type=msg.TYPE, error=str(e))
+        except (OverflowError, TypeError) as e:
+            # A field msgpack cannot encode (e.g. an integer beyond 64 bits) costs this message only.
+            self.errors["unencodable"] += 1
+            log.warning("send failed: message not encodable", peer=addr, type=msg.TYPE, error=str(e))
 
     # ------------------------------------------------------------------ application API
 

@@ -129,3 +129,18 @@ async def test_bad_datagrams_are_dropped_and_counted_and_routing_goes_on(tmp_pat
         await poll_until_async("the probe delivered", lambda: 1 in ring.delivered)
         assert ring.delivered[1] == a.address
         nursery.cancel_scope.cancel()
+
+
+async def test_a_message_that_cannot_be_encoded_costs_only_itself(tmp_path: Path) -> None:
+    """Security review of issue 14: an integer beyond 64 bits raised OverflowError out of _send."""
+    ring = Ring(ring_keys(tmp_path))
+    async with trio.open_nursery() as nursery:
+        node = await ring.add(nursery, "udp-node-0")
+        sent = node.sent
+        assert node.core is not None
+        unencodable = Ping.model_construct(sender=node.core.me, nonce=2**64, sent=0.0)
+        await node._send(node.address, unencodable)
+        assert node.errors["unencodable"] == 1 and node.sent == sent
+        await node._send(node.address, Ping(sender=node.core.me, nonce=1, sent=0.0))
+        assert node.sent == sent + 1
+        nursery.cancel_scope.cancel()
