@@ -29,9 +29,9 @@ import trio
 from common.advertise import Advertiser, Figures
 from common.condor import Gateway, GatewayError
 from common.config import ConfigError
+from common.daemon_tasks import start_daemon_tasks
 from common.events import Note, log_note, note
 from common.logging import set_level
-from common.metrics import serve_metrics
 from common.overlay.bulk import BulkChannel
 from common.overlay.certs import CertificateError
 from common.overlay.driver import UdpOverlay
@@ -39,8 +39,7 @@ from common.overlay.ids import node_id_from_name
 from common.overlay.messages import Peer
 from common.overlay.node import BroadcastReceived, Delivered, Event, Joined, LeafSetChanged, Received
 from common.reload import plan_reload
-from common.service import serve_control, signal_loop
-from common.systemd import READY, StatusReporter, sd_notify, watchdog_loop
+from common.systemd import StatusReporter
 from common.timer import Wakeup
 from common.wire import Message, MessageCodec
 from faultD.condor_role import CondorRole, CondorRoleError, RoleRefused
@@ -134,16 +133,17 @@ class FaultDaemon:
                 nursery.start_soon(self._wakeup.run, self._on_timer)
                 nursery.start_soon(self._condor_loop)
                 nursery.start_soon(self._replication_loop)
-                await nursery.start(serve_control, cfg.daemon.control_socket, self._control)
-                if cfg.daemon.metrics_listen is not None:
-                    self.metrics_port = await nursery.start(
-                        serve_metrics, cfg.daemon.metrics_listen, "faultd", self.figures
-                    )
-                nursery.start_soon(watchdog_loop)
-                nursery.start_soon(self.status_line.run)
-                nursery.start_soon(self.advertiser.run)
-                nursery.start_soon(signal_loop, self.reload, nursery.cancel_scope)
-                sd_notify(READY)
+                self.metrics_port = await start_daemon_tasks(
+                    nursery,
+                    "faultd",
+                    control_socket=cfg.daemon.control_socket,
+                    on_control=self._control,
+                    metrics_listen=cfg.daemon.metrics_listen,
+                    figures=self.figures,
+                    status_line=self.status_line,
+                    advertiser=self.advertiser,
+                    on_reload=self.reload,
+                )
                 log.info("faultd running", overlay=self.overlay.address, original=cfg.fault.original_manager)
                 task_status.started()
         finally:

@@ -29,17 +29,16 @@ import trio
 from common.advertise import Advertiser, Figures
 from common.condor import Gateway, GatewayError
 from common.config import ConfigError
+from common.daemon_tasks import start_daemon_tasks
 from common.events import Note, log_note, note
 from common.logging import set_level
-from common.metrics import serve_metrics
 from common.overlay.certs import CertificateError
 from common.overlay.driver import UdpOverlay
 from common.overlay.ids import digit, id_hex
 from common.overlay.messages import Peer
 from common.overlay.node import Event, Received
 from common.reload import plan_reload
-from common.service import serve_control, signal_loop
-from common.systemd import READY, StatusReporter, sd_notify, watchdog_loop
+from common.systemd import StatusReporter
 from common.timer import Wakeup
 from poolD.condor_flock import apply_flock_from, apply_flock_to
 from poolD.config import PooldConfig
@@ -193,16 +192,17 @@ class PoolDaemon:
                 nursery.start_soon(self._condor_loop)
                 nursery.start_soon(self._wakeup.run, self._on_timer)
                 await self._apply(self.core.start(trio.current_time()))
-                await nursery.start(serve_control, cfg.daemon.control_socket, self._control)
-                if cfg.daemon.metrics_listen is not None:
-                    self.metrics_port = await nursery.start(
-                        serve_metrics, cfg.daemon.metrics_listen, "poold", self.figures
-                    )
-                nursery.start_soon(watchdog_loop)
-                nursery.start_soon(self.status_line.run)
-                nursery.start_soon(self.advertiser.run)
-                nursery.start_soon(signal_loop, self.reload, nursery.cancel_scope)
-                sd_notify(READY)
+                self.metrics_port = await start_daemon_tasks(
+                    nursery,
+                    "poold",
+                    control_socket=cfg.daemon.control_socket,
+                    on_control=self._control,
+                    metrics_listen=cfg.daemon.metrics_listen,
+                    figures=self.figures,
+                    status_line=self.status_line,
+                    advertiser=self.advertiser,
+                    on_reload=self.reload,
+                )
                 log.info("poold running", pool=cfg.pool.name, overlay=self.overlay.address)
                 task_status.started()
         finally:
