@@ -38,13 +38,22 @@ REPO = Path(__file__).resolve().parents[2]
 POOL = "whl"
 WATCHDOG_S = 6.0  # WatchdogSec the daemons are told (WATCHDOG_USEC); they ping every 3 s
 POOLD_METRICS, FAULTD_METRICS = 9751, 9752
-INSTALLED = [  # what `condor-selforg install poold faultd` puts into the root (the snippets: the host's)
-    "etc/poold",
+INSTALLED = [  # what `condor-selforg install poold faultd` and the key steps put into the root
+    "etc/poold",  # (the snippets go to the pool host's config directory)
     "etc/faultd",
     "etc/systemd/system/poold.service",
     "etc/systemd/system/faultd.service",
     "var/lib/condor-selforg",
+    "root/poold-ca",
+    "root/faultd-ca",
 ]
+
+
+def remove_installed(root: Path) -> None:
+    """The shared sandbox root as it was before this test (also after an interrupted earlier run)."""
+    for rel in INSTALLED:
+        target = root / rel
+        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +81,10 @@ def wheel(work: Path) -> Path:
 def pool(sandbox: Sandbox) -> Iterator[SandboxPool]:
     pool = sandbox.up(POOL, slots=1)
     root = Path(pool._root)
+    remove_installed(root)
     yield pool
     sandbox.down(POOL)
-    for rel in INSTALLED:  # the shared root goes back to what it was
-        target = root / rel
-        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+    remove_installed(root)
 
 
 class Root:
