@@ -23,6 +23,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a share in (0, 1]")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """poold's parser: run, status and check-config (common.cli), and the simulate experiments."""
     parser, sub = CLI.parser()
@@ -61,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     paper.add_argument("--pools", type=int, default=1000, help="pools to simulate")
     paper.add_argument("--seed", type=int, default=1, help="random seed")
     paper.add_argument("--out", type=Path, help="write CSV and PNG figures into this directory")
+    paper.add_argument(
+        "--flock-within",
+        type=_share,
+        help="give every pool a max_rtt of the round trip across this share of the network's "
+        "diameter (default: no bound)",
+    )
     paper.set_defaults(simulate=_simulate_paper)
     four = add_command(what, "four-pools", "the flock paper's four-pool prototype (Tables 2-3)")
     four.add_argument("--seed", type=int, default=1, help="random seed")
@@ -194,7 +207,8 @@ def _simulate_paper(args: argparse.Namespace) -> int:
     if args.pools < 2:
         print("poold: error: --pools must be at least 2", file=sys.stderr)
         return 2
-    print(json.dumps(run_paper(PaperConfig(pools=args.pools, seed=args.seed), args.out), indent=2))
+    config = PaperConfig(pools=args.pools, seed=args.seed, flock_within=args.flock_within)
+    print(json.dumps(run_paper(config, args.out), indent=2))
     return 0
 
 

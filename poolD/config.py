@@ -51,6 +51,9 @@ class FlockingSection(StrictModel):
 
     interval: float = Field(60.0, gt=0)
     max_pools: int = Field(5, ge=1, le=100, description="at most this many pools in FLOCK_TO")
+    max_rtt: float | None = Field(
+        None, gt=0, description="FLOCK_TO names no pool measured farther (round trip, seconds)"
+    )
     withdraw_after: float = Field(300.0, ge=0, description="quiet seconds before FLOCK_TO is withdrawn")
     authorize_timeout: float = Field(5.0, gt=0, description="wait for a pool to authorize our schedds")
     reauthorize_after: float = Field(600.0, gt=0, description="ask a pool again after this long")

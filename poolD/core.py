@@ -482,7 +482,8 @@ class PoolCore:
             return  # the reading failed: nothing to decide on
         self._check_delivery(load, now, out)
         needy = load.idle_jobs > load.free_slots
-        entries = self.willing.ordered(now, self.overlay.rtt.get) if needy else []
+        fl = self.settings.flocking
+        entries = self.willing.ordered(now, self.overlay.rtt.get, within=fl.max_rtt) if needy else []
         decision = self.flocking.decide(load, entries, now)
         if decision.flock_to is None:
             self._renew_authorizations(load, now, out)

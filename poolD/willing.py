@@ -77,13 +77,19 @@ class WillingList:
             del self.entries[pool]
         return gone
 
-    def ordered(self, now: float, rtt: Callable[[int], float | None]) -> list[WillingEntry]:
-        """Live entries, sublist by sublist, nearest first (unmeasured ones last in their sublist)."""
+    def ordered(
+        self, now: float, rtt: Callable[[int], float | None], *, within: float | None = None
+    ) -> list[WillingEntry]:
+        """Live entries, sublist by sublist, nearest first (unmeasured ones last in their sublist).
+        With `within` (seconds), only pools measured no farther than that round trip: a far pool
+        is left out even when it is the only one willing, an unmeasured one until it is measured."""
         self.expire(now)
-
-        def key(e: WillingEntry) -> tuple[int, float, int, float]:
+        ranked = []
+        for e in self.entries.values():
             measured = rtt(e.origin.id)
+            if within is not None and (measured is None or measured > within):
+                continue
             bucket = math.inf if measured is None else math.floor(measured / self.resolution)
-            return (e.row, bucket, -e.free_slots, e.tiebreak)
-
-        return sorted(self.entries.values(), key=key)
+            ranked.append(((e.row, bucket, -e.free_slots, e.tiebreak), e))
+        ranked.sort(key=lambda pair: pair[0])
+        return [e for _, e in ranked]

@@ -200,6 +200,7 @@ class PoolDLayer:
         valid_for: float = 1.0,
         max_pools: int = FlockingSection().max_pools,
         withdraw_after: float = 1.0,
+        max_rtt: float | None = None,
     ) -> None:
         self.placement = placement
         addrs = [SimNetwork.addr(i) for i in range(len(names))]
@@ -208,7 +209,11 @@ class PoolDLayer:
         # Not modelled: the blacklist of pools whose offers do not deliver (an offer always
         # delivers here while the slots are free).
         flocking = FlockingSection(
-            interval=1.0, max_pools=max_pools, withdraw_after=withdraw_after, deliver_timeout=math.inf
+            interval=1.0,
+            max_pools=max_pools,
+            withdraw_after=withdraw_after,
+            deliver_timeout=math.inf,
+            max_rtt=max_rtt,
         )
         cores = []
         for i, name in enumerate(names):
@@ -338,6 +343,9 @@ class PaperConfig:
     size_range: tuple[int, int] = (25, 225)  # machines per pool, and sequences per pool's trace
     max_pools: int = FlockingSection().max_pools
     settle: float = 120.0
+    # Each pool's `max_rtt` as a fraction of the network's diameter (the round trip across that
+    # share of it); None: no bound, FLOCK_TO takes the nearest willing pools however far.
+    flock_within: float | None = None
 
 
 def _summary(
@@ -398,7 +406,10 @@ def _run_paper(config: PaperConfig, out: Path | None) -> dict[str, Any]:
         if flocking:
             net = build_overlay(placement, config.seed, settle=config.settle)
             names = [f"pool{i}" for i in range(config.pools)]
-            poold = PoolDLayer(net, placement, names, config.seed, max_pools=config.max_pools)
+            max_rtt = None if config.flock_within is None else 2 * config.flock_within * topology.diameter
+            poold = PoolDLayer(
+                net, placement, names, config.seed, max_pools=config.max_pools, max_rtt=max_rtt
+            )
         with quiet_discovery():
             sched = run_pools(work, machines, poold, config.seed)
         dist = topology.matrix[endpoint[work.pool], endpoint[sched.exec_pool]] / topology.diameter
@@ -415,6 +426,7 @@ def _run_paper(config: PaperConfig, out: Path | None) -> dict[str, Any]:
         "sequences": int(per_pool.sum()),
         "jobs": len(work.arrival),
         "max_pools": config.max_pools,
+        "flock_within": config.flock_within,
         "diameter_seconds": topology.diameter,
     }
     if out is not None:

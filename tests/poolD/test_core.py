@@ -290,3 +290,45 @@ def test_two_cores_flock_through_each_other_with_no_network() -> None:
     assert poolds.targets == [[1], []]
     assert cores[0].authorized["free"].accepted and cores[1].flock_from == {"10.0.0.1", "cm.home.org"}
     assert cores[0].flocking.active == ["free.sim:9618"]
+
+
+def test_max_rtt_keeps_far_pools_out_of_flock_to_even_when_they_are_all_that_is_willing() -> None:
+    """With `max_rtt`, FLOCK_TO names only pools measured within it: the far pool of a nearer
+    sublist is passed over, a pool alone in the willing list stays out when far, and an offer
+    not yet measured waits for its probe."""
+    c = core(max_pools=5, max_rtt=0.05)
+    c.start(0.0)
+    c.overlay.rtt.update({2: 0.09, 3: 0.03, 4: 0.04})
+    c.on_message(offer("far", oid=2, row=0, valid=600.0), 1.0)  # row 0, yet beyond max_rtt
+    c.on_message(offer("near", oid=3, row=1, valid=600.0), 1.0)
+    c.on_message(offer("mid", oid=4, row=1, valid=600.0), 1.0)
+    out = c.on_message(offer("new", oid=5, row=0, valid=600.0), 1.0)
+    assert of(out, Measure) == [Measure(Peer(id=5, addr="10.0.0.5:7640"))]  # not measured yet
+    out = round_at(c, 60.0, load(free=0, idle=5))
+    assert [s.addr for s in sends(out, FlockIntent)] == ["10.0.0.3:7640", "10.0.0.4:7640"]
+    for pool in ("near", "mid"):
+        out = c.on_message(FlockReply(pool=pool, accepted=True, reason="ok"), 60.5)
+    (action,) = of(out, SetFlockTo)
+    assert action.collectors == ("near.example.org:9618", "mid.example.org:9618")
+    c.on_flock_to_applied(FlockToApplied(action, applied=True, seen={}), 60.5)
+    # The probe answers: "new" is near, so the next round adds it.
+    c.overlay.rtt[5] = 0.01
+    out = round_at(c, 120.0, load(free=0, idle=5))
+    assert [s.addr for s in sends(out, FlockIntent)] == ["10.0.0.5:7640"]
+    assert "far" in c.willing.entries  # still willing, only never flocked to
+
+
+def test_max_rtt_with_only_far_pools_willing_leaves_flock_to_unset() -> None:
+    c = core(max_rtt=0.05)
+    c.start(0.0)
+    c.overlay.rtt[2] = 0.2
+    c.on_message(offer("far", oid=2, valid=600.0), 1.0)
+    out = round_at(c, 60.0, load(free=0, idle=5))
+    assert sends(out, FlockIntent) == [] and of(out, SetFlockTo) == []
+    assert c.flocking.active == []
+    # Without a bound the same pool is asked: the bound, not the offer, kept it out.
+    c = core()
+    c.start(0.0)
+    c.overlay.rtt[2] = 0.2
+    c.on_message(offer("far", oid=2, valid=600.0), 1.0)
+    assert [s.addr for s in sends(round_at(c, 60.0, load(free=0, idle=5)), FlockIntent)] == ["10.0.0.2:7640"]

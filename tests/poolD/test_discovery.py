@@ -208,3 +208,18 @@ def test_remembered_row_targets_follow_table_pool_names_policy_and_blacklist() -
     d.policy.add_to_blacklist("lab", until=10.0, reason="offered slots, ran nothing")
     assert targets(7.0) == (everyone | {"10.0.0.17:7640"}) - {"10.0.0.9:7640"}
     assert targets(11.0) == everyone | {"10.0.0.17:7640"}
+
+
+def test_willing_list_within_a_round_trip_drops_far_and_unmeasured_pools_keeping_the_order() -> None:
+    w = WillingList(random.Random(3), resolution=0.005)
+    w.offer(offer("row1-near", oid=1, row=1), 0.0)
+    w.offer(offer("row0-far", oid=2, row=0), 0.0)
+    w.offer(offer("row0-near", oid=3, row=0), 0.0)
+    w.offer(offer("row0-unmeasured", oid=5, row=0), 0.0)
+    w.offer(offer("row1-edge", oid=6, row=1), 0.0)
+    rtt = {1: 0.001, 2: 0.080, 3: 0.0101, 6: 0.050}.get
+    assert [e.pool for e in w.ordered(1.0, rtt, within=0.05)] == ["row0-near", "row1-near", "row1-edge"]
+    assert [e.pool for e in w.ordered(1.0, rtt)] == [
+        "row0-near", "row0-far", "row0-unmeasured", "row1-near", "row1-edge"
+    ]  # fmt: skip
+    assert set(w.entries) == {"row1-near", "row0-far", "row0-near", "row0-unmeasured", "row1-edge"}

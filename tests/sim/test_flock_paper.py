@@ -88,3 +88,14 @@ def test_four_pools_tables(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Table 2" in text and "Table 3" in text and len(text.splitlines()) == 13
     assert main(["simulate", "four-pools", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == result
+
+
+def test_flock_within_keeps_every_job_inside_that_share_of_the_diameter() -> None:
+    """Each pool's max_rtt is the round trip across the given share of the diameter, so no
+    job runs farther; the same run without it sends some jobs beyond that share."""
+    free = run_paper(SMALL)["with_flocking"]
+    assert free["max_distance"] > 0.35 and free["within"]["0.35"] < 1.0
+    bounded = run_paper(PaperConfig(pools=20, seed=3, size_range=(5, 25), settle=60.0, flock_within=0.35))
+    on = bounded["with_flocking"]
+    assert on["max_distance"] <= 0.35 and on["within"]["0.35"] == 1.0 and on["flocked_jobs"] > 0
+    assert bounded["config"]["flock_within"] == 0.35 and run_paper(SMALL)["config"]["flock_within"] is None
