@@ -1,6 +1,7 @@
 """Build the agent as one self-contained zipapp, for execute machines that have only a `python3`.
 
-The archive holds `llic/agent/`, `llic/protocol.py`, `llic/task.py`, `llic/files.py`, a stub
+The archive holds `llic/agent/`, `llic/protocol.py`, `llic/task.py`, `llic/files.py`,
+`llic/lean_msgpack.py` (what the protocol encodes and decodes with there), a stub
 `llic/__init__.py` (the real one may import what the agent must not) and msgpack's pure-Python
 modules: the compiled `_cmsgpack` is left out, and msgpack then falls back to `msgpack.fallback`
 by itself.
@@ -94,6 +95,7 @@ def agent_members() -> dict[str, bytes]:
         "llic/protocol.py": (llic_dir / "protocol.py").read_bytes(),
         "llic/files.py": (llic_dir / "files.py").read_bytes(),
         "llic/task.py": (llic_dir / "task.py").read_bytes(),
+        "llic/lean_msgpack.py": (llic_dir / "lean_msgpack.py").read_bytes(),
     }
     members.update(_python_files(llic_dir / "agent", "llic/agent"))
     members.update(_python_files(msgpack_dir, "msgpack"))  # .py only: no compiled extension

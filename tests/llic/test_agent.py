@@ -865,7 +865,7 @@ def test_zipapp_is_self_contained_and_uses_the_pure_python_msgpack(pyz: Path, py
     assert pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
 
 
-_SHIPPED = {"llic/__init__.py", "llic/protocol.py", "llic/task.py", "llic/files.py"}
+_SHIPPED = {"llic/__init__.py", "llic/protocol.py", "llic/task.py", "llic/files.py", "llic/lean_msgpack.py"}
 
 
 def test_build_is_reproducible_and_cached(tmp_path: Path, pyz: Path) -> None:

@@ -20,15 +20,17 @@ SECRET = bytes(range(32))
 NONCE = b"n" * 32
 
 
-@pytest.fixture(params=["default", "fallback"])
+@pytest.fixture(params=["default", "fallback", "lean"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with the installed msgpack and with its pure-Python fallback (what the agent ships)."""
+    """Run a test with the installed msgpack, with its pure-Python fallback, and with the
+    protocol's own codec the agent uses where msgpack is that fallback (llic/lean_msgpack.py)."""
     if request.param == "fallback":
         fallback = types.SimpleNamespace(
             packb=lambda obj, **kw: msgpack.fallback.Packer(**kw).pack(obj),
             unpackb=msgpack.fallback.unpackb,
         )
         monkeypatch.setattr(p, "msgpack", fallback)
+    monkeypatch.setattr(p, "_LEAN", request.param == "lean")
     return request.param
 
 
