@@ -15,52 +15,16 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import Field, field_validator
 
+from common.cli_style import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE
+from common.cli_style import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from common.cli_style import EXIT_USER_ERROR as EXIT_USER_ERROR
+from common.cli_style import PACKAGE as PACKAGE
+from common.cli_style import HelpFormatter as HelpFormatter
+from common.cli_style import add_command as add_command
+from common.cli_style import add_version as add_version
+from common.cli_style import new_parser as new_parser
+from common.cli_style import version as version
 from common.config import ConfigError, StrictModel, load_config
-
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `yes | head` reports for `yes`
-PACKAGE = "condor-selforg"
-
-
-def version() -> str:
-    """The installed distribution's version ('unknown' when run from a bare checkout)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version(PACKAGE)
-    except PackageNotFoundError:
-        return "unknown"
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Every option's help ends with its default (unless it has none: None, or a flag's False);
-    descriptions keep their line breaks."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or action.required:
-            return action.help
-        return super()._get_help_string(action)
-
-
-def new_parser(prog: str, description: str, **kwargs: Any) -> argparse.ArgumentParser:
-    """A parser in the suite's style: defaults in the help, and `--version`."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=HelpFormatter, **kwargs
-    )
-    add_version(parser, prog)
-    return parser
-
-
-def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
-    """`--version` (and HTCondor's `-version`): the suite's version, then exit 0."""
-    parser.add_argument("-version", "--version", action="version", version=f"{prog} ({PACKAGE}) {version()}")
-
-
-def add_command(sub: Any, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
-    """A subcommand whose `-h` says what it does (`description`, else `help`) and its defaults."""
-    return sub.add_parser(name, help=help, description=description or help, formatter_class=HelpFormatter)
 
 
 def run_main(prog: str, main: Callable[[], int]) -> int:

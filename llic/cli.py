@@ -35,7 +35,7 @@ def master_submitter(argv: list[str] | None = None) -> int:
     `condor_submit -dry-run` would (first cluster 1). Without it, one master per queue statement
     is submitted in the scheduler universe (llic/submitter.py); --wait shows their progress.
     """
-    from common.cli import new_parser
+    from common.cli_style import new_parser
 
     prog = "master_submitter"
     parser = new_parser(
@@ -177,7 +177,7 @@ def master_q(argv: list[str] | None = None) -> int:
 def _request_parser(action: str, prog: str) -> argparse.ArgumentParser:
     from pathlib import Path
 
-    from common.cli import new_parser
+    from common.cli_style import new_parser
 
     verb = {"release": "release held", "remove": "remove", "hold": "hold"}[action]
     parser = new_parser(

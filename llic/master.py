@@ -493,7 +493,10 @@ class Master:
         the Llic* ones; the job ad has Owner, ClusterId and LlicMasterId already (and HTCondor
         lets no one edit the first two)."""
         now = time.time()
-        ad = master_ad(summarize(snapshot(self.core, self.plan.info, now, self.extra), self.plan.state_path))
+        # the core's own records, not copies: summarized at once, before the core can move on
+        # (copying every record cost a 100,000-task master ~0.2 s of CPU per update)
+        state = snapshot(self.core, self.plan.info, now, self.extra, copy=False)
+        ad = master_ad(summarize(state, self.plan.state_path))
         return {k: v for k, v in ad.items() if k.startswith("Llic") and k != "LlicMasterId"}
 
     async def publish_progress(self) -> None:

@@ -337,7 +337,7 @@ class _Parser:
             self.next_process += jobs
             self.last_live = {
                 "process": str(self.next_process - 1),
-                "row": str(selected[-1][0]),
+                "row": str(selected.last()[0]),
                 "step": str(qa.count - 1),
             }
         for var in qa.variables:

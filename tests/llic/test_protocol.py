@@ -20,15 +20,17 @@ SECRET = bytes(range(32))
 NONCE = b"n" * 32
 
 
-@pytest.fixture(params=["default", "fallback"])
+@pytest.fixture(params=["default", "fallback", "lean"])
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with the installed msgpack and with its pure-Python fallback (what the agent ships)."""
+    """Run a test with the installed msgpack, with its pure-Python fallback, and with the
+    protocol's own codec the agent uses where msgpack is that fallback (llic/lean_msgpack.py)."""
     if request.param == "fallback":
         fallback = types.SimpleNamespace(
             packb=lambda obj, **kw: msgpack.fallback.Packer(**kw).pack(obj),
             unpackb=msgpack.fallback.unpackb,
         )
         monkeypatch.setattr(p, "msgpack", fallback)
+    monkeypatch.setattr(p, "_LEAN", request.param == "lean")
     return request.param
 
 
@@ -157,6 +159,27 @@ def test_stream_split_anywhere_decodes_the_same(
     assert got[0].blobs == blobs
     assert [e["path"] for e in got[0].files] == [path for path, _ in files]
     assert got[1].result() == p.TaskResult.from_dict(r.to_dict())
+
+
+def test_records_leave_their_default_fields_off_the_wire_and_come_back_whole(impl: str) -> None:
+    """A task or result map on the wire omits the fields holding what `from_dict` takes for a
+    missing one; values that only look alike (an empty output list against none, exit code 0
+    against none, run time 0 against a tail) are kept, and every record decodes as it was sent."""
+    plain, listed = task(), task(transfer_output_files=[], attempt=2, arguments=["0"])
+    ok, killed = result(run_time=0.0, host=""), result(exit_code=None, signal=9, stderr_tail="x", error="")
+    stream = p.encode({"t": "tasks", "tasks": [plain, listed]}) + p.encode(
+        {"t": "results", "results": [ok, killed]}
+    )
+    tasks, results = decode_all(stream)
+    assert tasks.tasks() == [plain, listed] and results.results() == [ok, killed]
+    sent = msgpack.unpackb(p.encode({"t": "task", "task": plain})[4:], raw=False)["task"]
+    assert sent == {"process": 3, "executable": "/bin/sh", "initialdir": "/data/run"}
+    sent = msgpack.unpackb(p.encode({"t": "task", "task": listed})[4:], raw=False)["task"]
+    assert sent["transfer_output_files"] == [] and sent["attempt"] == 2 and sent["arguments"] == ["0"]
+    sent = msgpack.unpackb(p.encode({"t": "result", "result": ok})[4:], raw=False)["result"]
+    assert sent == {"process": 3, "attempt": 0, "status": "ok", "exit_code": 0}
+    sent = msgpack.unpackb(p.encode({"t": "result", "result": killed})[4:], raw=False)["result"]
+    assert sent == {"process": 3, "attempt": 0, "status": "ok", "signal": 9, "stderr_tail": "x", "error": ""}
 
 
 def test_unknown_fields_are_dropped_for_later_versions(impl: str) -> None:

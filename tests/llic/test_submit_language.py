@@ -309,3 +309,24 @@ def test_tasks_stream_and_share_what_they_have_in_common(tmp_path: Path) -> None
     assert first.policy is last.policy and first.initialdir is last.initialdir
     assert first.executable is last.executable
     assert block.tasks(1) == streamed
+
+
+def test_selected_items_follow_the_slice_and_give_the_last_row() -> None:
+    """The items a queue statement's slice selects are made as they are read (not listed: a
+    100,000-line file would hold a tuple per line); length, truth and the last row as a list's."""
+    from llic.submit.queue import parse_queue_args
+
+    items = [f"i{n}" for n in range(10)]
+    for text, rows in (("", list(range(10))), ("[2:8:3]", [2, 5]), ("[-3:]", [7, 8, 9]), ("[20:]", [])):
+        qa = parse_queue_args(f"item in {text} ({' '.join(items)})")
+        selected = qa.selected_items()
+        assert [row for row, _ in selected] == rows
+        assert [item for _, item in selected] == [items[r] for r in rows]
+        assert len(selected) == len(rows) and bool(selected) is bool(rows)
+        if rows:
+            assert selected.last() == (rows[-1], items[rows[-1]])
+        else:
+            with pytest.raises(IndexError):
+                selected.last()
+    plain = parse_queue_args("3").selected_items()
+    assert list(plain) == [(0, None)] and len(plain) == 1 and plain.last() == (0, None)
