@@ -598,8 +598,9 @@ class OverlayNode:
         if self._watched[0] != right.id:
             self._watched = (right.id, now)
         since = max(self.last_heard.get(right.id, -math.inf), self._watched[1])
-        if now - since < timeout:
-            return since + timeout
+        due = since + timeout
+        if due > now:  # not `now - since < timeout`: in floats both can hold with due == now
+            return due
         self._probe(right, now, kind=SUSPECT, attempts=SUSPECT_ATTEMPTS)
         self._watched = (right.id, now)
         return now + timeout

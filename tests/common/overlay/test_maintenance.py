@@ -1,0 +1,32 @@
+"""Liveness and repair rules of the pure core (issue 18), one node fed messages and timers."""
+
+from __future__ import annotations
+
+import random
+
+from common.overlay.messages import Heartbeat, Hello, Peer
+from common.overlay.node import OverlayNode, OverlayParams
+
+ME = Peer(id=1000, addr="me")
+RIGHT = Peer(id=2000, addr="right")  # our nearest larger neighbour
+
+
+def founded_with_right_neighbour() -> OverlayNode:
+    node = OverlayNode(ME, OverlayParams(), random.Random(1))
+    node.start(0.0)
+    node.on_message(Hello(sender=RIGHT), 0.0)  # first-hand: straight into the leaf set
+    assert RIGHT.id in node.leaf
+    return node
+
+
+def test_watching_a_neighbour_at_the_float_edge_does_not_wake_at_the_same_instant() -> None:
+    """`now - since < timeout` can hold while `since + timeout == now`; the watch then asked to be
+    woken at `now` again, forever (the simulator hung at 2 % loss)."""
+    node = founded_with_right_neighbour()
+    node.on_timer(1.0)  # starts watching RIGHT
+    heard = 31.989011570781432
+    due = heard + 15.0
+    assert due - heard < 15.0  # the edge itself
+    node.on_message(Heartbeat(sender=RIGHT), heard)
+    out = node.on_timer(due)
+    assert out.wakeup is not None and out.wakeup > due
