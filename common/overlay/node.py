@@ -19,7 +19,10 @@ probed only where used or suspect: a routed message's hop that does not ack, and
 application messages to (`send_to_row`, broadcast) that stay silent for `table_probe_interval`;
 measured entries are otherwise left alone. A dead leaf member is replaced from the leaf sets of the
 remaining extreme members; a dead table entry from the same row of another entry (Pastry's
-repair). Nodes declared dead are not re-learned second-hand for `dead_memory` seconds.
+repair). Nodes declared dead are not re-learned second-hand for `dead_memory` seconds, and a node
+heard of second-hand enters our leaf set or routing table only once it answers a probe: unused
+entries are never probed, so another node's table may still list a dead node, and that must not
+spread.
 
 Adaptive intervals: the periodic exchanges that only matter while the ring changes (row
 maintenance, leaf-set exchange and the self-lookup) double their interval, up to `max_backoff`
@@ -487,8 +490,14 @@ class OverlayNode:
             return
         current = self.table.get(*where)
         if current is None:
-            self.table.set(*where, peer)
-            if peer.id not in self.rtt:
+            if firsthand:
+                self.table.set(*where, peer)
+                if peer.id not in self.rtt:
+                    self._probe(peer, now)
+            else:
+                # Heard of second-hand: it may be a stale entry of the teller's, which nobody
+                # probes unless it is used, so it fills the slot only once it answers (_on_pong).
+                self._candidates[peer.id] = peer
                 self._probe(peer, now)
         elif current.id == peer.id:
             if current.addr != peer.addr:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from common.overlay.messages import Heartbeat, Hello, Peer
-from common.overlay.node import OverlayNode, OverlayParams
+from common.overlay.messages import Heartbeat, Hello, Peer, Ping, Pong, RowReply
+from common.overlay.node import Output, OverlayNode, OverlayParams
 
 ME = Peer(id=1000, addr="me")
 RIGHT = Peer(id=2000, addr="right")  # our nearest larger neighbour
@@ -19,6 +19,10 @@ def founded_with_right_neighbour() -> OverlayNode:
     return node
 
 
+def sends_of(out: Output, kind: type) -> list[tuple[str, object]]:
+    return [(addr, msg) for addr, msg in out.sends if isinstance(msg, kind)]
+
+
 def test_watching_a_neighbour_at_the_float_edge_does_not_wake_at_the_same_instant() -> None:
     """`now - since < timeout` can hold while `since + timeout == now`; the watch then asked to be
     woken at `now` again, forever (the simulator hung at 2 % loss)."""
@@ -30,3 +34,16 @@ def test_watching_a_neighbour_at_the_float_edge_does_not_wake_at_the_same_instan
     node.on_message(Heartbeat(sender=RIGHT), heard)
     out = node.on_timer(due)
     assert out.wakeup is not None and out.wakeup > due
+
+
+def test_a_node_heard_of_second_hand_enters_the_table_only_once_it_answers() -> None:
+    """Unused table entries are never probed, so a teller's table may list a dead node: it must
+    not spread."""
+    node = founded_with_right_neighbour()
+    other = Peer(id=(0xA << 124) | 5, addr="other")  # row 0: another first digit than ours
+    out = node.on_message(RowReply(sender=RIGHT, row=0, entries=[other]), 5.0)
+    assert other.id not in {p.id for p in node.known()}
+    [ping] = [m for a, m in sends_of(out, Ping) if a == other.addr]
+    assert isinstance(ping, Ping)
+    node.on_message(Pong(sender=other, nonce=ping.nonce, sent=ping.sent), 5.1)
+    assert node.table.contains(other.id)
