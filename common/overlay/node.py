@@ -32,7 +32,11 @@ it when something did.
 Routed messages are acknowledged hop by hop: a hop that does not ack within `hop_timeout` is
 probed (and declared dead if the probes fail too) while the message is routed around it at once.
 That is what makes a message keyed to a node that just died (faultD's manager_missing) reach the
-closest live node before any leaf set has noticed the death.
+closest live node before any leaf set has noticed the death. Where routing around the silent hop
+would deliver the message here, and the key is not that node's own id, it is first sent to the
+same hop again (`HOP_RESENDS` times): a lost ack must not deliver a message at a node that is not
+its root. After a hop failed, the routing table's slot is not trusted alone: leaf-set members
+(watched) are preferred to the other table entries, which nobody probes unless they are used.
 
 Leaf-set consistency: every leaf-set exchange round a node pushes its leaf set to one random
 member (checked as above on receipt). Concurrent joins can also leave a stretch of the ring whose
@@ -178,6 +182,7 @@ a hook there may stop a payload, but one it changes fails the next hop's check."
 
 
 PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry (or a silent hop) is declared dead
+HOP_RESENDS = 2  # a final hop's resends before the message is delivered at the next closest node
 SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
 
 # What a probe is for: a departed node that may be back, a round-trip time to measure (proximity
@@ -191,6 +196,7 @@ class _HopWait:
     next_hop: Peer
     sent: float
     tried: set[int]
+    resent: int = 0  # times sent again to the same hop (see _expire_hops)
 
 
 @dataclass
@@ -362,8 +368,11 @@ class OverlayNode:
 
     # ------------------------------------------------------------------ queries
 
-    def next_hop(self, key: int, exclude: Collection[int] = ()) -> Peer | None:
-        """Pastry's routing decision, skipping the nodes in `exclude`; None means we are the root."""
+    def next_hop(self, key: int, exclude: Collection[int] = (), *, rerouting: bool = False) -> Peer | None:
+        """Pastry's routing decision, skipping the nodes in `exclude`; None means we are the root.
+        `rerouting`: a hop of this message was silent already, so where the table's slot cannot
+        serve, leaf-set members (watched, and exact once repaired) go before table entries (never
+        probed unless used: after a wave of crashes, several in a row may be dead)."""
         if self.leaf.covers(key):
             best = self.leaf.closest(key, exclude)
             return None if best.id == self.me.id else best
@@ -391,7 +400,8 @@ class OverlayNode:
         # that make progress (as long a shared prefix and numerically closer than us), those with
         # the longest prefix, and of these the nearest measured one.
         mine = closeness(key, self.me.id)
-        best, best_rank = self.me, (0, math.inf, mine)
+        best, best_rank = self.me, (2, 0, math.inf, mine)
+        leaf = self.leaf
         for p in self.known():
             if p.id in exclude:
                 continue
@@ -399,7 +409,7 @@ class OverlayNode:
             c = closeness(key, p.id)
             if shared < r or c >= mine:
                 continue
-            rank = (-shared, self.rtt.get(p.id, math.inf), c)
+            rank = (int(rerouting and p.id not in leaf), -shared, self.rtt.get(p.id, math.inf), c)
             if rank < best_rank:
                 best, best_rank = p, rank
         return None if best is self.me else best
@@ -815,7 +825,7 @@ class OverlayNode:
 
     def _route(self, msg: Route, now: float, tried: set[int] | None = None) -> None:
         tried = tried or set()
-        nxt = self.next_hop(msg.key, exclude=tried)
+        nxt = self.next_hop(msg.key, exclude=tried, rerouting=bool(tried))
         if nxt is None:
             self._out.events.append(Delivered(msg.key, msg.payload, msg.origin, msg.hops))
             return
@@ -838,7 +848,21 @@ class OverlayNode:
             for entry in [e for e, (_, members) in held.items() if any(p.id == silent for p in members)]:
                 del held[entry]  # a lookahead that led to a silent node: asked for again at row maintenance
             tried = wait.tried | {wait.next_hop.id}
-            if len(tried) <= self.params.max_reroutes:
+            if (
+                wait.resent < HOP_RESENDS
+                and silent != wait.msg.key
+                and self.next_hop(wait.msg.key, exclude=tried, rerouting=True) is None
+            ):
+                # Without the silent hop we would be the root. If only its ack was lost, it has
+                # delivered the message already, and delivering here too would deliver it at a
+                # node that is not its root: send it to the same hop again first. Not when the
+                # key is the silent node's own id: such a message is about that node's absence
+                # (faultD's manager_missing), and the next closest node must have it at once.
+                self._nonce += 1
+                again = wait.msg.model_copy(update={"hop_nonce": self._nonce})
+                self._hops[self._nonce] = _HopWait(again, wait.next_hop, now, wait.tried, wait.resent + 1)
+                self._send(wait.next_hop.addr, again)
+            elif len(tried) <= self.params.max_reroutes:
                 self._route(wait.msg.model_copy(update={"hops": wait.msg.hops - 1}), now, tried)
 
     def _on_route(self, msg: Route, now: float) -> None:

@@ -4,8 +4,25 @@ from __future__ import annotations
 
 import random
 
-from common.overlay.messages import Heartbeat, Hello, Peer, Ping, Pong, RowReply
-from common.overlay.node import Output, OverlayNode, OverlayParams
+from common.overlay.messages import (
+    AppMessage,
+    Heartbeat,
+    Hello,
+    Peer,
+    Ping,
+    Pong,
+    Route,
+    RowReply,
+    app_message,
+)
+from common.overlay.node import HOP_RESENDS, Delivered, Output, OverlayNode, OverlayParams
+
+
+@app_message
+class Note(AppMessage):
+    TYPE = "test.maintenance.note"
+    n: int
+
 
 ME = Peer(id=1000, addr="me")
 RIGHT = Peer(id=2000, addr="right")  # our nearest larger neighbour
@@ -47,3 +64,29 @@ def test_a_node_heard_of_second_hand_enters_the_table_only_once_it_answers() -> 
     assert isinstance(ping, Ping)
     node.on_message(Pong(sender=other, nonce=ping.nonce, sent=ping.sent), 5.1)
     assert node.table.contains(other.id)
+
+
+def test_a_lost_ack_on_the_last_hop_sends_it_again_before_delivering_here() -> None:
+    """Without the silent hop we would be the root; if only the ack was lost, delivering here
+    would deliver the message at a node that is not its root."""
+    node = founded_with_right_neighbour()
+    key = RIGHT.id - 50  # RIGHT is the root
+    hop = node.params.hop_timeout
+    out = node.route(key, Note(n=1), 10.0)
+    assert [a for a, _ in sends_of(out, Route)] == [RIGHT.addr]
+    for k in range(1, HOP_RESENDS + 1):
+        out = node.on_timer(10.0 + k * hop)
+        assert [a for a, _ in sends_of(out, Route)] == [RIGHT.addr]
+        assert not [e for e in out.events if isinstance(e, Delivered)]
+    out = node.on_timer(10.0 + (HOP_RESENDS + 1) * hop)
+    assert [e.key for e in out.events if isinstance(e, Delivered)] == [key]
+
+
+def test_a_message_keyed_to_the_silent_node_itself_is_delivered_here_at_once() -> None:
+    """faultD's manager_missing is keyed to the silent manager's id: the next closest node takes
+    it after one hop timeout, as before."""
+    node = founded_with_right_neighbour()
+    node.route(RIGHT.id, Note(n=2), 10.0)
+    out = node.on_timer(10.0 + node.params.hop_timeout)
+    assert [e.key for e in out.events if isinstance(e, Delivered)] == [RIGHT.id]
+    assert not sends_of(out, Route)
