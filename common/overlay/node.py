@@ -18,11 +18,11 @@ pusher about it: the same check repairs leaf sets that missed a join). Routing-t
 probed only where used or suspect: a routed message's hop that does not ack, and entries we send
 application messages to (`send_to_row`, broadcast) that stay silent for `table_probe_interval`;
 measured entries are otherwise left alone. A dead leaf member is replaced from the leaf sets of the
-remaining extreme members; a dead table entry from the same row of another entry (Pastry's
-repair). Nodes declared dead are not re-learned second-hand for `dead_memory` seconds, and a node
-heard of second-hand enters our leaf set or routing table only once it answers a probe: unused
-entries are never probed, so another node's table may still list a dead node, and that must not
-spread.
+remaining extreme members (asked again LEAF_REPAIR_RETRIES times, as messages get lost); a dead
+table entry from the same row of another entry (Pastry's repair). Nodes declared dead are not
+re-learned second-hand for `dead_memory` seconds, and a node heard of second-hand enters our leaf
+set or routing table only once it answers a probe: unused entries are never probed, so another
+node's table may still list a dead node, and that must not spread.
 
 Adaptive intervals: the periodic exchanges that only matter while the ring changes (row
 maintenance, leaf-set exchange and the self-lookup) double their interval, up to `max_backoff`
@@ -183,6 +183,7 @@ a hook there may stop a payload, but one it changes fails the next hop's check."
 
 PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry (or a silent hop) is declared dead
 HOP_RESENDS = 2  # a final hop's resends before the message is delivered at the next closest node
+LEAF_REPAIR_RETRIES = 3  # leaf-set requests sent again after a leaf member's death
 SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
 
 # What a probe is for: a departed node that may be back, a round-trip time to measure (proximity
@@ -261,6 +262,7 @@ class OverlayNode:
         self._corrected: dict[int, float] = {}  # peers we last sent a corrective leaf-set push -> when
         self._watched: tuple[int, float] = (-1, 0.0)  # our larger neighbour, since when we watch it
         self._leaf_version = 0  # bumped on every leaf-set change
+        self._repairs_left = 0  # leaf-set requests still to send again (_retry_leaf_repair)
         self._backoff: dict[str, tuple[int, int]] = {}  # adaptive timer -> (factor, version seen)
         self._entry_leaves: dict[int, tuple[float, list[Peer]]] = {}  # table entry -> (when, its leaf set)
         self._nonce = 0
@@ -297,6 +299,9 @@ class OverlayNode:
         self._expire_probes(now)
         self._expire_hops(now)
         t = self._timers
+        if t.get("leaf_repair", math.inf) <= now:
+            del t["leaf_repair"]
+            self._retry_leaf_repair(now)
         if not self.joined and t.get("join", float("inf")) <= now and self.bootstrap:
             self._send(self.bootstrap, JoinRequest(joiner=self.me))
             t["join"] = now + self.params.join_retry
@@ -583,11 +588,9 @@ class OverlayNode:
         if self.leaf.remove(peer.id):
             self._leaf_did_change(now)
             members = self.leaf.members()
-            asked = {p.id: p for p in (self.leaf.farthest("larger"), self.leaf.farthest("smaller")) if p}
-            if not asked:
-                asked = {p.id: p for p in list(self.table.entries())[:1]}
-            for p in asked.values():
-                self._send(p.addr, LeafSetRequest(sender=self.me))
+            self._ask_for_replacements()
+            self._repairs_left = LEAF_REPAIR_RETRIES
+            self._timers["leaf_repair"] = now + 2 * self.params.probe_timeout
             # Spread the news: every member checks our set against its own (_check_push).
             push = LeafSetPush(sender=self.me, leaf_set=members)
             for p in members:
@@ -600,6 +603,25 @@ class OverlayNode:
                 if others:
                     self._send(self.rng.choice(others).addr, RowRequest(sender=self.me, row=row))
                     break
+
+    def _ask_for_replacements(self) -> None:
+        """Ask the farthest leaf member on each side for its leaf set (Pastry's leaf repair)."""
+        asked = {p.id: p for p in (self.leaf.farthest("larger"), self.leaf.farthest("smaller")) if p}
+        if not asked:
+            asked = {p.id: p for p in list(self.table.entries())[:1]}
+        for p in asked.values():
+            self._send(p.addr, LeafSetRequest(sender=self.me))
+
+    def _retry_leaf_repair(self, now: float) -> None:
+        """After a member was declared dead, ask again, LEAF_REPAIR_RETRIES times: the request, its
+        answer or the probe of the replacement may have been lost, and the next leaf exchange may
+        be minutes away (adaptive). Not only while a side is short: a farther node heard of in a
+        push may have taken the free place of the nearer one we missed."""
+        if self._repairs_left <= 0:
+            return
+        self._repairs_left -= 1
+        self._ask_for_replacements()
+        self._timers["leaf_repair"] = now + 2 * self.params.probe_timeout
 
     def _leaf_did_change(self, now: float) -> None:
         self._leaf_changed = True

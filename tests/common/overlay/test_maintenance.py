@@ -8,6 +8,7 @@ from common.overlay.messages import (
     AppMessage,
     Heartbeat,
     Hello,
+    LeafSetRequest,
     Peer,
     Ping,
     Pong,
@@ -15,7 +16,14 @@ from common.overlay.messages import (
     RowReply,
     app_message,
 )
-from common.overlay.node import HOP_RESENDS, Delivered, Output, OverlayNode, OverlayParams
+from common.overlay.node import (
+    HOP_RESENDS,
+    LEAF_REPAIR_RETRIES,
+    Delivered,
+    Output,
+    OverlayNode,
+    OverlayParams,
+)
 
 
 @app_message
@@ -90,3 +98,22 @@ def test_a_message_keyed_to_the_silent_node_itself_is_delivered_here_at_once() -
     out = node.on_timer(10.0 + node.params.hop_timeout)
     assert [e.key for e in out.events if isinstance(e, Delivered)] == [RIGHT.id]
     assert not sends_of(out, Route)
+
+
+def test_a_short_leaf_set_asks_again_for_replacements_a_bounded_number_of_times() -> None:
+    """A leaf-set request after a death, or its answer, may be lost, and the next leaf exchange
+    may be minutes away: asked again, a fixed number of times."""
+    node = founded_with_right_neighbour()
+    left = Peer(id=500, addr="left")
+    node.on_message(Hello(sender=left), 0.0)
+    requests, dead_at, t = [], None, 0.0
+    while t < 50.0:  # RIGHT is silent from the start; row maintenance begins after 54 s
+        node.on_message(Heartbeat(sender=left), t)  # LEFT stays heard
+        out = node.on_timer(t)
+        if dead_at is None and RIGHT.id not in node.leaf:
+            dead_at = t
+        requests += [t for _, m in sends_of(out, LeafSetRequest)]
+        assert out.wakeup is not None and out.wakeup > t
+        t = min(out.wakeup, t + 1.0)
+    assert dead_at is not None
+    assert len([r for r in requests if r >= dead_at]) == 1 + LEAF_REPAIR_RETRIES
