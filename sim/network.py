@@ -87,6 +87,10 @@ class ByteMeter:
         self.count: Counter[str] = Counter()
         self._sampled: Counter[str] = Counter()
         self._sampled_bytes: Counter[str] = Counter()
+        # Sealing signs (Ed25519), which costs more than the rest of a message's simulation; the
+        # sealed size depends on the body's length only (fixed recipient, time, nonce, certificate
+        # and signature length), so each length is sealed once.
+        self._sealed_size: dict[int, int] = {}
 
     def add(self, msg: Message) -> None:
         """Count one sent message."""
@@ -94,9 +98,14 @@ class ByteMeter:
         n = self.count[kind]
         self.count[kind] = n + 1
         if n % self.stride == 0:
-            sealed = self.sealer.seal(self.codec.encode_datagram(msg), _RECIPIENT, 0.0, bytes(16))
+            body = self.codec.encode_datagram(msg)
+            sealed = self._sealed_size.get(len(body))
+            if sealed is None:
+                sealed = self._sealed_size[len(body)] = len(
+                    self.sealer.seal(body, _RECIPIENT, 0.0, bytes(16))
+                )
             self._sampled[kind] += 1
-            self._sampled_bytes[kind] += len(sealed)
+            self._sampled_bytes[kind] += sealed
 
     def total(self) -> float:
         """Estimated bytes of every message counted so far."""
@@ -135,6 +144,7 @@ class SimNetwork:
         self._heap: list[tuple[float, int, int, Any, Any, Any]] = []
         self._seq = 0
         self._group: dict[int, int] = {}
+        self._index_of: dict[str, int] = {}  # address -> node index, parsed once per address
         self.hop_latency: Callable[[int, int, Message, float], None] | None = None
         self.meter: ByteMeter | None = None  # set to measure the bytes of what is sent
 
@@ -221,18 +231,18 @@ class SimNetwork:
 
     def run_until(self, t_end: float) -> None:
         """Process every event due by virtual time `t_end`, in time order (ties: insertion order)."""
-        heap = self._heap
+        heap, nodes, pop, apply = self._heap, self.nodes, heapq.heappop, self._apply
         while heap and heap[0][0] <= t_end:
-            t, _, kind, a, b, c = heapq.heappop(heap)
+            t, _, kind, a, b, c = pop(heap)
             self.now = t
             if kind == _DELIVER:
-                node = self.nodes.get(a)
+                node = nodes.get(a)
                 if node is None or not node.alive:
                     self.stats.to_dead += 1
                     continue
                 if self.hop_latency is not None:
                     self.hop_latency(b, a, c, t)
-                self._apply(node, node.core.on_message(c, t))
+                apply(node, node.core.on_message(c, t))
             elif kind == _TIMER:
                 node = self.nodes[a]
                 if node.alive and node.timer_at == t and node.core is b:
@@ -249,24 +259,39 @@ class SimNetwork:
     def _apply(self, node: SimNode, out: Output) -> None:
         src = node.index
         now = self.now
-        for addr, msg in out.sends:
-            dst = int(addr[1:])
-            node.sent += 1
-            self.stats.sent[msg.TYPE] += 1
-            code = self._type_codes.setdefault(msg.TYPE, len(self._type_codes))
-            # Tuples of ints hash the same in every process (unlike str), so the digest is stable.
-            self._digest = (self._digest * 1000003 ^ hash((int(now * 1e9), src, dst, code))) & _MASK64
-            if self.trace is not None:
-                self.trace.append((now, src, dst, msg.TYPE))
-            if self.meter is not None:
-                self.meter.add(msg)
-            if self._group and self._group.get(src, -1) != self._group.get(dst, -2):
-                self.stats.partitioned += 1
-                continue
-            if self.loss and self._rng.random() < self.loss:
-                self.stats.lost += 1
-                continue
-            self._push(now + self.latency(src, dst), _DELIVER, dst, src, msg)
+        sends = out.sends
+        if sends:
+            # The per-send work of _push and the counters, with everything looked up once per
+            # batch: this loop runs for every simulated message.
+            node.sent += len(sends)
+            sent, type_codes, index_of = self.stats.sent, self._type_codes, self._index_of
+            trace, meter, group, loss = self.trace, self.meter, self._group, self.loss
+            latency, heap, push = self.latency, self._heap, heapq.heappush
+            digest, seq, stamp = self._digest, self._seq, int(now * 1e9)
+            for addr, msg in sends:
+                dst = index_of.get(addr)
+                if dst is None:
+                    dst = index_of[addr] = int(addr[1:])
+                kind = msg.TYPE
+                sent[kind] += 1
+                code = type_codes.get(kind)
+                if code is None:
+                    code = type_codes[kind] = len(type_codes)
+                # Tuples of ints hash the same in every process (unlike str), so the digest is stable.
+                digest = (digest * 1000003 ^ hash((stamp, src, dst, code))) & _MASK64
+                if trace is not None:
+                    trace.append((now, src, dst, kind))
+                if meter is not None:
+                    meter.add(msg)
+                if group and group.get(src, -1) != group.get(dst, -2):
+                    self.stats.partitioned += 1
+                    continue
+                if loss and self._rng.random() < loss:
+                    self.stats.lost += 1
+                    continue
+                seq += 1
+                push(heap, (now + latency(src, dst), seq, _DELIVER, dst, src, msg))
+            self._digest, self._seq = digest, seq
         if self.on_event is not None:
             for event in out.events:
                 self.on_event(src, event, now)

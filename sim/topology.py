@@ -325,7 +325,9 @@ class Placement:
         # Measured with timeit on the default 1000x1000 matrix: rows[a][b] costs ~70 ns per lookup,
         # float(m[a, b]) on the numpy array ~145 ns, so the matrix is kept as a list of lists of floats
         # (a whole latency() call is ~0.25 us).
-        self._rows: list[list[float]] = topology.matrix.tolist()
+        rows: list[list[float]] = topology.matrix.tolist()
+        # Each node's row of the endpoint matrix, so latency() indexes one list fewer per message.
+        self._row_of: list[list[float]] = [rows[e] for e in self.endpoint_of]
         # An upper bound, not the attained maximum: the two farthest endpoints need not host nodes,
         # nor the nodes with the largest access delays.
         self.diameter: float = topology.diameter + 2 * max(self.access)
@@ -334,7 +336,6 @@ class Placement:
         """One-way latency in seconds between overlay nodes i and j (indices are not checked)."""
         if i == j:
             return 0.0
-        endpoint = self.endpoint_of
         # Access delays summed first: a + b == b + a exactly, so latency(i, j) == latency(j, i) to the
         # bit, which a + m + b would not guarantee.
-        return self.access[i] + self.access[j] + self._rows[endpoint[i]][endpoint[j]]
+        return self.access[i] + self.access[j] + self._row_of[i][self.endpoint_of[j]]

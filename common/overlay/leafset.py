@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from common.overlay.ids import closeness, cw_distance
+from common.overlay.ids import ID_MASK, closeness, cw_distance
 from common.overlay.messages import Peer
 
 
@@ -34,12 +34,15 @@ class LeafSet:
 
     def could_hold(self, node_id: int) -> bool:
         """Whether a node we do not hold yet would enter the set (cheap pre-check)."""
-        if len(self.larger) < self.half or len(self.smaller) < self.half:
+        larger, smaller = self.larger, self.smaller
+        if len(larger) < self.half or len(smaller) < self.half:
             return True
+        # cw_distance inlined (called for every node we hear of): clockwise from us to the node
+        # within clockwise to the outermost larger member, or counter-clockwise likewise.
         me = self.me.id
-        return cw_distance(me, node_id) < self._cw(self.larger[-1]) or cw_distance(node_id, me) < self._ccw(
-            self.smaller[-1]
-        )
+        if ((node_id - me) & ID_MASK) < ((larger[-1].id - me) & ID_MASK):
+            return True
+        return ((me - node_id) & ID_MASK) < ((me - smaller[-1].id) & ID_MASK)
 
     def get(self, node_id: int) -> Peer | None:
         """The member with this id, or None."""

@@ -448,13 +448,15 @@ class OverlayNode:
             self._out.events.append(LeafSetChanged(tuple(self.leaf.members())))
             self._leaf_changed = False
         out, self._out = self._out, Output()
-        deadlines = list(self._timers.values())
+        # The earliest deadline, without building a list: this runs after every message.
+        wakeup = min(self._timers.values()) if self._timers else None
         if self._pending:
-            first = next(iter(self._pending.values()))
-            deadlines.append(first.sent + self.params.probe_timeout)
+            due = next(iter(self._pending.values())).sent + self.params.probe_timeout
+            wakeup = due if wakeup is None or due < wakeup else wakeup
         if self._hops:
-            deadlines.append(next(iter(self._hops.values())).sent + self.params.hop_timeout)
-        out.wakeup = min(deadlines) if deadlines else None
+            due = next(iter(self._hops.values())).sent + self.params.hop_timeout
+            wakeup = due if wakeup is None or due < wakeup else wakeup
+        out.wakeup = wakeup
         return out
 
     def _become_joined(self, now: float) -> None:
@@ -486,7 +488,8 @@ class OverlayNode:
             return
         if not firsthand and self.dead.get(pid, 0.0) > now:
             return
-        held = self.leaf.get(pid)
+        leaf, table = self.leaf, self.table
+        held = leaf.get(pid)
         if held is not None:
             if held.addr != peer.addr:
                 self.leaf.add(peer)  # same node, new address
@@ -499,11 +502,11 @@ class OverlayNode:
         elif self.leaf.add(peer):
             self._leaf_did_change(now)
             if self.joined:
-                self._send(peer.addr, LeafSetPush(sender=self.me, leaf_set=self.leaf.members()))
-        where = self.table.slot(peer.id)
+                self._send(peer.addr, LeafSetPush(sender=self.me, leaf_set=leaf.members()))
+        where = table.slot(pid)
         if where is None:
             return
-        current = self.table.get(*where)
+        current = table.get(*where)
         if current is None:
             if firsthand:
                 self.table.set(*where, peer)
