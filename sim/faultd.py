@@ -32,7 +32,7 @@ from sim.network import SimNetwork
 POOL_OVERLAY = OverlayParams(
     leaf_set_size=16,
     keepalive_interval=2.0,
-    leaf_timeout=6.0,
+    leaf_timeout=3.0,
     probe_timeout=1.0,
     table_probe_interval=20.0,
     row_maintenance_interval=30.0,

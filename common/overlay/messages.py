@@ -244,9 +244,17 @@ class Broadcast(Message):
     payload: AppPayload
 
 
+class Heartbeat(Message):
+    """Sent every keepalive interval to our nearest smaller leaf-set neighbour, which watches
+    the silence of its nearest larger one (any message from it counts as well)."""
+
+    TYPE = "heartbeat"
+    sender: Peer
+
+
 OVERLAY_MESSAGES: list[type[Message]] = [
     Ping, Pong, JoinRequest, JoinInfo, Hello, LeafSetRequest, LeafSetPush, RowRequest, RowReply,
-    Route, RouteAck, Direct, Broadcast,
+    Route, RouteAck, Direct, Broadcast, Heartbeat,
 ]  # fmt: skip
 
 

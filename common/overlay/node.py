@@ -6,23 +6,44 @@ events for the application, and the time at which the node wants `on_timer` call
 never reads a clock, sleeps or touches a socket, so the trio driver runs it over UDP and the
 simulator runs thousands of them on virtual time, with identical behaviour.
 
-Liveness: leaf-set members are pinged every `keepalive_interval` and declared dead after
-`leaf_timeout` of silence (and never by probes, so that lost datagrams do not cut the ring);
-routing-table entries are probed every `table_probe_interval` and declared dead after three
-unanswered probes. A dead leaf member is replaced from the leaf sets of
-the remaining extreme members; a dead table entry from the same row of another entry (Pastry's
-repair). Nodes declared dead are not re-learned second-hand for `dead_memory` seconds.
+Liveness, at a cost that does not grow with the leaf set (MSPastry's scheme): every node sends a
+heartbeat to its nearest smaller neighbour every `keepalive_interval`, so each node watches one
+node, its nearest larger neighbour; any message from a node counts as hearing from it, so
+application traffic stands in for heartbeats. After `leaf_timeout` of silence the neighbour is
+suspected: probed, and declared dead if it fails to answer two probes. A node that declares a
+leaf member dead pushes its leaf set to the remaining members: the suspicion spreads through the
+leaf set, since a member that finds a node of its own leaf set missing from a push, within the
+arc the pusher's set spans, probes that node in turn (or, if it heard from it lately, tells the
+pusher about it: the same check repairs leaf sets that missed a join). Routing-table entries are
+probed only where used or suspect: a routed message's hop that does not ack, and entries we send
+application messages to (`send_to_row`, broadcast) that stay silent for `table_probe_interval`;
+measured entries are otherwise left alone. A dead leaf member is replaced from the leaf sets of the
+remaining extreme members (asked again LEAF_REPAIR_RETRIES times, as messages get lost); a dead
+table entry from the same row of another entry (Pastry's repair). Nodes declared dead are not
+re-learned second-hand for `dead_memory` seconds, and a node heard of second-hand enters our leaf
+set or routing table only once it answers a probe: unused entries are never probed, so another
+node's table may still list a dead node, and that must not spread.
+
+Adaptive intervals: the periodic exchanges that only matter while the ring changes (row
+maintenance, leaf-set exchange and the self-lookup) double their interval, up to `max_backoff`
+times the configured one, each round that finds nothing changed since the last, and fall back to
+it when something did.
 
 Routed messages are acknowledged hop by hop: a hop that does not ack within `hop_timeout` is
 probed (and declared dead if the probes fail too) while the message is routed around it at once.
 That is what makes a message keyed to a node that just died (faultD's manager_missing) reach the
-closest live node before any leaf set has noticed the death.
+closest live node before any leaf set has noticed the death. Where routing around the silent hop
+would deliver the message here, and the key is not that node's own id, it is first sent to the
+same hop again (`HOP_RESENDS` times): a lost ack must not deliver a message at a node that is not
+its root. After a hop failed, the routing table's slot is not trusted alone: leaf-set members
+(watched) are preferred to the other table entries, which nobody probes unless they are used.
 
-Leaf-set consistency: concurrent joins can leave a stretch of the ring whose members know each
-other but not their neighbours on either side, and exchanges within leaf sets cannot merge
-chains that share no member. So every `leaf_exchange_interval` a node also routes a join request
-for its own id through a random routing-table entry; the routing tables span the whole ring, so
-the request ends at our true nearest neighbour (excluding us), which answers with its leaf set.
+Leaf-set consistency: every leaf-set exchange round a node pushes its leaf set to one random
+member (checked as above on receipt). Concurrent joins can also leave a stretch of the ring whose
+members know each other but not their neighbours on either side, and exchanges within leaf sets
+cannot merge chains that share no member. So each round a node also routes a join request for its
+own id through a random routing-table entry; the routing tables span the whole ring, so the
+request ends at our true nearest neighbour (excluding us), which answers with its leaf set.
 
 Healing: the last `departed_memory` nodes declared dead are probed again, one every
 `revive_interval`; one that answers is learned anew. After a partition heals, that is how the two
@@ -31,6 +52,7 @@ halves (each of which declared the other dead) find each other and merge back in
 
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -40,12 +62,13 @@ from typing import TypeVar
 from pydantic import Field, field_validator
 
 from common.config import StrictModel
-from common.overlay.ids import closeness, digit, shared_prefix_len
+from common.overlay.ids import ID_MASK, closeness, digit, shared_prefix_len
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import (
     MAX_LEAF_SET,
     Broadcast,
     Direct,
+    Heartbeat,
     Hello,
     JoinInfo,
     JoinRequest,
@@ -68,12 +91,15 @@ class OverlayParams(StrictModel):
 
     b: int = Field(4, description="bits per digit: rows of 2^b columns")
     leaf_set_size: int = Field(16, ge=2, le=MAX_LEAF_SET, description="l: l/2 neighbours on each side")
-    keepalive_interval: float = Field(10.0, gt=0)
-    leaf_timeout: float = Field(30.0, gt=0, description="silence after which a leaf member is dead")
+    keepalive_interval: float = Field(10.0, gt=0, description="heartbeats to our smaller neighbour")
+    leaf_timeout: float = Field(15.0, gt=0, description="silence after which our larger neighbour is probed")
     probe_timeout: float = Field(3.0, gt=0)
-    table_probe_interval: float = Field(60.0, gt=0)
+    table_probe_interval: float = Field(
+        300.0, gt=0, description="silence after which a table entry we send to is probed"
+    )
     row_maintenance_interval: float = Field(60.0, gt=0)
     leaf_exchange_interval: float = Field(60.0, gt=0)
+    max_backoff: int = Field(8, ge=1, description="adaptive intervals grow up to this many times")
     hop_timeout: float = Field(1.0, gt=0, description="wait for a routed message's per-hop ack")
     max_reroutes: int = Field(4, ge=0, description="hops tried around silent nodes before giving up")
     join_retry: float = Field(5.0, gt=0)
@@ -155,7 +181,14 @@ None to stop it here. Over UDP a payload carries its origin's signature (common.
 a hook there may stop a payload, but one it changes fails the next hop's check."""
 
 
-PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry is declared dead
+PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry (or a silent hop) is declared dead
+HOP_RESENDS = 2  # a final hop's resends before the message is delivered at the next closest node
+LEAF_REPAIR_RETRIES = 3  # leaf-set requests sent again after a leaf member's death
+SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
+
+# What a probe is for: a departed node that may be back, a round-trip time to measure (proximity
+# neighbour selection), or a suspected node (declared dead if it does not answer).
+REVIVE, MEASURE, SUSPECT = 0, 1, 2
 
 
 @dataclass
@@ -164,17 +197,34 @@ class _HopWait:
     next_hop: Peer
     sent: float
     tried: set[int]
+    resent: int = 0  # times sent again to the same hop (see _expire_hops)
 
 
 @dataclass
 class _Probe:
     peer: Peer
     sent: float
-    keepalive: bool
+    kind: int  # REVIVE, MEASURE or SUSPECT
     attempt: int
+    attempts: int
+    tell: Peer | None  # a SUSPECT probe's pusher, told about the node if it answers
 
 
 _Waiting = TypeVar("_Waiting", _Probe, _HopWait)
+
+
+def _spans(center: int, members: list[Peer], key: int) -> bool:
+    """Whether `key` lies within the arc a node's leaf set spans (`center` is the node's id, and
+    each member counts on the side it is nearer to)."""
+    reach_cw = reach_ccw = 0
+    for p in members:
+        cw = (p.id - center) & ID_MASK
+        ccw = (center - p.id) & ID_MASK
+        if cw <= ccw:
+            reach_cw = max(reach_cw, cw)
+        else:
+            reach_ccw = max(reach_ccw, ccw)
+    return (key - center) & ID_MASK <= reach_cw or (center - key) & ID_MASK <= reach_ccw
 
 
 def _expired(queue: dict[int, _Waiting], timeout: float, now: float) -> Iterator[_Waiting]:
@@ -208,6 +258,13 @@ class OverlayNode:
         self._probing: dict[int, int] = {}  # peer id -> nonce of its outstanding probe
         self._candidates: dict[int, Peer] = {}
         self._departed: OrderedDict[int, Peer] = OrderedDict()
+        self._used: set[str] = set()  # addresses we sent application messages to since the last sweep
+        self._corrected: dict[int, float] = {}  # peers we last sent a corrective leaf-set push -> when
+        self._watched: tuple[int, float] = (-1, 0.0)  # our larger neighbour, since when we watch it
+        self._leaf_version = 0  # bumped on every leaf-set change
+        self._repairs_left = 0  # leaf-set requests still to send again (_retry_leaf_repair)
+        self._backoff: dict[str, tuple[int, int]] = {}  # adaptive timer -> (factor, version seen)
+        self._entry_leaves: dict[int, tuple[float, list[Peer]]] = {}  # table entry -> (when, its leaf set)
         self._nonce = 0
         self._bcast_seq = 0
         self._bcast_seen: OrderedDict[tuple[int, int], None] = OrderedDict()
@@ -242,27 +299,38 @@ class OverlayNode:
         self._expire_probes(now)
         self._expire_hops(now)
         t = self._timers
+        if t.get("leaf_repair", math.inf) <= now:
+            del t["leaf_repair"]
+            self._retry_leaf_repair(now)
         if not self.joined and t.get("join", float("inf")) <= now and self.bootstrap:
             self._send(self.bootstrap, JoinRequest(joiner=self.me))
             t["join"] = now + self.params.join_retry
         if self.joined:
-            if t["keepalive"] <= now:
-                self._keepalive(now)
-                t["keepalive"] = self._next(now, self.params.keepalive_interval)
+            p = self.params
+            if t["heartbeat"] <= now:
+                if self.leaf.smaller:
+                    self._send(self.leaf.smaller[0].addr, Heartbeat(sender=self.me))
+                t["heartbeat"] = self._next(now, p.keepalive_interval)
+            if t["watch"] <= now:
+                t["watch"] = self._watch(now)
             if t["table_probe"] <= now:
-                self._probe_table(now)
-                t["table_probe"] = self._next(now, self.params.table_probe_interval)
+                self._probe_used(now)
+                t["table_probe"] = self._next(now, p.table_probe_interval)
             if t["row_maintenance"] <= now:
-                self._row_maintenance()
-                t["row_maintenance"] = self._next(now, self.params.row_maintenance_interval)
+                self._row_maintenance(now)
+                t["row_maintenance"] = self._adaptive(
+                    "row", self.table.version, now, p.row_maintenance_interval
+                )
             if t["leaf_exchange"] <= now:
                 self._leaf_exchange()
                 self._self_lookup()
-                t["leaf_exchange"] = self._next(now, self.params.leaf_exchange_interval)
+                t["leaf_exchange"] = self._adaptive("leaf", self._leaf_version, now, p.leaf_exchange_interval)
             if t["revive"] <= now:
+                if len(self.dead) > 1024:
+                    self.dead = {i: until for i, until in self.dead.items() if until > now}
                 if self._departed:
-                    self._probe(self.rng.choice(list(self._departed.values())), now, keepalive=True)
-                t["revive"] = self._next(now, self.params.revive_interval)
+                    self._probe(self.rng.choice(list(self._departed.values())), now, kind=REVIVE)
+                t["revive"] = self._next(now, p.revive_interval)
         return self._flush()
 
     def route(self, key: int, payload: Message, now: float) -> Output:
@@ -274,6 +342,7 @@ class OverlayNode:
         """Send a payload to every node in one row of our routing table."""
         for peer in self.table.row(row):
             self._send(peer.addr, Direct(sender=self.me, payload=payload))
+            self._used.add(peer.addr)
         return self._flush()
 
     def send_to_leaf_set(self, payload: Message) -> Output:
@@ -285,6 +354,7 @@ class OverlayNode:
     def send_direct(self, addr: str, payload: Message) -> Output:
         """Send a payload to the node at `addr`; it arrives as a Received event."""
         self._send(addr, Direct(sender=self.me, payload=payload))
+        self._used.add(addr)
         return self._flush()
 
     def measure(self, peer: Peer, now: float) -> Output:
@@ -303,8 +373,11 @@ class OverlayNode:
 
     # ------------------------------------------------------------------ queries
 
-    def next_hop(self, key: int, exclude: Collection[int] = ()) -> Peer | None:
-        """Pastry's routing decision, skipping the nodes in `exclude`; None means we are the root."""
+    def next_hop(self, key: int, exclude: Collection[int] = (), *, rerouting: bool = False) -> Peer | None:
+        """Pastry's routing decision, skipping the nodes in `exclude`; None means we are the root.
+        `rerouting`: a hop of this message was silent already, so where the table's slot cannot
+        serve, leaf-set members (watched, and exact once repaired) go before table entries (never
+        probed unless used: after a wave of crashes, several in a row may be dead)."""
         if self.leaf.covers(key):
             best = self.leaf.closest(key, exclude)
             return None if best.id == self.me.id else best
@@ -314,15 +387,36 @@ class OverlayNode:
             return None
         entry = self.table.get(r, digit(key, r, b))
         if entry is not None and entry.id not in exclude:
+            around = self._entry_leaves.get(entry.id)
+            if around is not None and _spans(entry.id, around[1], key):
+                # Lookahead: the entry's leaf set covers the key, so its closest member is the
+                # root (or, if that set is stale, a node whose own leaf set routes on): go there
+                # at once and skip the hop through the entry.
+                others = (p for p in around[1] if p.id not in exclude and p.id not in self.dead)
+                best = min(others, key=lambda p: closeness(key, p.id), default=entry)
+                c = closeness(key, best.id)
+                # Progress as Pastry's rare case defines it: as long a shared prefix as ours, and
+                # numerically closer (the key may sit just across a digit boundary from the entry).
+                progress = shared_prefix_len(best.id, key, b) >= r and c < closeness(key, self.me.id)
+                if progress and c < closeness(key, entry.id):
+                    return best
             return entry
-        # Rare case: any known node sharing as long a prefix and numerically closer.
-        best, best_closeness = self.me, closeness(key, self.me.id)
+        # The slot is empty or its node silent. Proximity route selection: among the known nodes
+        # that make progress (as long a shared prefix and numerically closer than us), those with
+        # the longest prefix, and of these the nearest measured one.
+        mine = closeness(key, self.me.id)
+        best, best_rank = self.me, (2, 0, math.inf, mine)
+        leaf = self.leaf
         for p in self.known():
-            if p.id in exclude or shared_prefix_len(p.id, key, b) < r:
+            if p.id in exclude:
                 continue
+            shared = shared_prefix_len(p.id, key, b)
             c = closeness(key, p.id)
-            if c < best_closeness:
-                best, best_closeness = p, c
+            if shared < r or c >= mine:
+                continue
+            rank = (int(rerouting and p.id not in leaf), -shared, self.rtt.get(p.id, math.inf), c)
+            if rank < best_rank:
+                best, best_rank = p, rank
         return None if best is self.me else best
 
     def known(self) -> list[Peer]:
@@ -339,6 +433,15 @@ class OverlayNode:
 
     def _next(self, now: float, interval: float) -> float:
         return now + interval * (0.9 + 0.2 * self.rng.random())  # jitter avoids lockstep rounds
+
+    def _adaptive(self, name: str, version: int, now: float, base: float) -> float:
+        """The next round of an adaptive timer: `base` again if `version` (what the round
+        maintains) changed since its last round, else twice the last interval, up to max_backoff
+        times `base`."""
+        factor, seen = self._backoff.get(name, (1, -1))
+        factor = 1 if version != seen else min(2 * factor, self.params.max_backoff)
+        self._backoff[name] = (factor, version)
+        return self._next(now, base * factor)
 
     def _flush(self) -> Output:
         if self._leaf_changed:
@@ -361,7 +464,8 @@ class OverlayNode:
         self._timers.pop("join", None)
         p = self.params
         self._timers.update(
-            keepalive=self._next(now, p.keepalive_interval),
+            heartbeat=self._next(now, p.keepalive_interval),
+            watch=now + p.leaf_timeout,
             table_probe=self._next(now, p.table_probe_interval),
             row_maintenance=self._next(now, p.row_maintenance_interval),
             leaf_exchange=self._next(now, p.leaf_exchange_interval),
@@ -375,8 +479,10 @@ class OverlayNode:
         if self._departed.pop(peer.id, None) is not None:
             self._consider(peer, now, firsthand=True)  # back from the dead, or from a partition
 
-    def _consider(self, peer: Peer, now: float, *, firsthand: bool = False) -> None:
-        """Learn of a node: leaf set if it belongs there, routing table by proximity."""
+    def _consider(self, peer: Peer, now: float, *, firsthand: bool = False, measure: bool = True) -> None:
+        """Learn of a node: leaf set if it belongs there, routing table by proximity. Without
+        `measure`, a node whose round-trip time is unknown only fills an empty slot: it is not
+        probed to challenge the entry that holds its slot."""
         pid = peer.id
         if pid == self.me.id:
             return
@@ -386,10 +492,15 @@ class OverlayNode:
         held = leaf.get(pid)
         if held is not None:
             if held.addr != peer.addr:
-                leaf.add(peer)  # same node, new address
-        elif leaf.could_hold(pid) and leaf.add(peer):
-            self._leaf_changed = True
-            self.last_heard.setdefault(peer.id, now)  # grace period before keepalives judge it
+                self.leaf.add(peer)  # same node, new address
+        elif not self.leaf.could_hold(pid):
+            pass
+        elif self.joined and not firsthand:
+            # Heard of second-hand, from a set that may be stale: it enters our leaf set only
+            # once it answers (_on_pong), so that dead nodes are not passed around the ring.
+            self._probe(peer, now)
+        elif self.leaf.add(peer):
+            self._leaf_did_change(now)
             if self.joined:
                 self._send(peer.addr, LeafSetPush(sender=self.me, leaf_set=leaf.members()))
         where = table.slot(pid)
@@ -397,40 +508,73 @@ class OverlayNode:
             return
         current = table.get(*where)
         if current is None:
-            self.table.set(*where, peer)
-            if peer.id not in self.rtt:
+            if firsthand:
+                self.table.set(*where, peer)
+                if peer.id not in self.rtt:
+                    self._probe(peer, now)
+            else:
+                # Heard of second-hand: it may be a stale entry of the teller's, which nobody
+                # probes unless it is used, so it fills the slot only once it answers (_on_pong).
+                self._candidates[peer.id] = peer
                 self._probe(peer, now)
         elif current.id == peer.id:
             if current.addr != peer.addr:
                 self.table.set(*where, peer)
         elif peer.id in self.rtt:
-            if current.id in self.rtt and self.rtt[peer.id] < self.rtt[current.id]:
-                self.table.set(*where, peer)
-        else:
+            # Measured before, and nearer than the entry: measured again (it may have died since)
+            # and put in the entry's place if it answers (_on_pong).
+            if measure and current.id in self.rtt and self.rtt[peer.id] < self.rtt[current.id]:
+                self._candidates[peer.id] = peer
+                self._probe(peer, now)
+        elif measure:
             self._candidates[peer.id] = peer
             self._probe(peer, now)
 
-    def _consider_all(self, peers: Iterable[Peer], now: float) -> None:
+    def _consider_all(self, peers: Iterable[Peer], now: float, *, measure: bool = True) -> None:
         for p in peers:
-            self._consider(p, now)
+            self._consider(p, now, measure=measure)
 
-    def _probe(self, peer: Peer, now: float, *, keepalive: bool = False, attempt: int = 1) -> None:
-        if peer.id in self._probing:
+    def _probe(
+        self,
+        peer: Peer,
+        now: float,
+        *,
+        kind: int = MEASURE,
+        attempts: int = PROBE_ATTEMPTS,
+        attempt: int = 1,
+        tell: Peer | None = None,
+    ) -> None:
+        nonce = self._probing.get(peer.id)
+        if nonce is not None:  # one probe per node at a time; a suspicion takes over a measurement
+            probe = self._pending[nonce]
+            if kind > probe.kind:
+                probe.kind, probe.attempts, probe.tell = kind, attempts, tell
             return
         self._nonce += 1
-        self._pending[self._nonce] = _Probe(peer, now, keepalive, attempt)
+        self._pending[self._nonce] = _Probe(peer, now, kind, attempt, attempts, tell)
         self._probing[peer.id] = self._nonce
         self._send(peer.addr, Ping(sender=self.me, nonce=self._nonce, sent=now))
 
     def _expire_probes(self, now: float) -> None:
         for probe in _expired(self._pending, self.params.probe_timeout, now):
-            self._probing.pop(probe.peer.id, None)
             pid = probe.peer.id
-            if probe.keepalive or pid in self.leaf:
-                continue  # leaf members are judged by silence over leaf_timeout, not by probes
-            if probe.attempt < PROBE_ATTEMPTS and self.table.contains(pid):
+            self._probing.pop(pid, None)
+            if probe.kind == REVIVE:
+                continue
+            in_table = self.table.contains(pid)
+            if probe.kind == SUSPECT:
+                if probe.attempt < probe.attempts:
+                    self._probe(probe.peer, now, kind=SUSPECT, attempts=probe.attempts,
+                                attempt=probe.attempt + 1, tell=probe.tell)  # fmt: skip
+                elif in_table or pid in self.leaf:
+                    self._declare_dead(probe.peer, now)
+                else:  # e.g. a lookahead hop: not tried again while remembered dead
+                    self.dead[pid] = now + self.params.dead_memory
+            elif pid in self.leaf:
+                continue  # a leaf member is declared dead only once suspected (see the module docstring)
+            elif in_table and probe.attempt < PROBE_ATTEMPTS:
                 self._probe(probe.peer, now, attempt=probe.attempt + 1)
-            elif self.table.contains(pid):
+            elif in_table:
                 self._declare_dead(probe.peer, now)
             else:
                 self._candidates.pop(pid, None)
@@ -445,12 +589,15 @@ class OverlayNode:
         self.last_heard.pop(peer.id, None)
         self._candidates.pop(peer.id, None)
         if self.leaf.remove(peer.id):
-            self._leaf_changed = True
-            asked = {p.id: p for p in (self.leaf.farthest("larger"), self.leaf.farthest("smaller")) if p}
-            if not asked:
-                asked = {p.id: p for p in list(self.table.entries())[:1]}
-            for p in asked.values():
-                self._send(p.addr, LeafSetRequest(sender=self.me))
+            self._leaf_did_change(now)
+            members = self.leaf.members()
+            self._ask_for_replacements()
+            self._repairs_left = LEAF_REPAIR_RETRIES
+            self._timers["leaf_repair"] = now + 2 * self.params.probe_timeout
+            # Spread the news: every member checks our set against its own (_check_push).
+            push = LeafSetPush(sender=self.me, leaf_set=members)
+            for p in members:
+                self._send(p.addr, push)
         where = self.table.remove(peer.id)
         if where is not None:
             row, _ = where
@@ -460,28 +607,121 @@ class OverlayNode:
                     self._send(self.rng.choice(others).addr, RowRequest(sender=self.me, row=row))
                     break
 
-    def _keepalive(self, now: float) -> None:
-        timeout = self.params.leaf_timeout
-        for peer in self.leaf.members():
-            if now - self.last_heard.get(peer.id, now) > timeout:
-                self._declare_dead(peer, now)
-        for peer in self.leaf.members():
-            # A ping received proves the sender alive as well as the pong does: one exchange per
-            # pair and interval is enough.
-            if now - self.last_heard.get(peer.id, -1e18) >= self.params.keepalive_interval:
-                self._probe(peer, now, keepalive=True)
+    def _ask_for_replacements(self) -> None:
+        """Ask the farthest leaf member on each side for its leaf set (Pastry's leaf repair)."""
+        asked = {p.id: p for p in (self.leaf.farthest("larger"), self.leaf.farthest("smaller")) if p}
+        if not asked:
+            asked = {p.id: p for p in list(self.table.entries())[:1]}
+        for p in asked.values():
+            self._send(p.addr, LeafSetRequest(sender=self.me))
 
-    def _probe_table(self, now: float) -> None:
+    def _retry_leaf_repair(self, now: float) -> None:
+        """After a member was declared dead, ask again, LEAF_REPAIR_RETRIES times: the request, its
+        answer or the probe of the replacement may have been lost, and the next leaf exchange may
+        be minutes away (adaptive). Not only while a side is short: a farther node heard of in a
+        push may have taken the free place of the nearer one we missed."""
+        if self._repairs_left <= 0:
+            return
+        self._repairs_left -= 1
+        self._ask_for_replacements()
+        self._timers["leaf_repair"] = now + 2 * self.params.probe_timeout
+
+    def _leaf_did_change(self, now: float) -> None:
+        self._leaf_changed = True
+        self._leaf_version += 1
+        if self.joined:
+            self._timers["watch"] = now  # our larger neighbour may be another node now
+
+    def _watch(self, now: float) -> float:
+        """Suspect our nearest larger neighbour after `leaf_timeout` of silence (counted from when
+        we started watching it, if we never heard from it); returns when to look again."""
+        timeout = self.params.leaf_timeout
+        if not self.leaf.larger:
+            return now + timeout
+        right = self.leaf.larger[0]
+        if self._watched[0] != right.id:
+            self._watched = (right.id, now)
+        since = max(self.last_heard.get(right.id, -math.inf), self._watched[1])
+        due = since + timeout
+        if due > now:  # not `now - since < timeout`: in floats both can hold with due == now
+            return due
+        self._probe(right, now, kind=SUSPECT, attempts=SUSPECT_ATTEMPTS)
+        self._watched = (right.id, now)
+        return now + timeout
+
+    def _probe_used(self, now: float) -> None:
+        """Probe the routing-table entries we sent application messages to since the last sweep
+        and have not heard from for `table_probe_interval` (routed hops have acks of their own)."""
+        if not self._used:
+            return
         horizon = self.params.table_probe_interval
         for peer in list(self.table.entries()):
-            if now - self.last_heard.get(peer.id, -1e18) >= horizon:
-                self._probe(peer, now)
+            if peer.addr in self._used and now - self.last_heard.get(peer.id, -math.inf) >= horizon:
+                self._probe(peer, now, kind=SUSPECT)
+        self._used.clear()
 
-    def _row_maintenance(self) -> None:
+    def _check_push(self, sender: Peer, their: list[Peer], now: float) -> None:
+        """Compare a pushed leaf set with ours. A member of ours that the sender's set lacks, though
+        it lies within the arc that set spans (or on a side that holds fewer than l/2 nodes), is
+        either dead in the sender's eyes or unknown to it: we probe it unless we heard from it
+        within `leaf_timeout`, and tell the sender about the ones that are alive."""
+        s = sender.id
+        listed = {p.id for p in their}
+        reach_cw = reach_ccw = count_cw = count_ccw = 0
+        for p in their:
+            cw = (p.id - s) & ID_MASK
+            ccw = (s - p.id) & ID_MASK
+            if cw <= ccw:
+                count_cw += 1
+                reach_cw = max(reach_cw, cw)
+            else:
+                count_ccw += 1
+                reach_ccw = max(reach_ccw, ccw)
+        half = self.leaf.half
+        timeout = self.params.leaf_timeout
+        tell = False
+        for m in self.leaf.members():
+            if m.id == s or m.id in listed:
+                continue
+            cw = (m.id - s) & ID_MASK
+            ccw = (s - m.id) & ID_MASK
+            if cw <= ccw:
+                inside = count_cw < half or cw < reach_cw
+            else:
+                inside = count_ccw < half or ccw < reach_ccw
+            if not inside:
+                continue
+            if now - self.last_heard.get(m.id, -math.inf) < timeout:
+                tell = True
+            else:
+                self._probe(m, now, kind=SUSPECT, attempts=SUSPECT_ATTEMPTS, tell=sender)
+        if tell:
+            self._correct(sender, now)
+
+    def _correct(self, peer: Peer, now: float) -> None:
+        """Push our leaf set to a node whose view lacks nodes we know (once per keepalive interval)."""
+        interval = self.params.keepalive_interval
+        if now - self._corrected.get(peer.id, -math.inf) < interval:
+            return
+        self._corrected[peer.id] = now
+        if len(self._corrected) > 4 * self.params.leaf_set_size:
+            self._corrected = {k: t for k, t in self._corrected.items() if now - t < interval}
+        self._send(peer.addr, LeafSetPush(sender=self.me, leaf_set=self.leaf.members()))
+
+    def _row_maintenance(self, now: float) -> None:
         """Proximity maintenance: for every row, ask a random member of that row and our nearest
         known node for the nodes they know that would fit that row of ours. Nodes near us know
         nodes near them, hence near us (the triangle inequality), which is how tables built from
-        random join paths become proximity-aware over time."""
+        random join paths become proximity-aware over time. Also asks the entries whose leaf set
+        we do not hold, or have held for `max_backoff` row intervals, for it (lookahead)."""
+        horizon = self.params.row_maintenance_interval * self.params.max_backoff
+        held = self._entry_leaves
+        for peer in self.table.entries():
+            got = held.get(peer.id)
+            if got is None or now - got[0] >= horizon:
+                self._send(peer.addr, LeafSetRequest(sender=self.me))
+        for gone in [i for i in held if not self.table.contains(i)]:
+            del held[gone]
         known = self.known()
         measured = [p for p in known if p.id in self.rtt]
         nearest = min(measured, key=lambda p: self.rtt[p.id]) if measured else None
@@ -494,11 +734,11 @@ class OverlayNode:
                 self._send(peer.addr, RowRequest(sender=self.me, row=row))
 
     def _leaf_exchange(self) -> None:
-        """Push our leaf set to every member: a node that learned of two concurrent joiners tells
-        each about the other, which is what makes leaf sets converge under bursts of joins."""
-        push = LeafSetPush(sender=self.me, leaf_set=self.leaf.members())
-        for peer in self.leaf.members():
-            self._send(peer.addr, push)
+        """Push our leaf set to one random member, which checks it against its own (_check_push):
+        a node that learned of two concurrent joiners tells each about the other."""
+        members = self.leaf.members()
+        if members:
+            self._send(self.rng.choice(members).addr, LeafSetPush(sender=self.me, leaf_set=members))
 
     def _self_lookup(self) -> None:
         entries = list(self.table.entries()) or self.leaf.members()
@@ -509,7 +749,9 @@ class OverlayNode:
 
     def _on_ping(self, msg: Ping, now: float) -> None:
         self._send(msg.sender.addr, Pong(sender=self.me, nonce=msg.nonce, sent=msg.sent))
-        self._consider(msg.sender, now, firsthand=True)
+        # Not probed back: the prober measures us, and we measure it when it is offered to us as
+        # a candidate (row maintenance), which halves the probes of joins.
+        self._consider(msg.sender, now, firsthand=True, measure=False)
 
     def _on_pong(self, msg: Pong, now: float) -> None:
         probe = self._pending.get(msg.nonce)
@@ -517,9 +759,13 @@ class OverlayNode:
             return
         del self._pending[msg.nonce]
         self._probing.pop(msg.sender.id, None)
+        if probe.tell is not None:
+            self._correct(probe.tell, now)  # it lacked this node, which is alive
         sample = max(now - msg.sent, 0.0)
         old = self.rtt.get(msg.sender.id)
         self.rtt[msg.sender.id] = sample if old is None else 0.7 * old + 0.3 * sample
+        if msg.sender.id not in self.leaf and self.leaf.could_hold(msg.sender.id):
+            self._consider(msg.sender, now, firsthand=True)  # a leaf candidate, verified
         candidate = self._candidates.pop(msg.sender.id, None)
         if candidate is not None:
             where = self.table.slot(candidate.id)
@@ -566,8 +812,21 @@ class OverlayNode:
         self._consider(msg.sender, now, firsthand=True)
 
     def _on_leaf_push(self, msg: LeafSetPush, now: float) -> None:
+        if self.table.contains(msg.sender.id):
+            self._entry_leaves[msg.sender.id] = (now, msg.leaf_set)
         self._consider(msg.sender, now, firsthand=True)
-        self._consider_all(msg.leaf_set, now)
+        # A neighbour's set is all candidates for our leaf set and deep rows; a table entry's
+        # (asked for lookahead) only fills empty slots: its members would all challenge one slot.
+        self._consider_all(msg.leaf_set, now, measure=msg.sender.id in self.leaf)
+        if self.joined:
+            self._check_push(msg.sender, msg.leaf_set, now)
+
+    def _on_heartbeat(self, msg: Heartbeat, now: float) -> None:
+        """The sender takes us for its nearest smaller neighbour; if we know a node between us,
+        it does not: tell it."""
+        self._consider(msg.sender, now, firsthand=True)
+        if self.leaf.larger and self.leaf.larger[0].id != msg.sender.id:
+            self._correct(msg.sender, now)
 
     def _on_row_request(self, msg: RowRequest, now: float) -> None:
         """Answer with the nodes we know that would sit in row `row` of the requester's table."""
@@ -591,7 +850,7 @@ class OverlayNode:
 
     def _route(self, msg: Route, now: float, tried: set[int] | None = None) -> None:
         tried = tried or set()
-        nxt = self.next_hop(msg.key, exclude=tried)
+        nxt = self.next_hop(msg.key, exclude=tried, rerouting=bool(tried))
         if nxt is None:
             self._out.events.append(Delivered(msg.key, msg.payload, msg.origin, msg.hops))
             return
@@ -608,13 +867,32 @@ class OverlayNode:
 
     def _expire_hops(self, now: float) -> None:
         for wait in _expired(self._hops, self.params.hop_timeout, now):
-            self._probe(wait.next_hop, now)  # declared dead only if the probes fail as well
+            silent = wait.next_hop.id
+            self._probe(wait.next_hop, now, kind=SUSPECT)  # declared dead only if the probes fail too
+            held = self._entry_leaves
+            for entry in [e for e, (_, members) in held.items() if any(p.id == silent for p in members)]:
+                del held[entry]  # a lookahead that led to a silent node: asked for again at row maintenance
             tried = wait.tried | {wait.next_hop.id}
-            if len(tried) <= self.params.max_reroutes:
+            if (
+                wait.resent < HOP_RESENDS
+                and silent != wait.msg.key
+                and self.next_hop(wait.msg.key, exclude=tried, rerouting=True) is None
+            ):
+                # Without the silent hop we would be the root. If only its ack was lost, it has
+                # delivered the message already, and delivering here too would deliver it at a
+                # node that is not its root: send it to the same hop again first. Not when the
+                # key is the silent node's own id: such a message is about that node's absence
+                # (faultD's manager_missing), and the next closest node must have it at once.
+                self._nonce += 1
+                again = wait.msg.model_copy(update={"hop_nonce": self._nonce})
+                self._hops[self._nonce] = _HopWait(again, wait.next_hop, now, wait.tried, wait.resent + 1)
+                self._send(wait.next_hop.addr, again)
+            elif len(tried) <= self.params.max_reroutes:
                 self._route(wait.msg.model_copy(update={"hops": wait.msg.hops - 1}), now, tried)
 
     def _on_route(self, msg: Route, now: float) -> None:
         if msg.via is not None:
+            self._heard(msg.via, now)
             self._send(msg.via.addr, RouteAck(sender=self.me, hop_nonce=msg.hop_nonce))
         self._route(msg, now)
 
@@ -641,6 +919,7 @@ class OverlayNode:
                     self._send(
                         peer.addr, Broadcast(origin=msg.origin, seq=msg.seq, level=r + 1, payload=msg.payload)
                     )
+                    self._used.add(peer.addr)
 
     _handlers: dict[type[Message], Callable[[OverlayNode, Message, float], None]] = {
         Ping: _on_ping,
@@ -656,4 +935,5 @@ class OverlayNode:
         RouteAck: _on_route_ack,
         Direct: _on_direct,
         Broadcast: _on_broadcast,
+        Heartbeat: _on_heartbeat,
     }  # type: ignore[dict-item]

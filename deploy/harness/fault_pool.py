@@ -95,7 +95,7 @@ port = {PORT}
 {self.keys.toml(node)}
 [ring.overlay]
 keepalive_interval = 2.0
-leaf_timeout = 6.0
+leaf_timeout = 3.0
 probe_timeout = 1.0
 hop_timeout = 0.5
 table_probe_interval = 20.0
