@@ -37,6 +37,9 @@ class CondorSection(StrictModel):
     """The `[condor]` section of faultd's config: HTCondor's files, role daemons, what is replicated."""
 
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
+    token_dir: Path | None = Field(
+        None, description="faultd's IDTOKENS (identity faultd@<trust domain>); the gateway uses only these"
+    )
     config_dir: Path = Field(Path("/etc/condor/config.d"), description="where faultd writes its role file")
     role_file: str = Field("99-faultd-role.conf", pattern=r"^[A-Za-z0-9._-]+\.conf$")
     log_dir: Path = Field(Path("/var/log/condor"), description="HTCondor's LOG (holds .master_address)")

@@ -56,6 +56,7 @@ class FaultDaemon:
         self.config = config
         self.gateway = Gateway(
             condor_config=config.condor.condor_config,
+            token_dir=config.condor.token_dir,
             collector=config.fault.collector,
             timeout=config.daemon.gateway_timeout,
         )

@@ -19,6 +19,9 @@ class PoolSection(StrictModel):
     name: str = Field(pattern=POOL_NAME, description="this pool's name, unique in the federation")
     collector: str = Field(description="host:port of this pool's collector, as other pools reach it")
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
+    token_dir: Path | None = Field(
+        None, description="poold's IDTOKENS (identity poold@<trust domain>); the gateway uses only these"
+    )
 
     @field_validator("collector")
     @classmethod

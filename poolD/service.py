@@ -57,6 +57,7 @@ class PoolDaemon:
         self.policy = policy or self._read_policy()
         self.gateway = Gateway(
             condor_config=config.pool.condor_config,
+            token_dir=config.pool.token_dir,
             collector=config.pool.collector,
             timeout=config.daemon.gateway_timeout,
         )
