@@ -76,12 +76,14 @@ class Federation:
             policy_path = self.workdir / f"{name}-policy.toml"
             policy_path.write_text(self.policies[name])
             policy = f'policy_file = "{policy_path}"'
+        token_dir = pool.token_dir("poold")
         path = self.workdir / f"{name}.toml"
         path.write_text(f"""
 [pool]
 name = "{name}"
 collector = "{pool.collector}"
 condor_config = "{pool.client_config}"
+{f'token_dir = "{token_dir}"' if token_dir else ""}
 
 [ring]
 node_name = "{name}"
