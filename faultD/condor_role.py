@@ -21,21 +21,30 @@ negotiator starts.
 
 from __future__ import annotations
 
-import os
 import re
+from collections import deque
 from pathlib import Path
 
 import structlog
 import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway
-from faultD.config import CondorSection
+from common.condor.config_files import write_atomically, write_config_file
+from common.condor.knobs import (
+    CENTRAL_MANAGER,
+    FAULTD_ROLE,
+    CheckedConfig,
+    KnobRefused,
+    check_config,
+    check_sinful,
+    parse_config_text,
+)
+from faultD.config import MANAGER_CONFIG_PREFIX, CondorSection
 from faultD.messages import MAX_STATE_FILES, PoolState, StateFile
 
 log = structlog.get_logger("faultd.condor")
 
 ACCOUNTANT = "Accountantnew.log"
-MANAGER_CONFIG_PREFIX = "98-faultd-manager-"
 MANAGER_MARK = "# role: manager"  # the role file's line that says the master runs the manager daemons
 
 
@@ -43,18 +52,9 @@ class CondorRoleError(Exception):
     """Something on this machine stops faultD from applying a role (named file, daemon)."""
 
 
-def write_atomically(path: Path, data: bytes, *, like: Path | None = None) -> None:
-    """Write, fsync, rename: a reader (HTCondor) sees the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.faultd-tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if like is not None and like.exists():
-        st = like.stat()
-        os.chown(tmp, st.st_uid, st.st_gid)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+class RoleRefused(CondorRoleError):
+    """A role whose values fail faultD's allow-list (e.g. a collector that is not host:port):
+    never written, and trying again would not help."""
 
 
 async def daemon_answers(address_file: Path, timeout: float = 0.5) -> bool:
@@ -85,6 +85,8 @@ class CondorRole:
         self.collector: str | None = None
         self.managing = False
         self.reconfigs = 0
+        self.refused = 0  # replicated files not restored: not faultD's, or outside the allow-list
+        self.refusals: deque[str] = deque(maxlen=10)
 
     @property
     def role_file(self) -> Path:
@@ -98,26 +100,43 @@ class CondorRole:
             address = path.read_text().splitlines()[0].strip()
         except (OSError, IndexError) as e:
             raise CondorRoleError(f"{path}: cannot read the condor_master's address ({e})") from None
+        try:
+            check_sinful(address)
+        except ValueError as e:
+            raise CondorRoleError(f"{path}: not a condor_master's address: {e}") from None
         return DaemonRef(kind=DaemonKind.MASTER, address=address)
 
     def address_file(self, daemon: str) -> Path:
         """Where a local daemon (e.g. 'COLLECTOR') writes its address, in HTCondor's LOG directory."""
         return self.section.log_dir / f".{daemon.lower()}_address"
 
-    def render(self, manager_daemons: list[str] | None = None) -> str:
-        """The role file; a manager's DAEMON_LIST adds `manager_daemons` (default: all of them)."""
+    def owned_files(self) -> set[str]:
+        """The file names faultD may write in HTCondor's config directory: its role file and one
+        per configured manager config file (by base name, with MANAGER_CONFIG_PREFIX)."""
+        return {self.section.role_file} | {
+            MANAGER_CONFIG_PREFIX + p.name for p in self.section.manager_config_files
+        }
+
+    def role_config(self, manager_daemons: list[str] | None = None) -> CheckedConfig:
+        """The role file's knobs, through faultD's allow-list (DAEMON_LIST, COLLECTOR_HOST)."""
         daemons = list(self.section.listener_daemons)
         if self.managing:
             wanted = self.section.manager_daemons if manager_daemons is None else manager_daemons
             daemons += [d for d in wanted if d not in daemons]
-        lines = [
+        values: dict[str, str | None] = {"DAEMON_LIST": ", ".join(daemons)}
+        if self.collector:
+            values["COLLECTOR_HOST"] = self.collector
+        return check_config(FAULTD_ROLE, values)
+
+    def _role_comments(self) -> list[str]:
+        return [
             "# Written by faultd: this machine's role in the pool. Do not edit; faultd rewrites it.",
             MANAGER_MARK if self.managing else "# role: listener",
-            f"DAEMON_LIST = {', '.join(daemons)}",
         ]
-        if self.collector:
-            lines.append(f"COLLECTOR_HOST = {self.collector}")
-        return "\n".join(lines) + "\n"
+
+    def render(self, manager_daemons: list[str] | None = None) -> str:
+        """The role file; a manager's DAEMON_LIST adds `manager_daemons` (default: all of them)."""
+        return self.role_config(manager_daemons).render(self._role_comments())
 
     async def apply(self, manager_daemons: list[str] | None = None) -> None:
         """Write the role file and reconfig the master. When the file on disk said this machine
@@ -132,12 +151,19 @@ class CondorRole:
         to reap it; main_config starts the new one at once), so old and new run side by side,
         and the old negotiator's exit probably withdrew the new one's ad (same name).
         """
-        text = self.render(manager_daemons)
         path = self.role_file
         try:
+            config = self.role_config(manager_daemons)
             current = path.read_text() if path.exists() else None
-            if current != text:
-                write_atomically(path, text.encode())
+            write_config_file(
+                self.section.config_dir,
+                self.section.role_file,
+                config,
+                owned=self.owned_files(),
+                comments=self._role_comments(),
+            )
+        except KnobRefused as e:
+            raise RoleRefused(f"{path}: role file not written: {e}") from None
         except OSError as e:
             raise CondorRoleError(f"{path}: cannot write the role file ({e.strerror or e})") from None
         await self.gateway.reconfig(self.master())
@@ -164,8 +190,12 @@ class CondorRole:
 
     async def point_to(self, collector: str) -> None:
         """Make this machine's daemons report to `collector` (the pool's current manager)."""
-        self.collector = collector
-        await self.apply()
+        previous, self.collector = self.collector, collector
+        try:
+            await self.apply()
+        except RoleRefused:
+            self.collector = previous
+            raise
 
     async def start_manager(self, state: PoolState | None, own_collector: str) -> None:
         """Restore the replicated state, then start the manager daemons, the collector first.
@@ -218,17 +248,46 @@ class CondorRole:
         return out
 
     def restore(self, state: PoolState) -> None:
-        """Put replicated files where a manager on this machine needs them, before it starts."""
+        """Put replicated files where a manager on this machine needs them, before it starts.
+
+        Only files faultD owns are written: the Accountant log, poold's state file (if
+        configured), and the configured manager config files by base name, whose contents must
+        pass the central-manager allow-list (`knobs.CENTRAL_MANAGER`). A file that does not is
+        refused, logged and counted in `refused`; the takeover goes on without it."""
         if not state.intact():
             log.error("replicated state fails its checksum: not restored", version=state.version)
             return
+        restored = []
         for f in state.files:
             if f.name == "accountant":
                 target = self.section.spool_dir / ACCOUNTANT
                 write_atomically(target, f.data, like=self.section.spool_dir)
             elif f.name.startswith("config/"):
-                base = re.sub(r"[^A-Za-z0-9._-]", "_", f.name.removeprefix("config/"))
-                write_atomically(self.section.config_dir / f"{MANAGER_CONFIG_PREFIX}{base}", f.data)
+                if not self._install_manager_config(f):
+                    continue
             elif f.name == "poold" and self.section.poold_state is not None:
                 write_atomically(self.section.poold_state, f.data)
-        log.info("replicated state restored", version=state.version, files=[f.name for f in state.files])
+            else:
+                self.refused += 1
+                log.error("replicated file faultd does not own: not restored", file=f.name[:80])
+                continue
+            restored.append(f.name)
+        log.info("replicated state restored", version=state.version, files=restored)
+
+    def _install_manager_config(self, f: StateFile) -> bool:
+        """One replicated manager config file, installed as MANAGER_CONFIG_PREFIX + its name if
+        it is one of ours and passes the allow-list; else refused, logged, counted (False)."""
+        base = f.name.removeprefix("config/")
+        try:
+            if base not in {p.name for p in self.section.manager_config_files}:
+                why = "not one of this machine's manager_config_files"
+                raise KnobRefused(CENTRAL_MANAGER.name, f.name[:80], why)
+            config = parse_config_text(CENTRAL_MANAGER, f.data, source=f.name)
+            name = MANAGER_CONFIG_PREFIX + base
+            write_config_file(self.section.config_dir, name, config, owned=self.owned_files())
+        except KnobRefused as e:
+            self.refused += 1
+            self.refusals.append(str(e)[:300])
+            log.error("replicated config file refused: not installed", file=f.name[:80], error=str(e))
+            return False
+        return True

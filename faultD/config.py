@@ -7,9 +7,13 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from common.cli import DaemonSection
+from common.condor.config_files import check_config_file_name
+from common.condor.knobs import check_daemon_name, check_host_port
 from common.config import StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
+
+MANAGER_CONFIG_PREFIX = "98-faultd-manager-"  # a replicated manager config file's installed name
 
 
 class FaultSection(StrictModel):
@@ -30,6 +34,7 @@ class FaultSection(StrictModel):
     @classmethod
     def _host_port(cls, value: str) -> str:
         parse_address(value)
+        check_host_port(value)  # it becomes COLLECTOR_HOST
         return value
 
 
@@ -50,6 +55,20 @@ class CondorSection(StrictModel):
         [], description="central-manager-only config files: replicated, installed on a replacement"
     )
     poold_state: Path | None = Field(None, description="poold's state file, replicated if poold runs here")
+
+    @field_validator("listener_daemons", "manager_daemons")
+    @classmethod
+    def _daemon_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            check_daemon_name(name)  # they go into DAEMON_LIST
+        return value
+
+    @field_validator("manager_config_files")
+    @classmethod
+    def _config_file_names(cls, value: list[Path]) -> list[Path]:
+        for path in value:
+            check_config_file_name(MANAGER_CONFIG_PREFIX + path.name)  # installed under this name
+        return value
 
 
 class FaultdDaemonSection(DaemonSection):

@@ -30,7 +30,7 @@ from common.overlay.node import BroadcastReceived, Delivered, Event, Joined, Lea
 from common.service import sd_notify, serve_control, signal_loop, watchdog_loop
 from common.timer import Wakeup
 from common.wire import Message, MessageCodec
-from faultD.condor_role import CondorRole, CondorRoleError
+from faultD.condor_role import CondorRole, CondorRoleError, RoleRefused
 from faultD.config import FaultdConfig
 from faultD.messages import Handover, ReplicaPush
 from faultD.role import (
@@ -202,6 +202,11 @@ class FaultDaemon:
                 self.condor_error = None
                 self.counters[f"condor_{type(action).__name__}"] += 1
                 return
+            except RoleRefused as e:
+                self.counters["condor_refused"] += 1
+                self.history.append(f"refused {type(action).__name__}: {e}"[:300])
+                log.error("role change refused", action=type(action).__name__, error=str(e))
+                return
             except (GatewayError, CondorRoleError) as e:
                 self.condor_error = str(e)
                 log.warning(
@@ -237,6 +242,8 @@ class FaultDaemon:
                 "managing": self.condor.managing,
                 "reconfigs": self.condor.reconfigs,
                 "error": self.condor_error,
+                "refused_files": self.condor.refused,
+                "refusals": list(self.condor.refusals),
             },
             "drops": self.overlay.drops | {f"bulk_{k}": v for k, v in self.bulk.drops.items()},
             "counters": dict(self.counters),

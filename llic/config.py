@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
+from common.condor.knobs import check_host
 from common.config import ConfigError, StrictModel, read_config_text
 from llic.netadmit import format_capacity, parse_capacity
 
@@ -67,6 +68,14 @@ class LlicConfig(StrictModel):
     max_chefs_number: int = Field(50, ge=1, description="agents (one chef each) per master, at most")
     initial_master_port_number: int = Field(
         2853, ge=0, le=65535, description="first port the master tries for agents; 0: any free port"
+    )
+    master_listen_address: str = Field(
+        "",
+        description=(
+            "where the master listens for its agents: an IPv4 address or host name of this "
+            "machine, or * for every address. Empty: the address agents are told to connect to "
+            "(the schedd's, i.e. the submit host's pool-facing address), not every address"
+        ),
     )
     condor_executables_path: Path | None = Field(
         None,
@@ -167,6 +176,17 @@ class LlicConfig(StrictModel):
         if not isinstance(value, str):
             return value
         return format_capacity(parse_capacity(value))
+
+    @field_validator("master_listen_address")
+    @classmethod
+    def _listen_address(cls, value: str) -> str:
+        value = value.strip()
+        if value in ("", "*"):
+            return value
+        check_host(value)  # raises ValueError naming the bad text
+        if ":" in value:
+            raise ValueError(f"{value!r}: the master listens on IPv4 (an IPv4 address or a host name)")
+        return value
 
     @field_validator("files_style_mode", mode="before")
     @classmethod

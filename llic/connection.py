@@ -13,7 +13,10 @@ What arrives becomes events for the core (`ResultReceived`, `BulkReady`, `Transf
 
 Malformed input from the network (garbage, unknown or oversized frames, a wrong secret, a
 handshake that stalls) is dropped with its connection and counted in `counters`; it never stops
-the master.
+the master. Before a peer has authenticated it costs little: at most PREAUTH_BYTES read from it
+(no frame larger than that is buffered), HANDSHAKE_TIMEOUT to finish, and at most
+MAX_UNAUTHENTICATED such connections at once; a new one pushes out the oldest (a real agent's
+handshake takes milliseconds, so a flood of idle connections cannot keep agents out).
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ from llic.state import StateFileError
 from llic.task import STATUS_PREPARE_FAILED, TaskResult
 from llic.taskbook import Assignment
 
-HANDSHAKE_TIMEOUT = 30.0  # an authenticated agent answers in milliseconds
+HANDSHAKE_TIMEOUT = 10.0  # an agent answers in milliseconds; a stalled handshake is dropped
+MAX_UNAUTHENTICATED = 64  # connections still in their handshake at once; the oldest goes first
+PREAUTH_BYTES = 8192  # what a peer may send before it has authenticated (hello + auth: < 1 kB)
 CLOSE_TIMEOUT = 10.0  # a closing connection gets this long to deliver what is queued for it
 RECV_SIZE = 1 << 18
 
@@ -86,6 +91,18 @@ class _Closed(Exception):
     """The peer closed the connection between messages."""
 
 
+@dataclass
+class _Budget:
+    """Bytes a peer may still send before it has authenticated."""
+
+    left: int
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise protocol.ProtocolError(f"more than {PREAUTH_BYTES} bytes before authentication")
+
+
 def _peer(stream: trio.SocketStream) -> str:
     try:
         host, port = stream.socket.getpeername()[:2]
@@ -106,6 +123,7 @@ class Connections:
         counters: Counter[str],
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        max_unauthenticated: int = MAX_UNAUTHENTICATED,
         log: Any = None,
     ) -> None:
         self.plan = plan
@@ -114,6 +132,9 @@ class Connections:
         self.wants_result = wants_result  # the core's answer: would this result be recorded?
         self.counters = counters
         self.handshake_timeout = handshake_timeout
+        self.max_unauthenticated = max_unauthenticated
+        self.unauthenticated: dict[int, trio.CancelScope] = {}  # oldest first (insertion order)
+        self._serial = 0
         self.log = log if log is not None else structlog.get_logger("llic.master")
         self.conns: dict[str, AgentConnection] = {}
 
@@ -149,16 +170,23 @@ class Connections:
         self.counters["connections"] += 1
         conn: AgentConnection | None = None
         try:
-            decoder = protocol.Decoder({protocol.HELLO})
+            decoder = protocol.Decoder({protocol.HELLO}, max_message=PREAUTH_BYTES)
+            scope = self._admit_unauthenticated()
             try:
-                with trio.fail_after(self.handshake_timeout):
-                    conn = await self._handshake(stream, decoder, peer)
+                with scope, trio.fail_after(self.handshake_timeout):
+                    conn = await self._handshake(stream, decoder, peer, _Budget(PREAUTH_BYTES))
             except trio.TooSlowError:
                 self.counters["handshake_timeouts"] += 1
                 self.log.warning("handshake timed out", peer=peer)
                 return
+            finally:
+                self.unauthenticated = {k: v for k, v in self.unauthenticated.items() if v is not scope}
+            if scope.cancelled_caught:
+                self.counters["unauthenticated_dropped"] += 1
+                return
             if conn is None:
                 return
+            decoder.max_message = protocol.MAX_MESSAGE
             await self._serve_connection(conn, decoder)
         except protocol.ProtocolError as e:
             self.counters["malformed"] += 1
@@ -187,15 +215,31 @@ class Connections:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _read(self, stream: trio.SocketStream, decoder: protocol.Decoder) -> protocol.Message:
+    def _admit_unauthenticated(self) -> trio.CancelScope:
+        """A cancel scope for one more connection in its handshake; past the cap, the oldest
+        such connection is dropped (its scope cancelled) to make room."""
+        self._serial += 1
+        scope = trio.CancelScope()
+        self.unauthenticated[self._serial] = scope
+        while len(self.unauthenticated) > self.max_unauthenticated:
+            oldest = next(iter(self.unauthenticated))
+            self.unauthenticated.pop(oldest).cancel()
+        return scope
+
+    async def _read(
+        self, stream: trio.SocketStream, decoder: protocol.Decoder, budget: _Budget | None = None
+    ) -> protocol.Message:
+        """The next message; with a `budget`, reading more bytes than it allows is a ProtocolError."""
         while True:
             msg = decoder.next()
             if msg is not None:
                 return msg
-            data = await stream.receive_some(RECV_SIZE)
+            data = await stream.receive_some(RECV_SIZE if budget is None else budget.left + 1)
             if not data:
                 decoder.eof()
                 raise _Closed
+            if budget is not None:
+                budget.spend(len(data))
             decoder.feed(data)
 
     async def _send(
@@ -211,11 +255,11 @@ class Connections:
             await self._send(stream, {"t": protocol.REFUSED, "reason": reason})
 
     async def _handshake(
-        self, stream: trio.SocketStream, decoder: protocol.Decoder, peer: str
+        self, stream: trio.SocketStream, decoder: protocol.Decoder, peer: str, budget: _Budget
     ) -> AgentConnection | None:
         """protocol.py's handshake; an AgentConnection registered with the core, or None after
-        a refusal."""
-        hello = await self._read(stream, decoder)
+        a refusal. The peer may send `budget` bytes until it has authenticated."""
+        hello = await self._read(stream, decoder, budget)
         agent = hello.body["agent"]
         if hello.body["master"] != self.plan.info.master_id:
             await self._refuse(
@@ -230,7 +274,7 @@ class Connections:
         mac_m = protocol.master_mac(self.secret, hello.body["nonce_a"], agent)
         await self._send(stream, {"t": protocol.CHALLENGE, "nonce_m": nonce_m, "mac_m": mac_m})
         decoder.allowed = frozenset({protocol.AUTH})
-        auth = await self._read(stream, decoder)
+        auth = await self._read(stream, decoder, budget)
         if not protocol.check_agent_mac(self.secret, nonce_m, agent, auth.body["mac_a"]):
             await self._refuse(stream, "authentication failed", "auth_failures", peer)
             return None

@@ -12,6 +12,8 @@ Stdlib only, Python 3.9+: the agent ships this module to execute machines that h
 - `place_outputs` writes returned files on the master side: `condor` style flattens everything into
   the task's initialdir (output and error under their base names, as the seed describes condor),
   `improved` keeps the directory structure and creates missing directories, also for output/error.
+  A file's mode is the agent's permission bits less the user's umask, never set-id, sticky or
+  world-writable (`output_mode`): an agent may lie about modes.
 """
 
 from __future__ import annotations
@@ -212,6 +214,29 @@ def stream_destination(iwd: StrPath, name: str, style: str) -> Path:
     return Path(os.path.normpath(os.path.join(os.fspath(iwd), name)))
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it (Linux's /proc/self/status; elsewhere by
+    setting it and putting it back, which other threads might see for a moment)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def output_mode(claimed: Any, umask: int) -> int:
+    """The mode a returned file is written with: the permission bits the agent claims (rwx only:
+    no set-uid, set-gid or sticky bit), less `umask`, and never writable by others."""
+    if not isinstance(claimed, int) or isinstance(claimed, bool):
+        claimed = DEFAULT_FILE_MODE
+    return claimed & 0o777 & ~umask & ~0o002
+
+
 def atomic_write(dest: StrPath, data: bytes, mode: int = DEFAULT_FILE_MODE) -> None:
     """Write `dest` through a temporary file in its directory and a rename: readers never see half a file."""
     dest = os.fspath(dest)
@@ -235,8 +260,12 @@ def place_outputs(
     files: Iterable[tuple[Mapping[str, Any], bytes]],
     style: str,
     dest_root: StrPath | None = None,
+    umask: int | None = None,
 ) -> list[Path]:
     """Write the files an agent returned for `task` (pairs of file entry and content); master side.
+
+    Modes: `output_mode` of what the agent claims and `umask` (default: this process's, the
+    user's: the master runs as the user who submitted).
 
     `dest_root` is the directory that stands for the task's working directory (default: the task's
     `initialdir`). Entry paths come from the agent and go through `safe_join`; the destination of
@@ -249,11 +278,12 @@ def place_outputs(
         raise ValueError("task has no initialdir and no dest_root was given")
     placed: list[Path] = []
     errors: list[tuple[str, str]] = []
+    mask = current_umask() if umask is None else umask
     for entry, data in files:
         path = entry.get("path", "?")
         try:
             kind = entry.get("kind", KIND_FILE)
-            mode = entry.get("mode", DEFAULT_FILE_MODE)
+            mode = output_mode(entry.get("mode", DEFAULT_FILE_MODE), mask)
             if kind == KIND_FILE:
                 rel = normalize_relpath(path)
                 dest = safe_join(root, posixpath.basename(rel) if style == STYLE_CONDOR else rel)

@@ -37,7 +37,12 @@ The agents' address for the master (HOST): `--host`, else the IP address of the 
 master runs next to (from `_condor_SCHEDD_ADDRESS_FILE`, which HTCondor gives scheduler-universe
 jobs, else from the schedd's ad), else the local address of the route to the collector, else
 the host name's address. The schedd listens where execute machines reach it (NETWORK_INTERFACE),
-which is what agents need too.
+which is what agents need too. The master listens there too (MASTER_LISTEN_ADDRESS overrides
+it; `*` is every address), not on every interface of the submit host.
+
+Before an agent has authenticated, it costs the master little: llic/connection.py caps how many
+connections may be unauthenticated at once (the oldest is dropped for a new one), what each may
+send before the handshake completes (a few kB) and how long it may take.
 
 `--local-agents` runs agents as local processes instead of HTCondor jobs (llic/runners.py's LocalAgents):
 for tests and the dispatch benchmark; no HTCondor is involved then.
@@ -199,10 +204,10 @@ class Master:
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> int:
         """The whole run, to its exit status; `task_status.started(port)` once agents can connect."""
         info = self.plan.info
-        listeners = await self._listen()
-        self.port = listeners[0].socket.getsockname()[1]
         if self.host is None:
             self.host = await self._find_host()
+        listeners = await self._listen()
+        self.port = listeners[0].socket.getsockname()[1]
         pyz = await trio.to_thread.run_sync(build_agent, self.plan.outdir)
         self.setup = AgentSetup(pyz, self.host, self.port, self.secret, self.agent_python)
         sizes = await trio.to_thread.run_sync(self.plan.input_sizes)
@@ -282,16 +287,37 @@ class Master:
                     return
                 await trio.sleep(0.5)
 
+    def listen_host(self) -> str:
+        """Where agents' connections are accepted: MASTER_LISTEN_ADDRESS, else the address agents
+        are told to connect to (HOST), so that the master is not open on every interface."""
+        configured = self.config.master_listen_address
+        if configured == "*":
+            return "0.0.0.0"
+        return configured or self.host or "0.0.0.0"
+
     async def _listen(self) -> list[trio.SocketListener]:
-        """INITIAL_MASTER_PORT_NUMBER if free, else any free port (seed §5)."""
+        """On listen_host(): INITIAL_MASTER_PORT_NUMBER if free, else any free port (seed §5)."""
+        host = self.listen_host()
+        try:
+            return await self._open_listeners(host)
+        except OSError as e:
+            if e.errno != errno.EADDRNOTAVAIL or self.config.master_listen_address:
+                raise
+        # HOST is not an address of this machine (a schedd ad naming another host): agents would
+        # not reach us there anyway; listen everywhere rather than not at all, and say so.
+        self.counters["listen_fallback_any"] += 1
+        self.log.warning("agent address is not local; listening on every address", host=host)
+        return await self._open_listeners("0.0.0.0")
+
+    async def _open_listeners(self, host: str) -> list[trio.SocketListener]:
         if self.port:
             try:
-                return await trio.open_tcp_listeners(self.port, host="0.0.0.0")
+                return await trio.open_tcp_listeners(self.port, host=host)
             except OSError as e:
                 if e.errno != errno.EADDRINUSE:
                     raise
                 self.log.info("port taken; using a free one", port=self.port)
-        return await trio.open_tcp_listeners(0, host="0.0.0.0")
+        return await trio.open_tcp_listeners(0, host=host)
 
     async def _find_host(self) -> str:
         try:

@@ -1,5 +1,8 @@
 """What poolD changes in HTCondor, through the gateway: FLOCK_TO on the pool's schedds and
 FLOCK_FROM on its collector and startds. The core decides; these carry it out and report back.
+Both values pass poolD's allow-lists in common.condor.knobs first (FLOCK_TO: collectors as host or
+host:port; FLOCK_FROM: hosts, and only the globs a policy rule granted); a value that does not
+is never sent, and the change counts as failed.
 
 FLOCK_TO is applied schedd by schedd: read the old value, set the new one, read it back; a
 schedd that refuses, or reads back something else, gets its old value restored, and the whole
@@ -10,7 +13,7 @@ from __future__ import annotations
 import structlog
 
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
-from common.hostport import parse_address
+from common.condor.knobs import POOLD_FLOCK_TO, KnobRefused, check_config, poold_flock_from
 from poolD.core import FlockFromApplied, FlockToApplied, SetFlockFrom, SetFlockTo
 from poolD.flocking import format_flock_to, parse_flock_to
 
@@ -21,14 +24,17 @@ async def apply_flock_to(gateway: Gateway, action: SetFlockTo) -> FlockToApplied
     """FLOCK_TO on every schedd of the pool: validate, apply, read back, restore on failure.
     An empty list removes our runtime value, so each schedd's own configuration returns."""
     target = list(action.collectors)
-    for collector in target:
-        parse_address(collector)  # offers were validated; this guards the invariant
+    value = format_flock_to(target) if target else None
+    try:
+        checked = check_config(POOLD_FLOCK_TO, {"FLOCK_TO": value})
+    except KnobRefused as e:  # offers were checked; this guards the invariant
+        log.error("FLOCK_TO refused", error=str(e))
+        return FlockToApplied(action, applied=False, seen={})
     try:
         schedds = await gateway.list_schedds()
     except GatewayError as e:
         log.warning("cannot list schedds", error=str(e))
         return FlockToApplied(action, applied=False, seen={})
-    value = format_flock_to(target) if target else None
     seen: dict[str, list[str]] = {}
     all_ok = True
     for schedd in schedds:
@@ -36,7 +42,7 @@ async def apply_flock_to(gateway: Gateway, action: SetFlockTo) -> FlockToApplied
         previous: str | None = None
         try:
             previous = await gateway.get_config(schedd, "FLOCK_TO")
-            await gateway.set_config(schedd, {"FLOCK_TO": value})
+            await gateway.set_config(schedd, checked)
             seen[name] = parse_flock_to(await gateway.get_config(schedd, "FLOCK_TO"))
             if target and seen[name] != target:
                 raise GatewayError("set_config", f"read back {seen[name]}, expected {target}")
@@ -44,9 +50,10 @@ async def apply_flock_to(gateway: Gateway, action: SetFlockTo) -> FlockToApplied
             all_ok = False
             log.error("FLOCK_TO not applied; restoring", schedd=name, error=str(e))
             try:
-                await gateway.set_config(schedd, {"FLOCK_TO": previous if previous else None})
+                restore = check_config(POOLD_FLOCK_TO, {"FLOCK_TO": previous if previous else None})
+                await gateway.set_config(schedd, restore)
                 seen[name] = parse_flock_to(previous)
-            except GatewayError as again:
+            except (GatewayError, KnobRefused) as again:
                 log.error("FLOCK_TO restore failed", schedd=name, error=str(again))
     if all_ok:
         log.info(
@@ -56,15 +63,21 @@ async def apply_flock_to(gateway: Gateway, action: SetFlockTo) -> FlockToApplied
 
 
 async def apply_flock_from(gateway: Gateway, action: SetFlockFrom) -> FlockFromApplied:
-    """FLOCK_FROM on the collector and every startd: the host-based ALLOW lists use it."""
-    value = ", ".join(action.hosts)
+    """FLOCK_FROM on the collector and every startd: the host-based ALLOW lists use it. No hosts:
+    our runtime value is removed, so each daemon's own configuration returns."""
+    value = ", ".join(action.hosts) or None
+    try:
+        checked = check_config(poold_flock_from(action.globs), {"FLOCK_FROM": value})
+    except KnobRefused as e:
+        log.error("FLOCK_FROM refused", error=str(e))
+        return FlockFromApplied(action, error=str(e))
     try:
         targets: dict[str, DaemonRef] = {}
         for kind in (DaemonKind.COLLECTOR, DaemonKind.STARTD):
             for ref in await gateway.list_daemons(kind):
                 targets.setdefault(ref.address or ref.describe(), ref)
         for ref in targets.values():
-            await gateway.set_config(ref, {"FLOCK_FROM": value})
+            await gateway.set_config(ref, checked)
     except GatewayError as e:
         return FlockFromApplied(action, error=str(e))
     return FlockFromApplied(action, error=None)

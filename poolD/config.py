@@ -51,6 +51,12 @@ class FlockingSection(StrictModel):
     deliver_timeout: float = Field(900.0, gt=0, description="flocked jobs idle this long: blacklist the pool")
     blacklist_for: float = Field(3600.0, gt=0)
     authorize_incoming: bool = Field(True, description="set FLOCK_FROM for pools the policy lets in")
+    flock_from_hosts_per_pool: int = Field(
+        64, ge=1, le=1000, description="an intent naming more schedd hosts than this is refused"
+    )
+    flock_from_max_hosts: int = Field(
+        512, ge=1, le=512, description="FLOCK_FROM holds at most this many hosts of other pools"
+    )
 
 
 class PooldDaemonSection(DaemonSection):

@@ -23,6 +23,16 @@ Rounds that need another pool's consent: before a pool enters FLOCK_TO it must h
 our schedds (FlockIntent, answered by FlockReply). A round that finds pools not yet asked (or
 asked longer than `reauthorize_after` ago) asks them and waits, up to `authorize_timeout`, then
 keeps the pools that agreed, in order. FLOCK_TO changes only when it withdraws or adds a pool.
+While FLOCK_TO stays as it is, pools in it are asked again every `reauthorize_after`, so that
+their grants (below) do not lapse under running jobs.
+
+Letting other pools in (FLOCK_FROM): a FlockIntent names the asking pool's schedd hosts. Each
+must be a host name or an IP address (common.condor.knobs); an intent naming anything else
+(a glob, a newline, an `=`) is refused whole and counted. When the policy rule that let the pool
+in lists `schedd_hosts`, hosts outside it are dropped (a glob passes only if the rule names it
+exactly). The hosts a pool is granted replace its earlier grant, are bounded (per pool and in
+all), and last two `reauthorize_after` periods: a grant not renewed by then, or whose pool the
+policy now refuses (a reloaded file, the blacklist), is revoked, and FLOCK_FROM shrinks.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.condor.address import sinful_host
+from common.condor.knobs import check_host, grant_covers, is_host_glob
 from common.condor.types import PoolLoad
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode
@@ -46,6 +57,7 @@ from poolD.policy import Direction, Policy, Subject
 from poolD.willing import WillingEntry, WillingList
 
 MAX_PENDING_INTENTS = 64  # authorization requests from other pools waiting for FLOCK_FROM to be set
+GRANT_PERIODS = 2  # a grant lasts this many reauthorize_after periods: one lost renewal is survived
 
 
 # ----------------------------------------------------------------------------- actions
@@ -83,13 +95,15 @@ class SetFlockTo:
 
 @dataclass(frozen=True)
 class SetFlockFrom:
-    """Let these schedd hosts of other pools in (FLOCK_FROM on the collector and startds), then
-    report back with `on_flock_from_applied`, which answers the pool that asked."""
+    """Let exactly these schedd hosts of other pools in (FLOCK_FROM on the collector and
+    startds; none: remove our runtime value), then report back with `on_flock_from_applied`,
+    which answers the pool that asked (`reply_to`; None when grants were revoked)."""
 
     hosts: tuple[str, ...]
-    reply_to: str  # overlay address of the asking pool
-    pool: str  # the asking pool
-    rule: str  # the policy rule that let it in
+    reply_to: str | None  # overlay address of the asking pool
+    pool: str | None  # the asking pool
+    rule: str  # the policy rule that let it in, or why grants were revoked
+    globs: frozenset[str] = frozenset()  # entries of `hosts` that are globs a policy rule granted
 
 
 Action = ReadLoad | Send | Measure | SetFlockTo | SetFlockFrom
@@ -158,6 +172,16 @@ class Authorization:
     at: float
 
 
+@dataclass(frozen=True)
+class Grant:
+    """What FLOCK_FROM lets in for one pool, on whose word, and until when."""
+
+    hosts: frozenset[str]
+    host: str  # the pool's central-manager host, as the policy saw it
+    until: float
+    rule: str
+
+
 @dataclass
 class _Round:
     """A flocking round waiting for other pools to authorize our schedds."""
@@ -184,7 +208,8 @@ class PoolCore:
         self.load_error: str | None = None
         self.flocking_since: float | None = None  # when the current FLOCK_TO was applied
         self.flock_to_seen: dict[str, list[str]] = {}  # schedd -> FLOCK_TO as read back
-        self.flock_from: set[str] = set()  # schedd hosts of other pools we authorized
+        self.flock_from: set[str] = set()  # schedd hosts of other pools in FLOCK_FROM (applied)
+        self.grants: dict[str, Grant] = {}  # pool -> the schedd hosts we let in for it
         self.authorized: dict[str, Authorization] = {}  # pool -> its answer to our intent
         self.counters: Counter[str] = Counter()
         self._flock_from_wanted: set[str] = set()  # applied or on its way
@@ -196,6 +221,7 @@ class PoolCore:
         self._next_round = math.inf
         self._round: _Round | None = None
         self._applying: SetFlockTo | None = None
+        self._intent_sent: dict[str, float] = {}  # pool -> when we last asked it to renew
 
     @property
     def policy(self) -> Policy:
@@ -213,6 +239,7 @@ class PoolCore:
         """Ask for a reading when one is due; run a due flocking round on a fresh reading; end an
         authorization wait that timed out."""
         out = CoreOutput()
+        self._review_grants(now, out)
         if self._round is not None and now >= self._round.deadline:
             self._finish_round(now, out)
         round_due = self._round is None and now >= self._next_round
@@ -273,16 +300,28 @@ class PoolCore:
         return out
 
     def on_flock_from_applied(self, result: FlockFromApplied, now: float) -> CoreOutput:
-        """Answer the pool that asked, now that its schedds are let in (or could not be)."""
+        """Answer the pool that asked, now that its schedds are let in (or could not be). A
+        change that failed is tried again from `on_timer` (a revocation must not be lost)."""
         out = CoreOutput()
         action = result.action
         self._pending_intents -= 1
         if result.error is None:
             self.flock_from = set(action.hosts)
-            self._reply(action.reply_to, action.pool, True, action.rule, out)
+            if action.reply_to is not None and action.pool is not None:
+                self._reply(action.reply_to, action.pool, True, action.rule, out)
+            else:
+                out.notes.append(f"FLOCK_FROM now {len(action.hosts)} host(s): {action.rule}")
         else:
+            self.counters["flock_from_errors"] += 1
             self._flock_from_wanted = set(self.flock_from)
-            self._reply(action.reply_to, action.pool, False, f"could not authorize: {result.error}", out)
+            if action.reply_to is not None and action.pool is not None:
+                grant = self.grants.get(action.pool)
+                if grant is not None and not grant.hosts <= self.flock_from:
+                    del self.grants[action.pool]
+                why = f"could not authorize: {result.error}"
+                self._reply(action.reply_to, action.pool, False, why, out)
+            else:
+                out.notes.append(f"FLOCK_FROM not changed ({result.error}); trying again")
         out.wakeup = self._wakeup()
         return out
 
@@ -292,11 +331,16 @@ class PoolCore:
         self._applying = action
         return CoreOutput(actions=[action], notes=["poold stopping: FLOCK_TO withdrawn"])
 
-    def replace_policy(self, policy: Policy) -> CoreOutput:
-        """A reloaded policy file takes effect; the blacklist carries over."""
+    def replace_policy(self, policy: Policy, now: float | None = None) -> CoreOutput:
+        """A reloaded policy file takes effect; the blacklist carries over. With `now`, grants
+        of pools the new policy refuses (or no longer grants those hosts) are revoked at once."""
         policy.blacklist = self.policy.blacklist
         self.discovery.policy = policy
-        return CoreOutput(notes=[f"policy reloaded from {policy.source}"])
+        out = CoreOutput(notes=[f"policy reloaded from {policy.source}"])
+        if now is not None:
+            self._review_grants(now, out)
+            out.wakeup = self._wakeup()
+        return out
 
     # ------------------------------------------------------------------ the Information Gatherer
 
@@ -309,26 +353,102 @@ class PoolCore:
     # ------------------------------------------------------------------ authorizing other pools
 
     def _on_flock_intent(self, intent: FlockIntent, now: float, out: CoreOutput) -> None:
-        """A pool is about to flock to us: let its schedds in (FLOCK_FROM), if the policy agrees."""
-        decision = self.policy.decide(Subject(intent.pool, peer_host(intent.origin)), Direction.ACCEPT, now)
+        """A pool is about to flock to us: let its schedds in (FLOCK_FROM), if the policy agrees
+        and its schedd hosts are hosts the policy grants (see the module docstring)."""
+        subject = Subject(intent.pool, peer_host(intent.origin))
+        decision = self.policy.decide(subject, Direction.ACCEPT, now)
         addr = intent.origin.addr
         if not decision.allowed:
+            self._revoke([intent.pool], f"{intent.pool} refused: {decision.rule}", now, out)
             self._reply(addr, intent.pool, False, decision.rule, out)
             return
         if not self.settings.flocking.authorize_incoming:
             self._reply(addr, intent.pool, True, "authorization is configured statically", out)
             return
-        wanted = self._flock_from_wanted | {h for h in intent.schedd_hosts if h}
-        if wanted == self._flock_from_wanted and self._pending_intents == 0:
-            self._reply(addr, intent.pool, True, decision.rule, out)
+        hosts, problem = self._grantable(intent.schedd_hosts, decision.schedd_hosts)
+        if problem is not None:
+            self._reply(addr, intent.pool, False, problem, out)
+            return
+        fl = self.settings.flocking
+        others = {h for p, g in self.grants.items() if p != intent.pool for h in g.hosts}
+        if len(others | hosts) > fl.flock_from_max_hosts:
+            self.counters["flock_intents_refused_full"] += 1
+            why = f"FLOCK_FROM full: at most {fl.flock_from_max_hosts} hosts of other pools"
+            self._reply(addr, intent.pool, False, why, out)
             return
         if self._pending_intents >= MAX_PENDING_INTENTS:
             self.counters["intents_refused_busy"] += 1
             self._reply(addr, intent.pool, False, "busy: too many authorizations in progress", out)
             return
-        self._flock_from_wanted = wanted
+        until = now + GRANT_PERIODS * fl.reauthorize_after
+        self.grants[intent.pool] = Grant(frozenset(hosts), subject.host, until, decision.rule)
+        wanted = self._granted()
+        if wanted == self._flock_from_wanted and self._pending_intents == 0:
+            self._reply(addr, intent.pool, True, decision.rule, out)
+            return
+        self._set_flock_from(wanted, addr, intent.pool, decision.rule, out)
+
+    def _grantable(self, named: list[str], grants: tuple[str, ...]) -> tuple[set[str], str | None]:
+        """The schedd hosts of an intent that FLOCK_FROM may hold, or why the intent is refused.
+        Every entry must be a host (or a glob `grants` names exactly); with `grants`, a host
+        outside all of them is dropped and counted."""
+        fl = self.settings.flocking
+        if len(named) > fl.flock_from_hosts_per_pool:
+            self.counters["flock_intents_refused_hosts"] += 1
+            return set(), f"{len(named)} schedd hosts, at most {fl.flock_from_hosts_per_pool} per pool"
+        hosts: set[str] = set()
+        for entry in named:
+            if entry in grants:
+                hosts.add(entry)  # a glob or block the rule grants, named exactly
+                continue
+            try:
+                check_host(entry)
+            except ValueError as e:
+                self.counters["flock_intents_refused_hosts"] += 1
+                return set(), f"schedd host refused: {e}"
+            if not _granted_by(grants, entry):
+                self.counters["flock_from_hosts_not_granted"] += 1
+                continue
+            hosts.add(entry)
+        if named and not hosts:
+            self.counters["flock_intents_refused_hosts"] += 1
+            return set(), "none of its schedd hosts is one the policy grants"
+        return hosts, None
+
+    def _granted(self) -> set[str]:
+        return {h for g in self.grants.values() for h in g.hosts}
+
+    def _set_flock_from(
+        self, wanted: set[str], reply_to: str | None, pool: str | None, rule: str, out: CoreOutput
+    ) -> None:
+        self._flock_from_wanted = set(wanted)
         self._pending_intents += 1
-        out.actions.append(SetFlockFrom(tuple(sorted(wanted)), addr, intent.pool, decision.rule))
+        globs = frozenset(h for h in wanted if is_host_glob(h))
+        out.actions.append(SetFlockFrom(tuple(sorted(wanted)), reply_to, pool, rule, globs))
+
+    def _revoke(self, pools: list[str], why: str, now: float, out: CoreOutput) -> None:
+        """Take these pools' grants back; FLOCK_FROM shrinks (unless another pool holds the hosts)."""
+        revoked = [p for p in pools if self.grants.pop(p, None) is not None]
+        if not revoked:
+            return
+        self.counters["flock_from_revoked"] += len(revoked)
+        out.notes.append(f"FLOCK_FROM grant revoked for {', '.join(sorted(revoked))}: {why}")
+        wanted = self._granted()
+        if wanted != self._flock_from_wanted and self._pending_intents < MAX_PENDING_INTENTS:
+            self._set_flock_from(wanted, None, None, why, out)
+
+    def _review_grants(self, now: float, out: CoreOutput) -> None:
+        """Revoke grants that expired or that the policy no longer gives; redo a FLOCK_FROM change
+        that failed."""
+        expired = [p for p, g in self.grants.items() if g.until <= now]
+        self._revoke(expired, "grant expired (not renewed)", now, out)
+        for pool, grant in list(self.grants.items()):
+            decision = self.policy.decide(Subject(pool, grant.host), Direction.ACCEPT, now)
+            if not decision.allowed or not all(_granted_by(decision.schedd_hosts, h) for h in grant.hosts):
+                self._revoke([pool], f"the policy no longer grants it ({decision.rule})", now, out)
+        wanted = self._granted()
+        if self._pending_intents == 0 and wanted != self.flock_from:
+            self._set_flock_from(wanted, None, None, "FLOCK_FROM brought in line with the grants", out)
 
     def _reply(self, addr: str, pool: str, accepted: bool, reason: str, out: CoreOutput) -> None:
         out.notes.append(f"flock intent from {pool}: {'accepted' if accepted else 'refused'} ({reason})")
@@ -356,6 +476,7 @@ class PoolCore:
         entries = self.willing.ordered(now, self.overlay.rtt.get) if needy else []
         decision = self.flocking.decide(load, entries, now)
         if decision.flock_to is None:
+            self._renew_authorizations(load, now, out)
             return
         chosen = [e for e in entries if e.collector in decision.flock_to]
         stale = now - self.settings.flocking.reauthorize_after
@@ -369,6 +490,23 @@ class PoolCore:
             out.actions.append(Send(e.origin.addr, intent))
         deadline = now + self.settings.flocking.authorize_timeout
         self._round = _Round(chosen, decision.reason, {e.pool for e in pending}, deadline)
+
+    def _renew_authorizations(self, load: PoolLoad, now: float, out: CoreOutput) -> None:
+        """FLOCK_TO stays as it is: ask the pools in it again once their authorization is older
+        than `reauthorize_after`, so that their grant of our schedds does not lapse."""
+        fl = self.settings.flocking
+        stale = now - fl.reauthorize_after
+        active = set(self.flocking.active)
+        for entry in self.willing.entries.values():
+            if entry.collector not in active or self.authorized.get(entry.pool, _NEVER).at >= stale:
+                continue
+            if self._intent_sent.get(entry.pool, -math.inf) > now - fl.authorize_timeout:
+                continue  # asked a moment ago; its answer is on its way
+            self._intent_sent[entry.pool] = now
+            intent = FlockIntent(
+                pool=self.settings.pool, origin=self.overlay.me, schedd_hosts=self._schedd_hosts(load)
+            )
+            out.actions.append(Send(entry.origin.addr, intent))
 
     def _finish_round(self, now: float, out: CoreOutput) -> None:
         r = self._round
@@ -408,13 +546,17 @@ class PoolCore:
 
     @staticmethod
     def _schedd_hosts(load: PoolLoad) -> list[str]:
-        """Our schedds' hosts, by address and machine name, for the other pool's FLOCK_FROM."""
-        return sorted({h for s in load.schedds for h in (sinful_host(s.address), s.machine) if h})
+        """Our schedds' hosts, by address and machine name, for the other pool's FLOCK_FROM (only
+        what passes the host grammar: the other pool refuses an intent naming anything else)."""
+        return sorted(
+            {h for s in load.schedds for h in (sinful_host(s.address), s.machine) if h and _is_host(h)}
+        )
 
     def _wakeup(self) -> float:
         times = [self._next_reading, self._next_round]
         if self._round is not None:
             times.append(self._round.deadline)
+        times += [g.until for g in self.grants.values()]
         return min(times)
 
     # ------------------------------------------------------------------ status
@@ -439,6 +581,10 @@ class PoolCore:
             "flock_to": self.flock_to_seen,
             "flock_active": self.flocking.active,
             "flock_from": sorted(self.flock_from),
+            "flock_from_grants": {
+                p: {"hosts": sorted(g.hosts), "expires_in": round(g.until - now, 1), "rule": g.rule}
+                for p, g in self.grants.items()
+            },
             "authorized": {
                 p: {"accepted": a.accepted, "reason": a.reason, "age": round(now - a.at, 1)}
                 for p, a in self.authorized.items()
@@ -451,3 +597,19 @@ class PoolCore:
 
 
 _NEVER = Authorization(False, "", -math.inf)
+
+
+def _is_host(text: str) -> bool:
+    try:
+        check_host(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _granted_by(grants: tuple[str, ...], host: str) -> bool:
+    """Whether a rule's `schedd_hosts` let `host` into FLOCK_FROM: any single host when the rule
+    names none; else a host under one of them, or a glob/block the rule names exactly."""
+    if not grants or host in grants:
+        return True
+    return not is_host_glob(host) and any(grant_covers(g, host) for g in grants)

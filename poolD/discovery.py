@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from common.condor.knobs import check_host_port
 from common.condor.types import PoolLoad
 from common.hostport import parse_address
 from common.overlay.messages import Peer
@@ -46,6 +47,16 @@ def _host_of(addr: str) -> str:
         return parse_address(addr)[0]
     except ValueError:
         return addr  # a simulator address ("n5"): the name is all there is
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _collector_problem(collector: str) -> str | None:
+    """Why an offered collector may not go into FLOCK_TO (None: it may); cached like _host_of."""
+    try:
+        check_host_port(collector)
+    except ValueError as e:
+        return f"collector: {e}"
+    return None
 
 
 def peer_host(peer: Peer) -> str:
@@ -180,4 +191,4 @@ class Discovery:
             return f"free_slots {ann.free_slots} > total_slots {ann.total_slots}"
         if ann.valid_for > self.settings.max_valid_for:
             return f"valid_for {ann.valid_for:.0f} s exceeds {self.settings.max_valid_for:.0f} s"
-        return None
+        return _collector_problem(ann.collector)  # it would go into our schedds' FLOCK_TO

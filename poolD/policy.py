@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from common.condor.knobs import check_host_grant
 from common.config import StrictModel, load_config
 
 MAX_REMEMBERED = 100_000  # rule decisions kept; far more than a federation has pools and hosts
@@ -39,7 +40,22 @@ class Rule(StrictModel):
     hosts: list[str] = Field(default_factory=list, description="globs on central-manager host names")
     networks: list[str] = Field(default_factory=list, description="CIDR blocks")
     direction: Literal["both", "announce", "accept"] = "both"
+    schedd_hosts: list[str] = Field(
+        default_factory=list,
+        description=(
+            "what FLOCK_FROM may let in for pools this rule accepts: hosts, CIDR blocks, '*.domain' "
+            "or 'a.b.*' globs; a schedd host a pool names must fall under one (a glob or block "
+            "itself only if named exactly). Empty: any single host (never a glob)"
+        ),
+    )
     comment: str = ""
+
+    @field_validator("schedd_hosts")
+    @classmethod
+    def _grants(cls, value: list[str]) -> list[str]:
+        for grant in value:
+            check_host_grant(grant)  # raises ValueError naming the bad entry
+        return value
 
     @field_validator("networks")
     @classmethod
@@ -80,6 +96,7 @@ class Decision:
 
     allowed: bool
     rule: str
+    schedd_hosts: tuple[str, ...] = ()  # the rule's grants for FLOCK_FROM (empty: single hosts)
 
 
 class Policy:
@@ -126,7 +143,9 @@ class Policy:
             if rule.direction not in ("both", direction.value):
                 continue
             if self._matches(rule, networks, subject):
-                return Decision(rule.action == "allow", f"{self.source}: {rule.describe(index)}")
+                allowed = rule.action == "allow"
+                grants = tuple(rule.schedd_hosts) if allowed else ()
+                return Decision(allowed, f"{self.source}: {rule.describe(index)}", grants)
         return Decision(self.spec.default == "allow", f"{self.source}: default {self.spec.default}")
 
     @staticmethod

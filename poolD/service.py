@@ -35,6 +35,8 @@ from poolD.config import PooldConfig
 from poolD.core import (
     CoreOutput,
     CoreSettings,
+    FlockFromApplied,
+    FlockToApplied,
     Measure,
     PoolCore,
     ReadLoad,
@@ -88,7 +90,7 @@ class PoolDaemon:
         policy.blacklist = self.policy.blacklist
         self.policy = policy
         if self.core is not None:
-            await self._apply(self.core.replace_policy(policy))
+            await self._apply(self.core.replace_policy(policy, trio.current_time()))
         else:
             self._note(f"policy reloaded from {policy.source}")
 
@@ -150,29 +152,44 @@ class PoolDaemon:
         await self._feed("timer", lambda: core.on_timer(now))
 
     async def _condor_loop(self) -> None:
-        """Carry out the core's HTCondor actions one at a time and feed back their outcome."""
+        """Carry out the core's HTCondor actions one at a time and feed back their outcome. An
+        action that fails in an unexpected way is fed back as failed (so the core decides again)
+        and counted; the loop goes on."""
         assert self.core is not None
         core = self.core
         async for action in self._condor_out:
-            if isinstance(action, ReadLoad):
-                try:
-                    load = await self.gateway.pool_load()
-                except GatewayError as e:
-                    self.counters["load_errors"] += 1
-                    log.warning("cannot read pool load", error=str(e))
-                    await self._feed("load", lambda e=e: core.on_load(None, trio.current_time(), str(e)))
-                else:
-                    await self._feed("load", lambda load=load: core.on_load(load, trio.current_time()))
-            elif isinstance(action, SetFlockTo):
-                result = await apply_flock_to(self.gateway, action)
-                await self._feed(
-                    "flocking", lambda r=result: core.on_flock_to_applied(r, trio.current_time())
-                )
-            else:
-                result = await apply_flock_from(self.gateway, action)
-                await self._feed(
-                    "authorize", lambda r=result: core.on_flock_from_applied(r, trio.current_time())
-                )
+            try:
+                outcome = await self._carry_out(core, action)
+            except Exception as e:  # a bug or an HTCondor surprise must not stop poold's decisions
+                self.counters["condor_action_errors"] += 1
+                log.exception("HTCondor action failed", action=type(action).__name__, error=str(e))
+                outcome = self._failed(core, action, f"{type(e).__name__}: {e}")
+            await self._feed(type(action).__name__, outcome)
+
+    async def _carry_out(self, core: PoolCore, action: GatewayAction) -> Callable[[], CoreOutput]:
+        """Do one action through the gateway; return the step that feeds its outcome to the core."""
+        if isinstance(action, ReadLoad):
+            try:
+                load = await self.gateway.pool_load()
+            except GatewayError as e:
+                self.counters["load_errors"] += 1
+                log.warning("cannot read pool load", error=str(e))
+                return self._failed(core, action, str(e))
+            return lambda: core.on_load(load, trio.current_time())
+        if isinstance(action, SetFlockTo):
+            applied = await apply_flock_to(self.gateway, action)
+            return lambda: core.on_flock_to_applied(applied, trio.current_time())
+        granted = await apply_flock_from(self.gateway, action)
+        return lambda: core.on_flock_from_applied(granted, trio.current_time())
+
+    @staticmethod
+    def _failed(core: PoolCore, action: GatewayAction, error: str) -> Callable[[], CoreOutput]:
+        """The step that tells the core an action did not happen."""
+        if isinstance(action, ReadLoad):
+            return lambda: core.on_load(None, trio.current_time(), error)
+        if isinstance(action, SetFlockTo):
+            return lambda: core.on_flock_to_applied(FlockToApplied(action, False, {}), trio.current_time())
+        return lambda: core.on_flock_from_applied(FlockFromApplied(action, error), trio.current_time())
 
     async def _feed(self, what: str, step: Callable[[], CoreOutput]) -> None:
         """Run one step of the core and carry out its output; a failure is logged and counted,
@@ -248,6 +265,7 @@ class PoolDaemon:
             "flock_to": decisions.get("flock_to", {}),
             "flock_active": decisions.get("flock_active", []),
             "flock_from": decisions.get("flock_from", []),
+            "flock_from_grants": decisions.get("flock_from_grants", {}),
             "authorized": decisions.get("authorized", {}),
             "blacklist": decisions.get("blacklist", {}),
             "decisions": list(self.decisions) + (core.discovery.decisions[-10:] if core else []),

@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 import trio
 
+from common.condor import knobs
 from common.condor.errors import (
     CondorError,
     DaemonNotFound,
@@ -28,6 +29,7 @@ from common.condor.errors import (
     GatewayTimeout,
     ProtocolViolation,
 )
+from common.condor.knobs import CheckedConfig, KnobScope
 from common.condor.types import (
     AuthorizationCheck,
     DaemonKind,
@@ -265,19 +267,24 @@ class Gateway:
     async def set_config(
         self,
         daemon: DaemonRef,
-        values: Mapping[str, str | None],
+        values: Mapping[str, str | None] | CheckedConfig,
         *,
+        scope: KnobScope = knobs.RUNTIME,
         reconfig: bool = True,
         collector: str | None = None,
     ) -> None:
         """Set runtime configuration (None removes a key's runtime value) and reconfig the daemon.
 
-        Needs ENABLE_RUNTIME_CONFIG and the keys in SETTABLE_ATTRS_CONFIG on that daemon.
+        The runtime sink of `common.condor.knobs`: `values` pass `knobs.check_config(scope, ...)`
+        first (or come checked), so a knob outside the caller's allow-list, or a value outside its
+        grammar, raises KnobRefused and never reaches the daemon. Needs ENABLE_RUNTIME_CONFIG and
+        the keys in SETTABLE_ATTRS_CONFIG on that daemon.
         """
+        checked = values if isinstance(values, CheckedConfig) else knobs.check_config(scope, values)
         await self.call(
             "set_config",
             daemon=_ref(daemon),
-            values=dict(values),
+            values=checked.as_dict(),
             reconfig=reconfig,
             collector=self._pool(collector),
         )
@@ -318,7 +325,9 @@ class Gateway:
         new = [d for d in daemons if d not in drop]
         new += [d.upper() for d in add if d.upper() not in new]
         if new != daemons:
-            await self.set_config(master, {"DAEMON_LIST": ", ".join(new)}, collector=collector)
+            await self.set_config(
+                master, {"DAEMON_LIST": ", ".join(new)}, scope=knobs.MASTER_DAEMON_LIST, collector=collector
+            )
         return new
 
     async def submit(

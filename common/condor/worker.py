@@ -23,6 +23,7 @@ from typing import Any
 import classad2
 import htcondor2 as htcondor
 
+from common.condor.knobs import check_knob_name, check_value_text
 from common.wire import FrameDecoder, frame, pack, unpack
 
 MY_TYPES = {
@@ -219,7 +220,17 @@ def op_get_config(daemon: dict[str, Any], key: str, collector: str | None) -> st
 def op_set_config(
     daemon: dict[str, Any], values: dict[str, str | None], reconfig: bool, collector: str | None
 ) -> None:
-    """Set runtime configuration on a daemon (None removes a value), then reconfig it if asked."""
+    """Set runtime configuration on a daemon (None removes a value), then reconfig it if asked.
+    Whatever the caller checked, nothing that could break out of a value is sent (knobs'
+    universal rules: a knob name, and printable ASCII without macro, assignment or comment
+    characters)."""
+    for key, value in values.items():
+        try:
+            check_knob_name(key)
+            if value is not None:
+                check_value_text(value)
+        except ValueError as e:
+            raise ConfigRefused(f"{key!r:.80} not set: {e}") from None
     ad = locate(daemon, collector)
     params = htcondor.RemoteParam(ad)
     for key, value in values.items():

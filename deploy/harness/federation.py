@@ -56,6 +56,7 @@ class Federation:
             generate_key_file(self.key)
         self.pools: dict[str, SandboxPool] = {name: sandbox.up(name, slots=slots) for name in names}
         self.policies: dict[str, str] = {}
+        self.flocking: dict[str, str] = {}  # pool -> extra [flocking] lines for its poold
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def address(self, name: str) -> str:
@@ -91,7 +92,7 @@ bind = "{self.address(name)}"
 port = 7640
 {bootstrap}
 key_file = "{self.key}"
-{FAST_SETTINGS}
+{FAST_SETTINGS}{self.flocking.get(name, "")}
 [daemon]
 control_socket = "{self.socket(name)}"
 {policy}

@@ -85,15 +85,21 @@ def _poll_timeout(what: str, last: Any, logs: Iterable[Path]) -> TimeoutError:
     return TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(tails, indent=1))
 
 
+UNITS = {"poolD": REPO / "deploy" / "poold.service", "faultD": REPO / "deploy" / "faultd.service"}
+
+
 def start_in_netns(netns: str, module: str, config: Path, log_file: Path) -> subprocess.Popen[bytes]:
     """One of our daemons (`python -m MODULE run --config CONFIG`) on a sandbox host's network,
-    as a program of this machine, logging to `log_file`. `ip netns exec` execs the command in
-    place, so the pid is the daemon's own."""
+    as a program of this machine, logging to `log_file`, under the restrictions of its systemd
+    unit (deploy/harness/unit_jail.py; SELFORG_UNIT_JAIL=0 turns that off). The pid is the
+    jail's, which forwards signals to the daemon and exits with its status (without the jail,
+    `ip netns exec` execs the daemon in place and the pid is its own)."""
+    command = [sys.executable, "-m", module, "run", "--config", str(config)]
+    unit = UNITS.get(module)
+    if unit is not None and os.environ.get("SELFORG_UNIT_JAIL", "1") != "0":
+        command = [sys.executable, "-m", "deploy.harness.unit_jail", str(unit), "--", *command]
     with open(log_file, "ab") as log:
-        return subprocess.Popen(
-            ["ip", "netns", "exec", netns, sys.executable, "-m", module, "run", "--config", str(config)],
-            stdout=log, stderr=log, cwd=REPO,
-        )  # fmt: skip
+        return subprocess.Popen(["ip", "netns", "exec", netns, *command], stdout=log, stderr=log, cwd=REPO)
 
 
 class GracefulStopFailed(RuntimeError):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.condor import CondorError, DaemonKind, DaemonNotFound, DaemonRef, Gateway
+from common.condor.knobs import KnobRefused
 from deploy.harness.sandbox import Sandbox, SandboxPool, netns_pids, poll_until_async, sandbox_cli
 
 pytestmark = pytest.mark.htcondor
@@ -123,11 +124,34 @@ async def test_count_slots_evaluates_a_jobs_requirements_against_each_slot(pool_
 async def test_daemon_errors_carry_htcondor_message(pool_a: SandboxPool) -> None:
     async with pool_a.gateway() as gw:
         (schedd,) = await gw.list_schedds()
-        with pytest.raises(CondorError) as info:
+        # The gateway's allow-list stops a knob no writer may set before HTCondor sees it ...
+        with pytest.raises(KnobRefused, match="NOT_A_SETTABLE_KNOB: not a knob this writer may set"):
             await gw.set_config(schedd, {"NOT_A_SETTABLE_KNOB": "1"})
+        # ... and the worker's own op, asked directly, carries HTCondor's refusal.
+        with pytest.raises(CondorError) as info:
+            args = {"NOT_A_SETTABLE_KNOB": "1"}
+            await gw.call(
+                "set_config",
+                daemon=schedd.model_dump(mode="json"),
+                values=args,
+                reconfig=True,
+                collector=None,
+            )
         message = info.value.condor_message
         assert info.value.kind == "ConfigRefused" and schedd.name in message
         assert "refused NOT_A_SETTABLE_KNOB: Failed to set remote daemon parameter" in message
+        # Whatever a caller of the raw op sends, the worker sends no value that could break out.
+        before = config_val(pool_a, "schedd", "FLOCK_TO")
+        with pytest.raises(CondorError, match="character '\\\\n' is not allowed") as info:
+            evil = {"FLOCK_TO": "x\nALLOW_WRITE = *"}
+            await gw.call(
+                "set_config",
+                daemon=schedd.model_dump(mode="json"),
+                values=evil,
+                reconfig=True,
+                collector=None,
+            )
+        assert info.value.kind == "ConfigRefused" and config_val(pool_a, "schedd", "FLOCK_TO") == before
         with pytest.raises(DaemonNotFound):
             await gw.get_config(DaemonRef(kind=DaemonKind.SCHEDD, name="nobody@nowhere"), "FLOCK_TO")
         with pytest.raises(CondorError) as info:

@@ -16,7 +16,7 @@ from common.overlay.bulk import BulkChannel
 from common.overlay.messages import Peer
 from common.wire import HEADER, Message, MessageCodec
 from deploy.harness.sandbox import poll_until_async
-from faultD.condor_role import ACCOUNTANT, CondorRole, daemon_answers
+from faultD.condor_role import ACCOUNTANT, CondorRole, RoleRefused, daemon_answers
 from faultD.config import CondorSection
 from faultD.messages import PoolState, ReplicaPush, StateFile
 from faultD.service import BULK_TYPES
@@ -138,6 +138,59 @@ def test_state_round_trip_restores_accountant_and_manager_config(tmp_path: Path)
     (tmp_path / "ex1" / "spool" / ACCOUNTANT).write_bytes(b"local")
     replacement.restore(corrupt)  # refused: nothing overwritten
     assert (tmp_path / "ex1" / "spool" / ACCOUNTANT).read_bytes() == b"local"
+
+
+def replica(files: list[StateFile]) -> PoolState:
+    return PoolState(
+        manager=9, epoch=1, version=10**9, taken_at=0.0, files=files, checksum=PoolState.digest(files)
+    )
+
+
+@pytest.mark.hostile
+async def test_a_takeover_writes_only_faultds_files_with_checked_contents(tmp_path: Path) -> None:
+    """Issue 14, row 4: a replica (from whoever could push one) carried a config file that added a
+    daemon to DAEMON_LIST, and it was installed as is. Now a takeover writes only the role file
+    and the configured manager config files, and only lines the central-manager allow-list
+    passes; the rest is refused whole, counted, and the takeover goes on."""
+    role = condor_role(tmp_path)
+    (tmp_path / "log" / ".master_address").write_text("<127.0.0.1:1>\n")
+    lst, port = await listener()  # the collector answers: the takeover does not wait for it
+    (tmp_path / "log" / ".collector_address").write_text(f"<127.0.0.1:{port}>\n")
+    evil = [
+        StateFile(name="accountant", data=b"107 Accountant state"),
+        StateFile(
+            name="config/20-negotiator-policy.conf",
+            data=b"NEGOTIATOR_CYCLE_DELAY = 5\nDAEMON_LIST = $(DAEMON_LIST), EVIL\n",
+        ),
+        StateFile(name="config/00-evil.conf", data=b"ALLOW_ADMINISTRATOR = *\n"),
+        StateFile(name="config/../../condor_config", data=b"NEGOTIATOR_INTERVAL = 1\n"),
+        StateFile(name="../../etc/cron.d/x", data=b"* * * * * root sh\n"),
+    ]
+    await role.start_manager(replica(evil), "127.0.0.1:9618")
+    config_dir = tmp_path / "config.d"
+    assert sorted(p.name for p in config_dir.iterdir()) == ["99-faultd-role.conf"]
+    assert (tmp_path / "spool" / ACCOUNTANT).read_bytes() == b"107 Accountant state"
+    assert role.refused == 4 and "DAEMON_LIST: not a knob this writer may set" in role.refusals[0]
+    assert "DAEMON_LIST = MASTER, SCHEDD, STARTD, COLLECTOR, NEGOTIATOR\n" in role.role_file.read_text()
+
+    # The same file without the forged line is installed, as what was checked.
+    good = [StateFile(name="config/20-negotiator-policy.conf", data=b"# ok\nNEGOTIATOR_CYCLE_DELAY = 5\n")]
+    role.restore(replica(good))
+    installed = config_dir / "98-faultd-manager-20-negotiator-policy.conf"
+    assert installed.read_text() == "NEGOTIATOR_CYCLE_DELAY = 5\n"
+    await lst.aclose()
+
+
+@pytest.mark.hostile
+async def test_a_collector_outside_the_grammar_never_reaches_the_role_file(tmp_path: Path) -> None:
+    role = condor_role(tmp_path)
+    (tmp_path / "log" / ".master_address").write_text("<127.0.0.1:1>\n")
+    await role.point_to("10.0.0.7:9618")
+    before = role.role_file.read_text()
+    for collector in ["x_y:9618", "10.0.0.7:99999", "evil:1\nDAEMON_LIST = MASTER, EVIL"]:
+        with pytest.raises(RoleRefused):
+            await role.point_to(collector)
+        assert role.role_file.read_text() == before and role.collector == "10.0.0.7:9618"
 
 
 def spy_on_daemon_answers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, bool]]:

@@ -89,3 +89,30 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     text = unit.read_text()
     assert "Type=notify" in text and "WatchdogSec=" in text
+
+
+def test_systemd_unit_is_hardened_and_bounded(tmp_path: Path) -> None:
+    """Issue 14, row 10: resource limits and the hardening `systemd-analyze security` lists that
+    faultd can live with (the real-HTCondor tests run it under them: deploy/harness/unit_jail.py).
+    Exposure 2.1 at most (it was 2.4 before)."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.fail("systemd-analyze is missing (Debian: apt-get install systemd)")
+    unit = tmp_path / "faultd.service"
+    venv = Path(sys.executable).parent.parent
+    unit.write_text((REPO / "deploy/faultd.service").read_text().replace("/opt/condor-selforg", str(venv)))
+    text = unit.read_text()
+    for setting in (
+        "MemoryMax=512M",
+        "TasksMax=64",
+        "LimitNOFILE=1024",
+        "MemoryDenyWriteExecute=yes",
+        "SystemCallFilter=~@privileged @resources",
+        "ProcSubset=pid",
+        "PrivateMounts=yes",
+    ):
+        assert f"\n{setting}\n" in text, setting
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", "--threshold=21", str(unit)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr

@@ -200,6 +200,29 @@ def test_place_outputs_replaces_atomically_with_mode(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # no temporary left behind
 
 
+@pytest.mark.hostile
+def test_a_returned_file_never_gets_set_id_sticky_or_world_writable_bits(tmp_path: Path) -> None:
+    """Row 9: main wrote an agent's mode 0o4777 as 0o777 in the user's initialdir."""
+    task = Task(process=0, executable="/bin/sh", initialdir=str(tmp_path), output="job.out")
+    for claimed, umask, expected in [
+        (0o4777, 0o022, 0o755),
+        (0o6777, 0o077, 0o700),
+        (0o1777, 0o002, 0o775),
+        (0o777, 0o000, 0o775),  # whatever the umask, never writable by others
+        (0o640, 0o022, 0o640),
+        ("0o777", 0o022, 0o644),  # not a number: the default mode
+    ]:
+        assert f.output_mode(claimed, umask) == expected
+        name = f"f{claimed!s}-{umask:o}"
+        entry = {"path": name, "size": 1, "mode": claimed, "kind": "file"}
+        f.place_outputs(task, [(entry, b"x")], "condor", umask=umask)
+        assert (tmp_path / name).stat().st_mode & 0o7777 == expected
+    # The default umask is the process's (the master runs as the submitting user).
+    assert f.current_umask() == (mask := os.umask(0o022)) and os.umask(mask) == 0o022
+    f.place_outputs(task, [(file_entry("stdout", b"o", mode=0o4777, kind="stdout"), b"o")], "condor")
+    assert (tmp_path / "job.out").stat().st_mode & 0o7777 == 0o777 & ~mask & ~0o002
+
+
 def test_place_outputs_refuses_escapes_but_places_the_rest(tmp_path: Path) -> None:
     iwd = tmp_path / "iwd"
     outside = tmp_path / "outside"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 
 from common.condor import DaemonKind, DaemonRef, GatewayError
+from common.condor.knobs import CheckedConfig
 from poolD.condor_flock import apply_flock_from, apply_flock_to
 from poolD.core import SetFlockFrom, SetFlockTo
 
@@ -32,9 +33,10 @@ class GatewayDouble:
     async def get_config(self, daemon: DaemonRef, key: str) -> str | None:
         return self.values[daemon.name or ""]
 
-    async def set_config(self, daemon: DaemonRef, values: Mapping[str, str | None]) -> None:
+    async def set_config(self, daemon: DaemonRef, values: Mapping[str, str | None] | CheckedConfig) -> None:
         name = daemon.name or ""
-        ((_, value),) = values.items()
+        checked = values.as_dict() if isinstance(values, CheckedConfig) else values
+        ((_, value),) = checked.items()
         self.sets.append((name, value))
         if name in self.refuse and value not in (None, "old.pool:9618"):
             raise GatewayError("set_config", f"{name} refused")
