@@ -82,7 +82,8 @@ class PoolLoad(_Frozen):
 class AuthorizationCheck(_Frozen):
     """What a daemon makes of this client for one authorization level or command (condor_ping):
     whether it is authorized, as which identity, by which method, with encryption and integrity.
-    `error` says why no answer came (e.g. authentication failed: no method both sides accept)."""
+    `error` says why no answer came: authentication failed, or the command was refused (the
+    bindings tell the two apart by message only, and give no identity for either)."""
 
     authz: str
     authorized: bool

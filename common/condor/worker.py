@@ -253,7 +253,9 @@ def op_reconfig(daemon: dict[str, Any], collector: str | None) -> None:
 
 def op_ping(daemon: dict[str, Any], authz: str, collector: str | None) -> dict[str, Any]:
     """condor_ping: what the daemon makes of this client for `authz` (a level such as CONFIG,
-    or a command such as DC_RECONFIG_FULL). A refused authentication is an answer, not an error."""
+    or a command such as DC_RECONFIG_FULL). A refusal is an answer, not an error: htcondor2's ping
+    raises both when authentication fails and when the command is not authorized (seen with 23.9:
+    "Failed to start command"), so a refusal carries no identity."""
     ad = locate(daemon, collector)
     try:
         reply = htcondor.ping(ad, authz)
