@@ -7,16 +7,31 @@ PY := $(VENV)/bin/python
 SANDBOX := deploy/sandbox
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-htcondor lint venv sandbox clean
+.PHONY: demo test test-unit test-htcondor lint venv sandbox clean constraints dist
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys, venv, ensurepip; assert sys.version_info >= (3, 11)' 2>/dev/null || { \
 		echo "installing python3 (>= 3.11) with venv from Debian"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv python3-pip; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,sim]'
+	$(PY) -m pip install -q -e '.[test,sim,metrics]' -c constraints.txt
 	@touch $@
+
+# constraints.txt pins every package of the tested venv: `pip install -c constraints.txt ...`
+# reproduces it. Regenerate after changing a dependency in pyproject.toml (in a venv made without
+# the old pins: rm -rf .venv; make constraints).
+constraints:
+	@test -x $(PY) || { $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip; }
+	$(PY) -m pip install -q -e '.[test,sim,metrics]'
+	{ echo "# Versions the test suite ran with (make constraints regenerates this file)."; \
+	  echo "# pip install -c constraints.txt condor_selforg-*.whl"; \
+	  $(PY) -m pip freeze --exclude-editable | LC_ALL=C sort -f; } > constraints.txt
+
+# The wheel (with the units, example configs and HTCondor snippets inside) and, beside it, the
+# constraints file an installation should use.
+dist: venv
+	rm -rf dist && $(PY) -m build --outdir dist . && cp constraints.txt dist/
 
 venv: $(STAMP)
 

@@ -1,32 +1,98 @@
-"""What every command-line entry point shares: user errors become one line, not a traceback;
-and the skeleton of a daemon's command line (`run`, `status`, `check-config`), which poold and
-faultd fill in with their own config model, daemon and status rendering."""
+"""What every command-line entry point shares: user errors become one line, not a traceback; a
+closed pipe (`| head`) or Ctrl-C ends the command quietly; `--version`; help that shows defaults;
+and the skeleton of a daemon's command line (`run`, `status`, `check-config`, `keys`), which poold
+and faultd fill in with their own config model, daemon and status rendering."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from common.config import ConfigError, StrictModel, load_config
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `yes | head` reports for `yes`
+PACKAGE = "condor-selforg"
+
+
+def version() -> str:
+    """The installed distribution's version ('unknown' when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version(PACKAGE)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (unless it has none: None, or a flag's False);
+    descriptions keep their line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.required:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def new_parser(prog: str, description: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A parser in the suite's style: defaults in the help, and `--version`."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=HelpFormatter, **kwargs
+    )
+    add_version(parser, prog)
+    return parser
+
+
+def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
+    """`--version` (and HTCondor's `-version`): the suite's version, then exit 0."""
+    parser.add_argument("-version", "--version", action="version", version=f"{prog} ({PACKAGE}) {version()}")
+
+
+def add_command(sub: Any, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand whose `-h` says what it does (`description`, else `help`) and its defaults."""
+    return sub.add_parser(name, help=help, description=description or help, formatter_class=HelpFormatter)
 
 
 def run_main(prog: str, main: Callable[[], int]) -> int:
-    """Run `main`; a ConfigError is printed as `prog: error: ...` and exits 2."""
+    """Run `main` and flush what it printed. A ConfigError is printed as `prog: error: ...` and
+    exits 2; Ctrl-C exits 130 and a reader that went away (`| head`, `| true`) 141, both without a
+    traceback. Logging not yet configured goes to stderr at warning level (the gateway's debug
+    lines are not for the command's output)."""
+    import structlog
+
+    if not structlog.is_configured():
+        from common.logging import configure_logging
+
+        configure_logging(prog, level="warning")
     try:
-        return main()
+        code = main()
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class DaemonSection(StrictModel):
@@ -35,6 +101,21 @@ class DaemonSection(StrictModel):
     control_socket: Path
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     gateway_timeout: float = Field(30.0, gt=0, description="seconds an HTCondor call may take")
+    advertise_interval: float = Field(
+        60.0, ge=0, description="seconds between updates of the daemon's ClassAd in the collector; 0: no ad"
+    )
+    metrics_listen: str | None = Field(
+        None, description="host:port of a Prometheus endpoint (needs the [metrics] extra); unset: none"
+    )
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            from common.metrics import parse_listen
+
+            parse_listen(value)
+        return value
 
 
 C = TypeVar("C", bound=StrictModel)
@@ -49,40 +130,71 @@ class DaemonCli(Generic[C]):
     default_config: Path
     model: type[C]
     check: Callable[[C, Path], None]  # what parsing cannot check (key file, policy file, dirs)
-    serve: Callable[[C], int]  # run the daemon until it stops
+    serve: Callable[[C, Callable[[], C]], int]  # run the daemon until it stops; 2nd: re-read the config
     describe: Callable[[C], str]  # check-config's one line about a good file
     render_status: Callable[[dict[str, Any]], str]
     status_help: str
     check_help: str = "validate a config file"
+    # Fills in what the file leaves to HTCondor's configuration (common.condor_defaults).
+    resolve: Callable[[C, Path], C] | None = None
 
     def parser(self) -> tuple[argparse.ArgumentParser, Any]:
         """The parser with run, status and check-config; the subparsers, for more commands."""
-        parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
-        sub = parser.add_subparsers(dest="command", required=True)
-        run = sub.add_parser("run", help="run the daemon (systemd: Type=notify)")
-        run.add_argument("--config", type=Path, default=self.default_config)
-        status = sub.add_parser("status", help=self.status_help)
+        parser = new_parser(self.prog, self.description)
+        sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+        run = add_command(
+            sub,
+            "run",
+            "run the daemon in the foreground (what the systemd unit starts)",
+            "Run the daemon until SIGTERM or SIGINT. Under systemd (Type=notify) it reports READY, "
+            "STATUS and WATCHDOG; SIGHUP reloads what can change without a restart and logs what "
+            "cannot.",
+        )
+        run.add_argument("--config", type=Path, default=self.default_config, help="the config file")
+        status = add_command(sub, "status", self.status_help)
         status.add_argument(
             "--config", type=Path, default=self.default_config, help="to find the control socket"
         )
         status.add_argument("--socket", type=Path, help="control socket (overrides the config)")
-        status.add_argument("--json", action="store_true")
-        check = sub.add_parser("check-config", help=self.check_help)
-        check.add_argument("file", type=Path)
+        status.add_argument(
+            "-json", "--json", dest="json", action="store_true", help="print the daemon's answer as JSON"
+        )
+        check = add_command(sub, "check-config", self.check_help)
+        check.add_argument("file", type=Path, help="the config file to check")
+        from common.keys import add_keys_parser
+
+        add_keys_parser(sub, self.prog)
         return parser, sub
 
     def load(self, path: Path) -> C:
         """Read, validate and check a config file (ConfigError names the file and key)."""
         config = load_config(path, self.model)
+        if self.resolve is not None:
+            config = self.resolve(config, path)
+        if config.daemon.metrics_listen is not None:  # type: ignore[attr-defined]
+            from common.metrics import require_prometheus_client
+
+            try:
+                require_prometheus_client()
+            except ConfigError as e:
+                raise ConfigError(f"{path}: {e}") from None
         self.check(config, path)
         return config
 
     def command(self, args: argparse.Namespace) -> int:
-        """Carry out run, status or check-config."""
+        """Carry out run, status, check-config or keys."""
+        from common.logging import configure_logging
         from common.service import print_status
 
+        configure_logging(self.prog, level="warning")  # until `run` knows the daemon's own level
+
+        if args.command == "keys":
+            from common.keys import run_keys
+
+            return run_keys(args)
         if args.command == "run":
-            return self.serve(self.load(args.config))
+            path = args.config
+            return self.serve(self.load(path), lambda: self.load(path))
         if args.command == "status":
             path = args.socket or load_config(args.config, self.model).daemon.control_socket
             return print_status(self.prog, path, self.render_status, as_json=args.json)

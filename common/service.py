@@ -1,5 +1,5 @@
-"""What every daemon of the suite needs around its protocol: systemd readiness and watchdog, a
-local control socket for its CLI (`poold status`, `faultd status`), and signal handling."""
+"""What every daemon of the suite needs around its protocol: a local control socket for its CLI
+(`poold status`, `faultd status`) and signal handling; systemd's protocol is common.systemd."""
 
 from __future__ import annotations
 
@@ -15,46 +15,54 @@ from typing import Any
 import structlog
 import trio
 
+from common.systemd import READY, reloading, sd_notify, watchdog_period
+
+__all__ = ["print_status", "query_control", "sd_notify", "serve_control", "signal_loop", "watchdog_period"]
+
 log = structlog.get_logger("service")
 
 ControlHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 MAX_REQUEST = 64 * 1024
+MAX_NESTING = 32  # a control request is a flat object; json's recursion must never be reached
 
 
-def sd_notify(state: str) -> bool:
-    """Tell systemd about our state (READY=1, WATCHDOG=1, STOPPING=1, STATUS=...), if it listens."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return False
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.sendto(state.encode(), address)
-        except OSError as e:
-            log.warning("sd_notify failed", error=str(e))
-            return False
-    return True
-
-
-def watchdog_period() -> float | None:
-    """Half the watchdog interval systemd asked for (WATCHDOG_USEC), or None without one."""
-    usec = os.environ.get("WATCHDOG_USEC")
-    pid = os.environ.get("WATCHDOG_PID")
-    if not usec or (pid and pid != str(os.getpid())):
-        return None
-    return int(usec) / 2e6
-
-
-async def watchdog_loop(healthy: Callable[[], bool]) -> None:
-    """Ping systemd's watchdog while `healthy()` says so; a hung daemon then gets restarted."""
-    period = watchdog_period()
-    if period is None:
-        return
-    while True:
-        if healthy():
-            sd_notify("WATCHDOG=1")
-        await trio.sleep(period)
+def parse_request(data: bytes) -> dict[str, Any]:
+    """A control request line as a JSON object; ValueError (with a short reason) for anything
+    else. Bounded: the size by MAX_REQUEST (the reader's limit) and the nesting by MAX_NESTING,
+    counted before json sees the text, so that "[[[[..." cannot exhaust its recursion."""
+    raw = data.split(b"\n", 1)[0] or b"{}"
+    try:
+        # Decoded strictly first: json would guess UTF-16/32 from bytes, and the count below
+        # would then be of other characters than the ones json parses.
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"request is not UTF-8 ({e.reason})") from None
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_NESTING:
+                raise ValueError(f"request nested deeper than {MAX_NESTING} levels")
+        elif char in "]}":
+            depth -= 1
+    try:
+        request = json.loads(line)
+    except RecursionError:  # not reachable after the count above; kept as a last line
+        raise ValueError("request nested too deeply") from None
+    if not isinstance(request, dict):
+        raise ValueError("request must be a JSON object")
+    return request
 
 
 async def serve_control(
@@ -73,25 +81,36 @@ async def serve_control(
     listener = trio.SocketListener(sock)
 
     async def one(stream: trio.SocketStream) -> None:
-        async with stream:
-            data = b""
-            with trio.move_on_after(5):
-                while b"\n" not in data and len(data) < MAX_REQUEST:
-                    chunk = await stream.receive_some(4096)
-                    if not chunk:
-                        break
-                    data += chunk
+        """One request, one answer; nothing a client sends (or a handler raises) may end the
+        server, since serve_control runs in the daemon's main nursery."""
+        try:
+            async with stream:
+                await answer(stream)
+        except Exception as e:
+            log.warning("control request failed", error=f"{type(e).__name__}: {e}")
+
+    async def answer(stream: trio.SocketStream) -> None:
+        data = b""
+        with trio.move_on_after(5):
+            while b"\n" not in data and len(data) < MAX_REQUEST:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                data += chunk
+        try:
+            request = parse_request(data[:MAX_REQUEST])
+        except ValueError as e:  # json's errors and UnicodeDecodeError are ValueErrors
+            reply: dict[str, Any] = {"error": f"bad request: {e}"}
+        else:
             try:
-                request = json.loads(data.split(b"\n", 1)[0] or b"{}")
-                if not isinstance(request, dict):
-                    raise ValueError("request must be a JSON object")
                 reply = await handler(request)
-            except (ValueError, KeyError) as e:
-                reply = {"error": f"bad request: {e}"}
-            try:
-                await stream.send_all(json.dumps(reply, default=str).encode() + b"\n")
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+            except Exception as e:
+                log.exception("control handler failed", error=str(e))
+                reply = {"error": f"internal error: {type(e).__name__}: {e}"}
+        try:
+            await stream.send_all(json.dumps(reply, default=str).encode() + b"\n")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     try:
         task_status.started()
@@ -134,7 +153,9 @@ async def signal_loop(on_reload: Callable[[], Awaitable[None]], cancel: trio.Can
         async for signum in signals:
             if signum == signal.SIGHUP:
                 log.info("SIGHUP: reloading")
+                reloading()
                 await on_reload()
+                sd_notify(READY)
             else:
                 log.info("stopping", signal=signal.Signals(signum).name)
                 sd_notify("STOPPING=1")

@@ -7,7 +7,8 @@ Two carriers:
 A message travels as the msgpack array `[version, type, body]`. Receiving is defensive by
 design: a peer can send anything, so a frame that is too large (checked from the header, before
 any buffer is grown), truncated, not msgpack, of another protocol version, of an unknown type or
-failing validation is logged with the peer's name, counted in `MessageCodec.drops`, and dropped.
+failing validation is counted in `MessageCodec.drops`, logged with the peer's name (rate-limited
+per peer and reason, `common.droplog`), and dropped.
 Nothing raises into the caller's receive loop.
 """
 
@@ -20,15 +21,14 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 import msgpack
-import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from common.droplog import DropLog
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 1 << 20  # 1 MiB: far above any protocol message, far below memory trouble
 MAX_DATAGRAM = 65507  # the largest UDP payload over IPv4
 HEADER = struct.Struct(">I")
-
-log = structlog.get_logger("wire")
 
 
 class FrameTooLarge(Exception):
@@ -135,6 +135,7 @@ class MessageCodec:
                 raise ValueError(f"message type {t.TYPE!r} registered twice")
             self.types[t.TYPE] = t
         self.drops: Counter[str] = Counter()
+        self.drop_log = DropLog("wire")
 
     def encode(self, msg: Message) -> bytes:
         """A message as `[version, type, body]` msgpack; TypeError for another protocol's message."""
@@ -157,9 +158,9 @@ class MessageCodec:
         return payload
 
     def drop(self, reason: DropReason, peer: object, detail: str) -> None:
-        """Log a dropped message with its peer and count it under its reason."""
+        """Count a dropped message under its reason; the log line is rate-limited (common.droplog)."""
         self.drops[reason] += 1
-        log.warning("message dropped", protocol=self.name, peer=str(peer), reason=str(reason), detail=detail)
+        self.drop_log.drop(self.name, peer, str(reason), detail)
 
     def decode(self, payload: bytes, peer: object) -> Message | None:
         """The message in a payload, or None after logging and counting why it was dropped."""

@@ -2,28 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from common.cli import DaemonCli, run_main
+from common.condor_defaults import read_condor_config
 from common.config import ConfigError
-from faultD.config import FaultdConfig
+from faultD.config import CONDOR_KEYS, FaultdConfig, needs_condor_values, with_condor_values
+
+
+def _resolve(config: FaultdConfig, path: Path) -> FaultdConfig:
+    """What the file leaves out, from HTCondor's configuration (faultD.config)."""
+    if not needs_condor_values(config):
+        return config
+    values = read_condor_config(config.condor.condor_config, CONDOR_KEYS)
+    return with_condor_values(config, values, str(path))
 
 
 def _check(config: FaultdConfig, path: Path) -> None:
-    config.ring.check_key(path)
-    if not config.condor.config_dir.is_dir():
+    config.ring.check_key(path, same_pool=True)
+    if config.condor.config_dir is None or not config.condor.config_dir.is_dir():
         raise ConfigError(f"{path}: condor.config_dir: {config.condor.config_dir} is not a directory")
 
 
-def _serve(config: FaultdConfig) -> int:
+def _serve(config: FaultdConfig, reread: Callable[[], FaultdConfig]) -> int:
     import trio
 
     from common.logging import configure_logging
     from faultD.service import FaultDaemon
 
     configure_logging("faultd", config.ring.node_name, level=config.daemon.log_level)
-    trio.run(FaultDaemon(config).serve)
+    trio.run(FaultDaemon(config, reread=reread).serve)
     return 0
 
 
@@ -33,7 +43,8 @@ def _describe(config: FaultdConfig) -> str:
         f"node {config.ring.node_name} on port {config.ring.port}, "
         f"{'original manager' if f.original_manager else 'listener'}, collector {f.collector}, "
         f"bootstrap {config.ring.bootstrap or 'none: founds the ring'}, role file "
-        f"{config.condor.config_dir / config.condor.role_file}"
+        f"{config.condor.config_dir / config.condor.role_file}, LOG {config.condor.log_dir}, "
+        f"SPOOL {config.condor.spool_dir}"
     )
 
 
@@ -71,6 +82,8 @@ def render_status(s: dict[str, Any]) -> str:
     drops = {k: v for k, v in s.get("drops", {}).items() if v}
     if drops:
         lines.append(f"dropped         {drops}")
+    if s.get("refused"):
+        lines.append(f"refused         {s['refused']} (not from the manager, or not the original)")
     for h in s.get("history", []):
         lines.append(f"  {h}")
     return "\n".join(lines)
@@ -86,6 +99,8 @@ CLI = DaemonCli(
     describe=_describe,
     render_status=render_status,
     status_help="role, manager, epoch, last alive, replicas held",
+    check_help="validate a config file (paths it leaves out are read from HTCondor's configuration)",
+    resolve=_resolve,
 )
 
 

@@ -12,7 +12,7 @@ daemon and are not inherited by daemons the master starts later. A negotiator st
 replacement read the old COLLECTOR_HOST from the config files and aborted every cycle (seen in
 the sandbox). A file covers every daemon at once, survives daemon restarts, and shows an
 administrator in one place what faultD changed. CONDOR_HOST is left alone: security settings are
-often derived from it (deploy/condor/60-faultd-pool.conf says what to allow instead).
+often derived from it (common/deploy_files/condor/60-faultd-pool.conf says what to allow instead).
 
 The Replication Module reads the state a replacement needs (the negotiator's Accountant log in
 SPOOL, the central manager's own config files, poolD's state file) and restores it before the

@@ -6,15 +6,20 @@ import hashlib
 
 from pydantic import Field
 
-from common.overlay.messages import NodeId, Peer, app_message
+from common.overlay.messages import AppMessage, Claims, NodeId, Peer, app_message
 from common.wire import Message
 
 HOST_PORT = r"^[A-Za-z0-9._-]+:[0-9]{1,5}$"
 MAX_STATE_FILES = 64
+# Epochs and versions grow by one per takeover or state change; anything near msgpack's 64-bit
+# limit is a forgery, and a successor's epoch + 1 must still encode.
+COUNTER_LIMIT = 1 << 62
+# The role machine refuses a fencing epoch at or above this: it leaves room for 2**61 successors.
+MAX_EPOCH = 1 << 61
 
 
 @app_message
-class Alive(Message):
+class Alive(AppMessage):
     """The manager's heartbeat, broadcast to every ring member each `interval` seconds.
 
     `(epoch, manager.id)` is the fencing token: receivers ignore an alive whose token is lower
@@ -24,30 +29,42 @@ class Alive(Message):
     TYPE = "faultd.alive"
     manager: Peer
     collector: str = Field(pattern=HOST_PORT, description="where the pool's daemons must report")
-    epoch: int = Field(ge=1)
-    seq: int = Field(ge=0)
+    epoch: int = Field(ge=1, lt=COUNTER_LIMIT)
+    seq: int = Field(ge=0, lt=COUNTER_LIMIT)
     interval: float = Field(gt=0, le=3600, description="seconds until the next alive")
     incarnation: int = Field(ge=0, lt=1 << 64, description="new each time a node becomes manager")
-    state_version: int = Field(0, ge=0)
+    state_version: int = Field(0, ge=0, lt=COUNTER_LIMIT)
+
+    def claims(self) -> Claims:
+        """The manager speaks for itself and the collector on its host."""
+        return Claims(node=self.manager, hosts=(self.collector.rpartition(":")[0],))
 
 
 @app_message
-class ManagerMissing(Message):
+class ManagerMissing(AppMessage):
     """Routed with the silent manager's id as key: it reaches the live node closest to that id."""
 
     TYPE = "faultd.missing"
     manager: NodeId
-    epoch: int = Field(ge=0, description="the highest epoch the sender has seen")
+    epoch: int = Field(ge=0, lt=COUNTER_LIMIT, description="the highest epoch the sender has seen")
     sender: Peer
+
+    def claims(self) -> Claims:
+        """The sender speaks for itself."""
+        return Claims(node=self.sender)
 
 
 @app_message
-class PreemptReplacement(Message):
+class PreemptReplacement(AppMessage):
     """The original manager is back and asks the replacement for its role."""
 
     TYPE = "faultd.preempt"
     original: Peer
     collector: str = Field(pattern=HOST_PORT)
+
+    def claims(self) -> Claims:
+        """The original manager speaks for itself and the collector on its host."""
+        return Claims(node=self.original, hosts=(self.collector.rpartition(":")[0],))
 
 
 class StateFile(Message):
@@ -63,8 +80,8 @@ class PoolState(Message):
 
     TYPE = "faultd.pool_state"
     manager: NodeId
-    epoch: int = Field(ge=0)
-    version: int = Field(ge=0)
+    epoch: int = Field(ge=0, lt=COUNTER_LIMIT)
+    version: int = Field(ge=0, lt=COUNTER_LIMIT)
     taken_at: float
     files: list[StateFile] = Field(max_length=MAX_STATE_FILES)
     checksum: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -83,31 +100,43 @@ class PoolState(Message):
 
 
 @app_message
-class ReplicaPush(Message):
+class ReplicaPush(AppMessage):
     """The manager's Replication Module pushes its state to one of its K nearest ring neighbours."""
 
     TYPE = "faultd.replica"
     sender: Peer
     state: PoolState
 
+    def claims(self) -> Claims:
+        """The sender speaks for itself."""
+        return Claims(node=self.sender)
+
 
 @app_message
-class ReplicaAck(Message):
+class ReplicaAck(AppMessage):
     """A replica holder confirms the version it holds, so the manager stops re-sending it every alive."""
 
     TYPE = "faultd.replica_ack"
     sender: Peer
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, lt=COUNTER_LIMIT)
+
+    def claims(self) -> Claims:
+        """The sender speaks for itself."""
+        return Claims(node=self.sender)
 
 
 @app_message
-class Handover(Message):
+class Handover(AppMessage):
     """The replacement's answer to `PreemptReplacement`: the current state, and its role given up."""
 
     TYPE = "faultd.handover"
     sender: Peer
-    epoch: int = Field(ge=1)
+    epoch: int = Field(ge=1, lt=COUNTER_LIMIT)
     state: PoolState | None
+
+    def claims(self) -> Claims:
+        """The sender speaks for itself."""
+        return Claims(node=self.sender)
 
 
 def token(epoch: int, node_id: int) -> tuple[int, int]:

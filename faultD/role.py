@@ -19,6 +19,19 @@ Rules, beyond the seed's figure:
   stops its collector and negotiator, and listens; the original restores that state and becomes
   manager with a higher epoch. With nobody's alive heard for `missed_alives` intervals after start,
   the original simply becomes manager.
+- Trust (issue 14): a replica push is kept only from the manager this node follows, for the
+  current epoch (the fencing token), naming that manager as its author, and with a version at
+  most one above the `state_version` that manager's last alive announced: a ring member that is
+  not the manager cannot plant a replica (which a takeover would restore), and the manager cannot
+  make its versions jump out of reach of its successors. A handover is taken only from the
+  manager this node preempted, and a preempt only from the configured original manager
+  (`manager_hint`; with none configured, every preempt is refused). An alive from another
+  manager is refused while the one this node follows is still heard, unless it comes from the
+  original manager with an epoch at most one above the best seen; a managing original does not
+  yield to a replacement's alive but preempts it (a forger cannot take a live pool with one
+  datagram). Two replacements (a healed partition) still resolve by token. Who sent what is
+  proven by the driver before a message reaches this machine
+  (common.overlay.claims: the `sender` of every message is the certified signer).
 - Network partition: see docs/faultd.md. In short, the side without the manager elects its own
   (like condor_had, split brain is accepted while the partition lasts, because each side can
   then still run jobs); when it heals, the lower token steps down and everybody repoints.
@@ -30,10 +43,12 @@ import random
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from common.events import Note, note
 from common.overlay.ids import closeness, id_hex
 from common.overlay.messages import Peer
 from common.wire import Message
 from faultD.messages import (
+    MAX_EPOCH,
     Alive,
     Handover,
     ManagerMissing,
@@ -98,7 +113,7 @@ class RoleOutput:
     routes: list[tuple[int, Message]] = field(default_factory=list)
     directs: list[tuple[str, Message]] = field(default_factory=list)
     condor: list[CondorAction] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # decisions worth a log line
+    notes: list[Note] = field(default_factory=list)  # decisions worth a log line (common.events)
     wakeup: float | None = None
 
 
@@ -145,8 +160,10 @@ class RoleMachine:
         self.replica_at: float | None = None
         self.acked: dict[int, int] = {}  # replica holder -> version it confirmed
         self.handover: tuple[int, str, Handover] | None = None  # (original id, addr, what we sent)
+        self.challenged: int | None = None  # the replacement this original manager preempted
         self.fenced = 0
         self.takeovers = 0
+        self.refused: dict[str, int] = {}  # messages refused by the trust rules, by kind
         self._out = RoleOutput()
 
     # ------------------------------------------------------------------ inputs
@@ -242,6 +259,7 @@ class RoleMachine:
             "replica_holders": [p.addr for p in self.replica_holders()] if self.role is Role.MANAGER else [],
             "fenced_alives": self.fenced,
             "takeovers": self.takeovers,
+            "refused": dict(self.refused),
         }
 
     # ------------------------------------------------------------------ listener
@@ -256,9 +274,21 @@ class RoleMachine:
         if tok < self.best:
             self.fenced += 1
             return
+        problem = self._alive_problem(msg, now)
+        if problem is not None:
+            self._refuse("alive", problem, msg.manager.addr, epoch=msg.epoch)
+            if self.role is Role.MANAGER and self.original:
+                self._challenge(msg, now)
+            return
         if self.role is Role.MANAGER:
             # A manager's best token is its own, so a lower one was fenced above: this one wins.
-            self._note(f"alive from {msg.manager.addr} with epoch {msg.epoch}: stepping down")
+            self._note(
+                "step_down",
+                f"alive from {msg.manager.addr} with epoch {msg.epoch}: stepping down",
+                epoch=msg.epoch,
+                manager=msg.manager.addr,
+                own_epoch=self.epoch,
+            )
             self._step_down()
         same = (
             self.manager is not None
@@ -277,24 +307,72 @@ class RoleMachine:
         self.missing_at = now + self._silence_limit()
         self.missing_sent = 0
         if not same or self.manager_collector != msg.collector:
-            self._note(f"new manager {msg.manager.addr} (epoch {msg.epoch}), collector {msg.collector}")
+            self._note(
+                "new_manager",
+                f"new manager {msg.manager.addr} (epoch {msg.epoch}), collector {msg.collector}",
+                epoch=msg.epoch,
+                manager=msg.manager.addr,
+                collector=msg.collector,
+            )
             self.manager = msg.manager
             self.manager_collector = msg.collector
             self._out.condor.append(PointTo(msg.collector))
             if self.original and msg.manager.id != self.me.id:
                 self._preempt(now)
 
+    def _heard_recently(self, now: float) -> bool:
+        return self.last_alive is not None and now - self.last_alive < self._silence_limit()
+
+    def _alive_problem(self, msg: Alive, now: float) -> str | None:
+        """Why a higher-token alive must not move this node to its sender, or None.
+
+        A ring member can sign an alive naming itself; only the manager's silence (or the
+        configured original manager) may give it the pool. An epoch grows by one per takeover."""
+        if msg.epoch >= MAX_EPOCH:
+            return f"from {msg.manager.addr}: epoch {msg.epoch} is beyond any number of takeovers"
+        from_original = self.manager_hint is not None and msg.manager.id == self.manager_hint
+        if self.role is Role.MANAGER:
+            if self.original:
+                return f"from {msg.manager.addr}: the original manager preempts, it does not yield"
+            return None  # two replacements (a healed partition): the lower token steps down
+        if self.manager is None or msg.manager.id == self.manager.id or not self._heard_recently(now):
+            return None
+        if not from_original:
+            return f"from {msg.manager.addr} while manager {self.manager.addr} is still heard"
+        if msg.epoch > self.best[0] + 1:
+            return f"epoch {msg.epoch} jumps beyond {self.best[0]} + 1"
+        return None
+
+    def _challenge(self, msg: Alive, now: float) -> None:
+        """The original manager, managing, hears a replacement (a healed partition, or a forger):
+        it asks for the role as it would after a restart, and keeps managing meanwhile."""
+        if self.preempt_at is not None and now < self.preempt_at:
+            return
+        preempt = PreemptReplacement(original=self.me, collector=self.collector)
+        self._out.directs.append((msg.manager.addr, preempt))
+        self.preempt_at = now + self.params.preempt_retry
+        self.challenged = msg.manager.id
+
     def _on_silence(self, now: float) -> None:
         if self.manager is None and self.original:
-            self._note("no manager heard since start: the original manager takes its role")
-            self._become_manager(now, state=self.replica)
+            self._become_manager(
+                now,
+                state=self.replica,
+                reason="no manager heard since start: the original manager takes its role",
+            )
             return
         key = self.manager.id if self.manager is not None else self.manager_hint
         if key is None:
             self.missing_at = now + self._silence_limit()
             return
         self.missing_sent += 1
-        self._note(f"manager {id_hex(key)[:8]} silent: manager_missing #{self.missing_sent}")
+        self._note(
+            "manager_silent",
+            f"manager {id_hex(key)[:8]} silent: manager_missing #{self.missing_sent}",
+            manager=id_hex(key),
+            missing=self.missing_sent,
+            silent_s=None if self.last_alive is None else round(now - self.last_alive, 3),
+        )
         self._out.routes.append((key, ManagerMissing(manager=key, epoch=self.best[0], sender=self.me)))
         self.missing_at = now + self._silence_limit()
 
@@ -304,16 +382,16 @@ class RoleMachine:
             # directly, in case our broadcast tree does not reach it (e.g. it joined just now).
             self._out.directs.append((msg.sender.addr, self._alive()))
             return
-        heard_recently = self.last_alive is not None and now - self.last_alive < self._silence_limit()
-        still_heard = heard_recently and self.manager is not None and self.manager.id == msg.manager
+        still_heard = self._heard_recently(now) and self.manager is not None
+        still_heard = still_heard and self.manager.id == msg.manager
         if msg.epoch < self.best[0] or still_heard:
             # The sender is behind (a newer manager exists) or has link trouble of its own (we still
             # hear the manager): one node's view must not elect a second manager. Tell it what we know.
             if self.last_alive_msg is not None:
                 self._out.directs.append((msg.sender.addr, self.last_alive_msg))
             return
-        self._note(f"manager_missing from {msg.sender.addr}: taking over as the closest live node")
-        self._become_manager(now, state=self.replica)
+        reason = f"manager_missing from {msg.sender.addr}: taking over as the closest live node"
+        self._become_manager(now, state=self.replica, reason=reason)
 
     def _preempt(self, now: float) -> None:
         assert self.manager is not None
@@ -322,18 +400,60 @@ class RoleMachine:
         )
         self.preempt_at = now + self.params.preempt_retry
 
+    def _refuse(self, kind: str, why: str, sender: str, **fields: object) -> None:
+        """Count a message the trust rules refuse, and note it (event `<kind>_refused`)."""
+        self.refused[kind] = self.refused.get(kind, 0) + 1
+        self._note(f"{kind}_refused", f"{kind} refused: {why}", sender=sender, why=why, **fields)
+
     def _on_handover(self, msg: Handover, now: float) -> None:
-        if not self.original or self.role is Role.MANAGER:
+        if not self.original:
+            return
+        if msg.epoch >= MAX_EPOCH:
+            why = f"from {msg.sender.addr}: epoch {msg.epoch} beyond any takeovers"
+            self._refuse("handover", why, msg.sender.addr, epoch=msg.epoch)
+            return
+        if self.role is Role.MANAGER:
+            if self.challenged == msg.sender.id:
+                # The replacement we challenged gave up; our epoch rises above its so that its
+                # listeners follow us. We keep our own state: it is the one the pool ran on here.
+                self.challenged = None
+                self._note(
+                    "replacement_stepped_down",
+                    f"handover from {msg.sender.addr}: the replacement stepped down",
+                    sender=msg.sender.addr,
+                    epoch=msg.epoch,
+                )
+                self._raise_epoch(now, max(msg.epoch, self.best[0] + 1))
+            return
+        if self.manager is None or msg.sender.id != self.manager.id:
+            self._refuse("handover", f"from {msg.sender.addr}, not the manager we preempted", msg.sender.addr)
             return
         state = msg.state if msg.state is not None and msg.state.intact() else self.replica
-        self._note(f"handover from {msg.sender.addr}: resuming as manager")
-        self._become_manager(now, state=state, epoch=max(msg.epoch, self.best[0] + 1))
+        reason = f"handover from {msg.sender.addr}: resuming as manager"
+        self._become_manager(now, state=state, epoch=max(msg.epoch, self.best[0] + 1), reason=reason)
+
+    def _replica_problem(self, msg: ReplicaPush) -> str | None:
+        """Why a push must not be kept (see the module docstring), or None."""
+        state, manager = msg.state, self.manager
+        if self.role is not Role.LISTENER or manager is None or msg.sender.id != manager.id:
+            return f"from {msg.sender.addr}, which is not the manager we follow"
+        if state.manager != msg.sender.id or token(state.epoch, state.manager) != self.best:
+            return f"for epoch {state.epoch} of {id_hex(state.manager)[:8]}, not the current manager's"
+        announced = self.last_alive_msg
+        if announced is None or announced.manager.id != manager.id:
+            return "no alive of this manager heard yet"
+        if state.version > announced.state_version + 1:
+            return f"version {state.version} beyond the announced {announced.state_version}"
+        if not state.intact():
+            return f"from {msg.sender.addr} fails its checksum"
+        return None
 
     def _on_replica(self, msg: ReplicaPush, now: float) -> None:
-        state = msg.state
-        if not state.intact():
-            self._note(f"replica from {msg.sender.addr} fails its checksum: dropped")
+        problem = self._replica_problem(msg)
+        if problem is not None:
+            self._refuse("replica", problem, msg.sender.addr, version=msg.state.version)
             return
+        state = msg.state
         current = self.replica
         if current is None or (state.epoch, state.version) >= (current.epoch, current.version):
             self.replica = state
@@ -342,8 +462,21 @@ class RoleMachine:
 
     # ------------------------------------------------------------------ manager
 
-    def _become_manager(self, now: float, *, state: PoolState | None, epoch: int | None = None) -> None:
+    def _become_manager(
+        self, now: float, *, state: PoolState | None, reason: str, epoch: int | None = None
+    ) -> None:
+        previous = self.manager
         self.epoch = epoch if epoch is not None else self.best[0] + 1
+        self._note(
+            "takeover",
+            f"{reason} (epoch {self.epoch})",
+            epoch=self.epoch,
+            manager=self.me.addr,
+            collector=self.collector,
+            previous=None if previous is None else previous.addr,
+            silent_s=None if self.last_alive is None else round(now - self.last_alive, 3),
+            state_version=None if state is None else state.version,
+        )
         self.best = token(self.epoch, self.me.id)
         self.role = Role.MANAGER
         self.takeovers += 1
@@ -359,6 +492,16 @@ class RoleMachine:
             self.local_state = state
         self._out.condor.append(StartManager(state=state, epoch=self.epoch))  # points here too
         self.next_replication = now
+        self._send_alive(now)
+        self._replicate(now, force=True)
+
+    def _raise_epoch(self, now: float, epoch: int) -> None:
+        """Stay manager (daemons untouched) under a new, higher fencing token."""
+        self.epoch = epoch
+        self.best = token(epoch, self.me.id)
+        self.incarnation = self.rng.getrandbits(63)
+        self.seq = 0
+        self.acked.clear()
         self._send_alive(now)
         self._replicate(now, force=True)
 
@@ -406,11 +549,24 @@ class RoleMachine:
         self.acked[msg.sender.id] = max(self.acked.get(msg.sender.id, -1), msg.version)
 
     def _on_preempt(self, msg: PreemptReplacement, now: float) -> None:
+        if self.manager_hint is None:
+            why = f"from {msg.original.addr}: no original manager (manager_name) configured"
+            self._refuse("preempt", why, msg.original.addr)
+            return
+        if msg.original.id != self.manager_hint:
+            why = f"from {msg.original.addr}, which is not the original manager"
+            self._refuse("preempt", why, msg.original.addr)
+            return
         if self.role is not Role.MANAGER:
             if self.handover is not None and self.handover[0] == msg.original.id:
                 self._out.directs.append((msg.original.addr, self.handover[2]))  # ours was lost
             return
-        self._note(f"original manager {msg.original.addr} is back: handing over")
+        self._note(
+            "handover",
+            f"original manager {msg.original.addr} is back: handing over",
+            to=msg.original.addr,
+            epoch=self.epoch + 1,
+        )
         # We name the original's epoch, and fence ourselves below it, so that if we must take over
         # again later we cannot pick the epoch the original is about to use.
         handover = Handover(sender=self.me, epoch=self.epoch + 1, state=self.local_state)
@@ -427,8 +583,8 @@ class RoleMachine:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _note(self, text: str) -> None:
-        self._out.notes.append(text)
+    def _note(self, event: str, text: str, **fields: object) -> None:
+        self._out.notes.append(note(event, text, **fields))
 
     def _flush(self, now: float) -> RoleOutput:
         out, self._out = self._out, RoleOutput()

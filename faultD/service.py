@@ -8,7 +8,11 @@ Tasks, all in one trio nursery:
   retrying when HTCondor is not reachable yet (a master that is still starting);
 - while managing, the Replication Module: re-reads the local central-manager state every
   `state_interval` and hands it to the role machine, which pushes it when it changed;
-- the control socket for `faultd status`; systemd readiness and watchdog.
+- the control socket for `faultd status`; systemd readiness, STATUS= and the event loop's
+  watchdog (common.systemd); SIGHUP reloads what can change without a restart (`RELOADABLE`) and
+  logs what cannot;
+- the daemon's ClassAd (MyType "FaultD") in the collector of the pool's current manager, and the
+  optional Prometheus endpoint, both showing `figures()`.
 """
 
 from __future__ import annotations
@@ -16,18 +20,26 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 import trio
 
+from common.advertise import Advertiser, Figures
 from common.condor import Gateway, GatewayError
+from common.config import ConfigError
+from common.daemon_tasks import start_daemon_tasks
+from common.events import Note, log_note, note
+from common.logging import set_level
 from common.overlay.bulk import BulkChannel
+from common.overlay.certs import CertificateError
 from common.overlay.driver import UdpOverlay
 from common.overlay.ids import node_id_from_name
 from common.overlay.messages import Peer
 from common.overlay.node import BroadcastReceived, Delivered, Event, Joined, LeafSetChanged, Received
-from common.service import sd_notify, serve_control, signal_loop, watchdog_loop
+from common.reload import plan_reload
+from common.systemd import StatusReporter
 from common.timer import Wakeup
 from common.wire import Message, MessageCodec
 from faultD.condor_role import CondorRole, CondorRoleError, RoleRefused
@@ -47,13 +59,30 @@ from faultD.role import (
 log = structlog.get_logger("faultd")
 
 BULK_TYPES: tuple[type[Message], ...] = (ReplicaPush, Handover)
+# What a SIGHUP takes on from a changed faultd.toml; any other change waits for a restart (the
+# revocation list, [ring] revoked_file, is read again on every SIGHUP).
+RELOADABLE = (
+    "daemon.log_level",
+    "daemon.gateway_timeout",
+    "daemon.advertise_interval",
+    "fault.state_interval",
+    "condor.manager_config_files",
+    "condor.poold_state",
+    "condor.listener_daemons",
+    "condor.manager_daemons",
+)
+MAX_BULK_SENDS = 32
 
 
 class FaultDaemon:
     """Runs this machine's RoleMachine for real: overlay, bulk channel, HTCondor, timer, control socket."""
 
-    def __init__(self, config: FaultdConfig) -> None:
+    def __init__(self, config: FaultdConfig, *, reread: Callable[[], FaultdConfig] | None = None) -> None:
+        c = config.condor
+        if None in (c.config_dir, c.log_dir, c.spool_dir, config.fault.collector):
+            raise ValueError("HTCondor paths or collector unresolved: read them first (faultD.cli)")
         self.config = config
+        self.reread = reread  # the config file read again (SIGHUP)
         self.gateway = Gateway(
             condor_config=config.condor.condor_config,
             token_dir=config.condor.token_dir,
@@ -61,15 +90,28 @@ class FaultDaemon:
             timeout=config.daemon.gateway_timeout,
         )
         self.condor = CondorRole(config.condor, self.gateway)
-        self.overlay = UdpOverlay(config.ring, on_event=self._on_event)
+        self.overlay = UdpOverlay(config.ring, on_event=self._on_event, same_pool=True)
         self.bulk = BulkChannel(
             self.overlay.key,
+            self.overlay.identity,
             MessageCodec(list(BULK_TYPES), name="faultd-bulk", max_size=64 << 20),
             self._on_bulk,
             replay_window=config.ring.replay_window,
         )
+        self.advertiser = Advertiser(
+            Gateway(condor_config=config.condor.condor_config, timeout=10),
+            "FaultD",
+            f"faultd@{config.ring.node_name}",
+            self.figures,
+            self._current_collector,
+            config.daemon.advertise_interval,
+        )
+        self.status_line = StatusReporter(self.describe)
+        self.metrics_port: int | None = None
+        self._takeover_at: float | None = None  # when the role machine decided to manage
         self.role: RoleMachine | None = None
         self._nursery: trio.Nursery | None = None  # bulk sends run here, beside the daemon's tasks
+        self._bulk_sends = 0
         self.counters: Counter[str] = Counter()
         self.history: deque[str] = deque(maxlen=50)
         self.condor_error: str | None = None
@@ -92,21 +134,73 @@ class FaultDaemon:
                 nursery.start_soon(self._wakeup.run, self._on_timer)
                 nursery.start_soon(self._condor_loop)
                 nursery.start_soon(self._replication_loop)
-                await nursery.start(serve_control, cfg.daemon.control_socket, self._control)
-                nursery.start_soon(watchdog_loop, lambda: self.role is None or self.condor_error is None)
-                nursery.start_soon(signal_loop, self._reload, nursery.cancel_scope)
-                sd_notify("READY=1")
+                self.metrics_port = await start_daemon_tasks(
+                    nursery,
+                    "faultd",
+                    control_socket=cfg.daemon.control_socket,
+                    on_control=self._control,
+                    metrics_listen=cfg.daemon.metrics_listen,
+                    figures=self.figures,
+                    status_line=self.status_line,
+                    advertiser=self.advertiser,
+                    on_reload=self.reload,
+                )
                 log.info("faultd running", overlay=self.overlay.address, original=cfg.fault.original_manager)
                 task_status.started()
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                await self.advertiser.withdraw()
+                await self.advertiser.gateway.aclose()
                 await self.gateway.aclose()
 
     def _bulk_port(self) -> int:
         return int(self.overlay.address.rpartition(":")[2])
 
-    async def _reload(self) -> None:
-        log.info("SIGHUP: faultd has nothing to reload; restart it to change its configuration")
+    async def reload(self) -> None:
+        """SIGHUP: the config file is read again (and HTCondor's values it leaves out) and what
+        `RELOADABLE` names takes effect, the log naming the changes that wait for a restart; the
+        revocation list is read again first. A broken file is reported and the old one kept."""
+        self._reload_revoked()
+        await self._reload_config()
+
+    async def _reload_config(self) -> None:
+        if self.reread is None:
+            self._note(note("config_reloaded", "config not reloaded: started without a config file"))
+            return
+        try:
+            new = await trio.to_thread.run_sync(self.reread)
+        except ConfigError as e:
+            log.error("config not reloaded, old one kept", error=str(e))
+            self._note(note("reload_failed", f"config reload failed, old config kept: {e}", error=str(e)))
+            return
+        plan = plan_reload(self.config, new, RELOADABLE)
+        sections: dict[str, dict[str, Any]] = {}
+        for key in plan.apply:
+            section, _, name = key.partition(".")
+            sections.setdefault(section, {})[name] = getattr(getattr(new, section), name)
+        self.config = self.config.model_copy(
+            update={s: getattr(self.config, s).model_copy(update=u) for s, u in sections.items()}
+        )
+        set_level(self.config.daemon.log_level)
+        self.gateway.timeout = self.config.daemon.gateway_timeout
+        self.advertiser.interval = self.config.daemon.advertise_interval
+        self.condor.section = self.config.condor
+        text = f"config reloaded: {', '.join(plan.apply) or 'nothing changed'}" + (
+            f"; restart faultd for {', '.join(plan.restart)}" if plan.restart else ""
+        )
+        self._note(
+            note("config_reloaded", text, applied=",".join(plan.apply), restart=",".join(plan.restart))
+        )
+
+    def _reload_revoked(self) -> None:
+        try:
+            self.overlay.reload_revoked()
+        except CertificateError as e:
+            log.error("revocation list not reloaded, the old one stays", error=str(e))
+            self._note(note("revoked_reload_failed", f"revocation list not reloaded: {e}", error=str(e)))
+            return
+        revoked = len(self.overlay.identity.trust.revoked)
+        self._note(note("revoked_reloaded", f"revocation list reloaded ({revoked} serials)", revoked=revoked))
 
     # ------------------------------------------------------------------ the role machine
 
@@ -136,38 +230,58 @@ class FaultDaemon:
                 self.counters["events_overflow"] += 1
 
     async def _on_bulk(self, msg: Message, peer: str) -> None:
-        await self._events_in.send((msg, peer))
+        try:
+            self._events_in.send_nowait((msg, peer))
+        except trio.WouldBlock:
+            self.counters["events_overflow"] += 1
 
     async def _event_loop(self) -> None:
         async for item in self._events_out:
             now = trio.current_time()
-            if isinstance(item, tuple):
-                if self.role is not None:
-                    await self._apply(self.role.on_message(item[0], now))
-                continue
-            core = self.overlay.core
-            if self.role is None:
-                if core is None or not core.joined:
-                    continue  # the role machine starts once the ring has taken us in
-                self.role = self._make_role(core.me)
-                await self._apply(self.role.start(now))
-                await self._apply(self.role.on_leaf_set(tuple(core.leaf.members()), now))
-            if isinstance(item, LeafSetChanged):
-                await self._apply(self.role.on_leaf_set(item.members, now))
-            elif isinstance(item, Delivered | Received | BroadcastReceived):
-                await self._apply(self.role.on_message(item.payload, now))
+            try:
+                await self._handle(item, now)
+            except Exception as e:  # one message that trips the role machine must not stop faultd
+                self.counters["handler_errors"] += 1
+                log.exception("role machine step failed", error=str(e))
+
+    async def _handle(self, item: Event | tuple[Message, str], now: float) -> None:
+        if isinstance(item, tuple):
+            if self.role is not None:
+                await self._apply(self.role.on_message(item[0], now))
+            return
+        core = self.overlay.core
+        if self.role is None:
+            if core is None or not core.joined:
+                return  # the role machine starts once the ring has taken us in
+            self.role = self._make_role(core.me)
+            await self._apply(self.role.start(now))
+            await self._apply(self.role.on_leaf_set(tuple(core.leaf.members()), now))
+        if isinstance(item, LeafSetChanged):
+            await self._apply(self.role.on_leaf_set(item.members, now))
+        elif isinstance(item, Delivered | Received | BroadcastReceived):
+            await self._apply(self.role.on_message(item.payload, now))
 
     async def _on_timer(self, now: float) -> None:
-        if self.role is not None:
+        if self.role is None:
+            return
+        try:
             await self._apply(self.role.on_timer(now))
+        except Exception as e:  # as in _event_loop: a step that fails must not end faultd's nursery
+            self.counters["timer_errors"] += 1
+            log.exception("role machine timer step failed", error=str(e))
+
+    def _note(self, item: Note) -> None:
+        log_note(log, item)
+        self.history.append(str(item))
 
     async def _apply(self, out: RoleOutput) -> None:
-        for note in out.notes:
-            log.info(note)
-            self.history.append(note)
+        for item in out.notes:
+            self._note(item)
         if out.wakeup is not None:
             self._wakeup.set(out.wakeup)
         for action in out.condor:
+            if isinstance(action, StartManager):
+                self._takeover_at = trio.current_time()
             await self._actions_in.send(action)
         for msg in out.broadcasts:
             await self.overlay.broadcast(msg)
@@ -180,8 +294,20 @@ class FaultDaemon:
                 await self.overlay.send_direct(addr, msg)
 
     def _spawn_bulk(self, addr: str, msg: Message) -> None:
+        """One task per bulk send, at most MAX_BULK_SENDS at once (a manager pushes to K holders
+        every alive until they ack: an unreachable holder must not pile up tasks)."""
         assert self._nursery is not None
-        self._nursery.start_soon(self.bulk.send, addr, msg)
+        if self._bulk_sends >= MAX_BULK_SENDS:
+            self.counters["bulk_sends_skipped"] += 1
+            return
+        self._bulk_sends += 1
+        self._nursery.start_soon(self._bulk_send, addr, msg)
+
+    async def _bulk_send(self, addr: str, msg: Message) -> None:
+        try:
+            await self.bulk.send(addr, msg)
+        finally:
+            self._bulk_sends -= 1
 
     # ------------------------------------------------------------------ HTCondor
 
@@ -196,7 +322,20 @@ class FaultDaemon:
                 if isinstance(action, PointTo):
                     await self.condor.point_to(action.collector)
                 elif isinstance(action, StartManager):
+                    assert self.config.fault.collector is not None
                     await self.condor.start_manager(action.state, self.config.fault.collector)
+                    if self._takeover_at is not None:
+                        took = trio.current_time() - self._takeover_at
+                        self._note(
+                            note(
+                                "manager_started",
+                                f"collector and negotiator running here (epoch {action.epoch}), {took:.1f} s "
+                                "after the decision",
+                                epoch=action.epoch,
+                                collector=self.config.fault.collector,
+                                took_s=round(took, 3),
+                            )
+                        )
                 elif isinstance(action, StopManager):
                     await self.condor.stop_manager()
                 self.condor_error = None
@@ -213,7 +352,14 @@ class FaultDaemon:
                     "role change not applied yet", action=type(action).__name__, attempt=attempt, error=str(e)
                 )
                 await trio.sleep(min(5.0, 0.2 * attempt))
-        self.history.append(f"gave up applying {type(action).__name__}: {self.condor_error}")
+        self._note(
+            note(
+                "role_not_applied",
+                f"gave up applying {type(action).__name__}: {self.condor_error}",
+                action=type(action).__name__,
+                error=self.condor_error,
+            )
+        )
 
     async def _replication_loop(self) -> None:
         while True:
@@ -228,6 +374,61 @@ class FaultDaemon:
         if request.get("cmd") != "status":
             return {"error": f"unknown command {request.get('cmd')!r}"}
         return self.status()
+
+    def _current_collector(self) -> str | None:
+        """The collector of the pool's current manager, as far as this machine knows."""
+        if self.condor.collector:
+            return self.condor.collector
+        return self.role.manager_collector if self.role is not None else None
+
+    def describe(self) -> str:
+        """One line for systemd's STATUS=: this machine's role, or what faultd waits for."""
+        role = self.role
+        if role is None:
+            via = f" via {self.config.ring.bootstrap}" if self.config.ring.bootstrap else ""
+            return f"joining the pool's ring{via}"
+        if self.condor_error:
+            return f"{role.role.value} (epoch {role.best[0]}); waiting for HTCondor: {self.condor_error}"
+        if role.role is Role.MANAGER:
+            holders = len(role.replica_holders())
+            return f"manager of the pool (epoch {role.epoch}), collector {role.collector}, {holders} replicas"
+        if role.manager is None:
+            return "listener; no manager heard yet"
+        manager = f"manager {role.manager.addr} (epoch {role.best[0]})"
+        return f"listener; {manager}, collector {role.manager_collector}"
+
+    def figures(self) -> Figures:
+        """What the ClassAd and the Prometheus endpoint show (CamelCase ClassAd names; a name
+        ending in Total is a counter)."""
+        now = trio.current_time()
+        role = self.role
+        node = self.overlay.core
+        replica = role.replica if role is not None else None
+        drops = self.overlay.drops if node else {}
+        return {
+            "Role": role.role.value if role is not None else "joining",
+            "OriginalManager": self.config.fault.original_manager,
+            "Epoch": role.best[0] if role is not None else 0,
+            "Seq": (role.seq if role.role is Role.MANAGER else role.last_seq) if role is not None else None,
+            "Manager": role.manager.addr if role is not None and role.manager is not None else None,
+            "ManagerCollector": role.manager_collector if role is not None else None,
+            "CollectorHere": self.config.fault.collector,
+            "OverlayAddress": self.overlay.address if node else None,
+            "LeafSetSize": len(node.leaf.members()) if node else 0,
+            "LastAliveAgeSeconds": round(now - role.last_alive, 3) if role and role.last_alive else None,
+            "ReplicaVersion": replica.version if replica is not None else None,
+            "ReplicaAgeSeconds": round(now - role.replica_at, 3)
+            if role is not None and role.replica_at
+            else None,
+            "ReplicaHolders": len(role.replica_holders())
+            if role is not None and role.role is Role.MANAGER
+            else 0,
+            "CondorError": self.condor_error,
+            "ReconfigsTotal": self.condor.reconfigs,
+            "TakeoversTotal": role.takeovers if role is not None else 0,
+            "FencedAlivesTotal": role.fenced if role is not None else 0,
+            "DropsTotal": sum(drops.values()) + sum(self.bulk.drops.values()),
+        }
 
     def status(self) -> dict[str, Any]:
         """What `faultd status` shows: the role, the overlay, HTCondor, drops and recent decisions."""

@@ -2,7 +2,10 @@
 
 Each agent is a vanilla job tagged `+LlicMaster = "<id>"` and `+LlicAgent = "<name>"` (so a
 master can find and remove every agent of its own, also ones no state file knows), running
-`python3 -I agent.pyz HOST PORT AGENT input.json`. It inherits the user's requirements and
+`python3 -I agent.pyz HOST PORT AGENT input.json`; PORT is `FIRST-LAST` for the agents
+master_submitter submits with the master (prelaunched), which look for their master on that
+range (it listens on the first free port of it) and know it by the run's secret, kept next to
+the state file in a file only the user can read (`write_secret`). It inherits the user's requirements and
 request_* (QueueBlock.agent_attributes) and transfers the agent zipapp, its input file (0600: it
 holds the run's secret) and, in TRANSFER modes, the executable and the common inputs, which the
 agent keeps for every task, and the private inputs of the tasks written into the input file
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llic import protocol
 from llic.agent.inputfile import AgentInput, InitialTask
 from llic.events import SubmitAgent
 from llic.plan import Plan, common_names, input_blobs, source_path
@@ -28,6 +32,8 @@ AGENT_ATTR = "LlicAgent"
 CONDOR_STDOUT = "agent.out"
 INPUT_FILE = "input.json"
 CONNECT_TIMEOUT = 120.0  # seconds an agent keeps trying to reach its master
+PORT_SPAN = 16  # ports a master may take from INITIAL_MASTER_PORT_NUMBER on, for prelaunched agents
+SECRET_FILE = "agents.secret"  # in the master's output directory: the prelaunched agents' secret
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class AgentSetup:
 
     pyz: Path
     host: str
-    port: int
+    port: int | str  # a port, or "FIRST-LAST" (prelaunched agents)
     secret: bytes
     python: str = AGENT_PYTHON
 
@@ -48,7 +54,7 @@ def agent_job(
     agent_dir: Path,
     pyz: Path,
     host: str,
-    port: int,
+    port: int | str,
     extra_inputs: Sequence[str] = (),
     agent_python: str = AGENT_PYTHON,
 ) -> dict[str, str]:
@@ -130,3 +136,21 @@ def prepare_agent(plan: Plan, action: SubmitAgent, setup: AgentSetup) -> tuple[d
         plan, action.agent, agent_dir, setup.pyz, setup.host, setup.port, extra_inputs, setup.python
     )
     return desc, notes
+
+
+def write_secret(outdir: Path, secret: bytes) -> None:
+    """The secret of prelaunched agents, for the master's first run: hex, mode 0600 (it lets
+    whoever holds it give the user's agents tasks), created afresh."""
+    path = outdir / SECRET_FILE
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret.hex() + "\n")
+
+
+def read_secret(outdir: Path) -> bytes | None:
+    """The secret `write_secret` left (None: no usable one)."""
+    try:
+        return protocol.secret_from_hex((outdir / SECRET_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None

@@ -1,7 +1,8 @@
 """One chef (seed §3.8), as a pure state machine: it looks after one agent at a time.
 
 A `Chef` goes created → launched (its agent job submitted) → running (the agent connected) →
-terminated (it said no_more_tasks and got every result back), or, after a failure (connection
+terminated (it said no_more_tasks and got every result back, or the master dismissed its agent
+before it connected: nothing left in the queue for it), or, after a failure (connection
 broken, agent gone from the schedd queue, too many failed tasks, submission failed), back through
 created to launched with a new agent, until it has recovered NUM_AGENT_RECOVERIES times: then
 unrecoverable. `MasterCore` (llic/master_core.py) owns the chefs and routes events to them.
@@ -35,7 +36,7 @@ from llic.events import (
     WelcomeAgent,
 )
 from llic.netadmit import Gate, NetAdmit
-from llic.taskbook import Assignment, TaskBook, TaskState
+from llic.taskbook import Assignment, Decide, TaskBook, TaskState
 
 
 class ChefState(StrEnum):
@@ -67,9 +68,11 @@ def parse_agent_name(agent: str) -> tuple[int, int, int] | None:
 
 @dataclass(frozen=True)
 class Launch:
-    """The master launches a chef (created or terminated): submit a new agent."""
+    """The master launches a chef (created or terminated): submit a new agent, with
+    INITIAL_JOBS_NUMBER tasks in its input file unless `initial` is False."""
 
     reason: str = "start"
+    initial: bool = True
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,15 @@ class AgentVanished:
     QueueSnapshot)."""
 
     agent: str
+
+
+@dataclass(frozen=True)
+class Dismiss:
+    """The queue has nothing for an agent that has not connected yet: its job is removed and the
+    chef terminates (it is launched again if tasks come back). A chef whose agent holds tasks
+    (INITIAL_JOBS_NUMBER) ignores it."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,7 @@ ChefEvent = (
     | ResultReceived
     | ConnectionBroken
     | AgentVanished
+    | Dismiss
     | Terminate
 )
 
@@ -128,6 +141,9 @@ class Chef:
         self.run = run  # the master's run, part of the agent's name
         self.net = net  # network admission for tasks whose inputs travel (None: none)
         self.now = 0.0  # the time of the event being handled (for admission)
+        self.decide: Decide | None = None  # the job policy's judgment of an ended run (MasterCore's)
+        self.wait_for_requeues = False  # a run that ends may go back to the queue (max_retries...)
+        self.host = ""  # the running agent's address (the job event log's execute host)
 
     @property
     def index(self) -> int:
@@ -164,7 +180,7 @@ class Chef:
         match event:
             case Launch():
                 if s in (ChefState.CREATED, ChefState.TERMINATED):
-                    self._launch(book, others, out)
+                    self._launch(book, others, out, event.initial)
                     out.notes.append(f"chef {self.index}: launching agent {self.agent} ({event.reason})")
             case AgentSubmitted(job_id=job_id):
                 if job_id not in self.rec.job_ids:
@@ -176,9 +192,11 @@ class Chef:
             case SubmitFailed(reason=reason):
                 if s is ChefState.LAUNCHED and self.rec.job_id is None:
                     self._recover(f"submission failed: {reason}", book, others, out)
-            case AgentConnected():
+            case AgentConnected(address=address):
                 if s is ChefState.LAUNCHED:
                     self.rec.state = ChefState.RUNNING
+                    self.host = address
+                    book.started(self.index, now, address)
                     threshold = self.net.bulk_threshold if self.net is not None else 0
                     out.actions.append(WelcomeAgent(self.agent, self.config.window_size, threshold))
                     out.notes.append(f"chef {self.index}: agent {self.agent} connected")
@@ -196,7 +214,7 @@ class Chef:
                     book.complete(self.index, outcome, now)  # counts it as ignored
                     out.notes.append(f"chef {self.index}: {why}: ignored")
                     return out
-                book.complete(self.index, outcome, now)
+                book.complete(self.index, outcome, now, self.decide)
                 if not outcome.ok:
                     self.rec.failures += 1
                     state = book[process].state
@@ -215,18 +233,27 @@ class Chef:
             case AgentVanished():
                 if s in (ChefState.LAUNCHED, ChefState.RUNNING):
                     self._recover("agent job left the schedd queue", book, others, out)
+            case Dismiss(reason=reason):
+                if s is ChefState.LAUNCHED and not book.held(self.index):
+                    self.rec.state = ChefState.TERMINATED
+                    if self.rec.job_id is not None:
+                        out.actions.append(RemoveAgents((self.rec.job_id,), f"agent {self.agent}: {reason}"))
+                        self.rec.job_id = None  # gone: not an agent that leaves by itself
+                    out.notes.append(
+                        f"chef {self.index}: agent {self.agent} dismissed before it connected ({reason})"
+                    )
             case Terminate(reason=reason):
                 if s is ChefState.RUNNING:
                     out.actions.append(CloseConnection(self.agent, reason))
                 if s in (ChefState.LAUNCHED, ChefState.RUNNING, ChefState.CREATED):
-                    book.requeue_chef(self.index)
+                    book.requeue_chef(self.index, now, f"llic master: {reason}")
                     self.rec.state = ChefState.TERMINATED
         return out
 
     def fill(self, book: TaskBook, others: Collection[int], out: Output) -> None:
         """Keep WINDOW_SIZE tasks at the running agent (§3.9.4); when the queue cannot fill the
-        window, send no_more_tasks (§3.8 4.b); when that is said and every result is back,
-        terminate."""
+        window, send no_more_tasks (§3.8 4.b) (with `wait_for_requeues`, only once no task runs
+        anywhere: one may come back); when that is said and every result is back, terminate."""
         rec = self.rec
         if rec.state is not ChefState.RUNNING:
             return
@@ -234,11 +261,13 @@ class Chef:
             space = self.config.window_size - book.held(rec.index)
             if space > 0:
                 gate = None if self.net is None else Gate(self.net, self.agent, self.now)
-                tasks = book.take(rec.index, space, others, gate)
+                tasks = book.take(rec.index, space, others, gate, now=self.now, host=self.host)
                 if tasks:
                     out.actions.append(SendTasks(self.agent, tuple(tasks), self._rates(tasks)))
                 if gate is not None and gate.waiting:
                     pass  # tasks held for network capacity: more comes when a transfer ends
+                elif len(tasks) < space and self.wait_for_requeues and book.running:
+                    pass  # a run still under way may come back to the queue: keep the agent
                 elif len(tasks) < space:
                     rec.no_more_sent = True
                     out.actions.append(SendNoMoreTasks(self.agent))
@@ -254,21 +283,23 @@ class Chef:
         paced = ((a.process, self.net.pace(a.process)) for a in tasks)
         return tuple((process, bps) for process, bps in paced if bps is not None)
 
-    def _launch(self, book: TaskBook, others: Collection[int], out: Output) -> None:
+    def _launch(
+        self, book: TaskBook, others: Collection[int], out: Output, with_initial: bool = True
+    ) -> None:
         rec = self.rec
         rec.launches += 1
         rec.state = ChefState.LAUNCHED
         rec.failures = 0
         rec.no_more_sent = False
         rec.job_id = None
-        initial = book.take(rec.index, self.config.initial_jobs_number, others)
+        initial = book.take(rec.index, self.config.initial_jobs_number, others) if with_initial else []
         out.actions.append(SubmitAgent(self.agent, rec.index, rec.launches, tuple(initial)))
 
     def _recover(self, reason: str, book: TaskBook, others: Collection[int], out: Output) -> None:
         """§3.8 4.e: tasks back to the queue, connection closed, agent removed, resubmitted unless
         this chef has recovered NUM_AGENT_RECOVERIES times already."""
         rec = self.rec
-        requeued = book.requeue_chef(rec.index)
+        requeued = book.requeue_chef(rec.index, self.now, f"llic: agent {self.agent} failed: {reason}")
         if rec.state is ChefState.RUNNING:
             out.actions.append(CloseConnection(self.agent, reason))
         if rec.job_id is not None:

@@ -1,9 +1,17 @@
-"""Command lines of llic: master_submitter and master_q (the master itself: llic/master.py)."""
+"""Command lines of llic: master_submitter, master_q, master_rm (masters: llic/master_rm.py; tasks:
+the user's requests, llic/user_requests.py), master_release and master_hold; the master itself:
+llic/master.py."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from llic.submit import SubmitFile
 
 # what --dry-run prints of each task, in this order (a task's whole record is llic.task.Task)
 DRY_RUN_FIELDS = (
@@ -27,17 +35,13 @@ def master_submitter(argv: list[str] | None = None) -> int:
     `condor_submit -dry-run` would (first cluster 1). Without it, one master per queue statement
     is submitted in the scheduler universe (llic/submitter.py); --wait shows their progress.
     """
-    import json
-    import os
-    from pathlib import Path
-
-    from common.config import ConfigError
-    from llic.config import load_llic_config
-    from llic.submit import SubmitFileError, parse_submit_file
+    from common.cli import new_parser
 
     prog = "master_submitter"
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Run an HTCondor submit file's jobs through llic."
+    parser = new_parser(
+        prog,
+        "Run an HTCondor submit file's jobs through llic: one master (a scheduler-universe job) per "
+        "queue statement, which runs the tasks on a few agents.",
     )
     parser.add_argument("file", metavar="FILE", help="the HTCondor submit file")
     parser.add_argument(
@@ -59,21 +63,57 @@ def master_submitter(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.dry_run:
         return _submit(prog, args)
+    return _dry_run(prog, args)
+
+
+def _dry_run(prog: str, args: argparse.Namespace) -> int:
+    """`--dry-run`: each task as JSON, resolved one at a time and printed at once, so that a
+    100,000-task file costs no more memory than its items (condor_submit -dry-run streams too).
+    The llic_config (and pydantic with it) is read only when one is named."""
+    import json
+    import os
+    from pathlib import Path
+
+    from llic.submit import SubmitFileError, parse_submit_file
+
     try:
-        load_llic_config(Path(args.config) if args.config else None)
+        if args.config or os.environ.get("LLIC_CONFIG_FILENAME"):
+            from common.config import ConfigError
+            from llic.config import load_llic_config
+
+            try:
+                load_llic_config(Path(args.config) if args.config else None)
+            except ConfigError as e:
+                print(f"{prog}: error: {e}", file=sys.stderr)
+                return 2
         submit = parse_submit_file(args.file, cwd=Path.cwd())
         for warning in submit.warnings:
             print(f"{prog}: warning: {warning}", file=sys.stderr)
+        _print_ignored(prog, submit)
+        write = sys.stdout.write
         for block in submit.blocks:
-            for task in block.tasks(1 + block.cluster_offset):
+            for task in block.iter_tasks(1 + block.cluster_offset):
                 data = task.to_dict()
-                print(json.dumps({key: data[key] for key in DRY_RUN_FIELDS}))
-    except (SubmitFileError, ConfigError) as e:
+                write(json.dumps({key: data[key] for key in DRY_RUN_FIELDS}) + "\n")
+    except SubmitFileError as e:
+        sys.stdout.flush()
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `| head`: the reader has seen enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def _print_ignored(prog: str, submit: SubmitFile) -> None:
+    """One note per command llic ignores (notification, batch_name...), with why, on stderr."""
+    from llic.submit.commands import ignored_commands
+
+    seen: set[str] = set()
+    for block in submit.blocks:
+        for note in ignored_commands(block):
+            if note not in seen:
+                seen.add(note)
+                print(f"{prog}: note: {note}", file=sys.stderr)
 
 
 def _submit(prog: str, args: argparse.Namespace) -> int:
@@ -97,6 +137,7 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
         submit = parse_submit_file(args.file, cwd=Path.cwd())
         for warning in submit.warnings:
             print(f"{prog}: warning: {warning}", file=sys.stderr)
+        _print_ignored(prog, submit)
         async with Gateway() as gw:
             masters = await submit_masters(
                 submit,
@@ -107,8 +148,9 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
                 condor_config=args.condor_config,
             )
             for m in masters:
+                with_agents = f", {m.agents} agents with it" if m.agents else ""
                 print(
-                    f"master {m.master_id} (job {m.job_id}): {m.tasks} tasks of queue statement "
+                    f"master {m.master_id} (job {m.job_id}{with_agents}): {m.tasks} tasks of queue statement "
                     f"{m.block} (line {m.line}); state file {m.state_path}; watch: master_q {m.state_path}",
                     flush=True,
                 )
@@ -130,3 +172,81 @@ def master_q(argv: list[str] | None = None) -> int:
     from llic.master_q import main
 
     return main(argv)
+
+
+def _request_parser(action: str, prog: str) -> argparse.ArgumentParser:
+    from pathlib import Path
+
+    from common.cli import new_parser
+
+    verb = {"release": "release held", "remove": "remove", "hold": "hold"}[action]
+    parser = new_parser(
+        prog,
+        f"Ask an llic master to {verb} tasks (as condor_{'rm' if action == 'remove' else action} "
+        "does jobs); without PROCESS, every task it applies to.",
+    )
+    parser.add_argument("state_file", metavar="STATE_FILE", type=Path, help="the master's master.<id>.state")
+    parser.add_argument("processes", metavar="PROCESS", type=int, nargs="*", help="task process numbers")
+    parser.add_argument(
+        "-reason", "--reason", help=f"the reason the job event log records (default: via {prog})"
+    )
+    return parser
+
+
+def _request(action: str, prog: str, argv: list[str] | None) -> int:
+    """master_release / master_hold: ask a master to act on its tasks."""
+    args = _request_parser(action, prog).parse_args(argv)
+    return ask_master(action, prog, args.state_file, args.processes, args.reason)
+
+
+def ask_master(action: str, prog: str, state_file: Path, processes: list[int], reason: str | None) -> int:
+    """Write a request for the master whose state file this is (llic/user_requests.py)."""
+    from llic.state import StateFileError, load_state
+    from llic.taskbook import TaskState
+    from llic.user_requests import Request, write_request
+
+    try:
+        state = load_state(state_file)
+    except StateFileError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    known = {t.process: t.state for t in state.tasks}
+    unknown = [p for p in processes if p not in known]
+    if unknown:
+        print(f"{prog}: error: master {state.info.master_id} has no process {unknown[0]}", file=sys.stderr)
+        return 2
+    applies = {
+        "release": (TaskState.HELD,),
+        "remove": (TaskState.QUEUED, TaskState.RUNNING, TaskState.HELD),
+        "hold": (TaskState.QUEUED, TaskState.RUNNING),
+    }[action]
+    chosen = processes or [p for p, st in known.items() if st in applies]
+    matching = [p for p in chosen if known[p] in applies]
+    path = write_request(
+        state_file.parent, Request(action, tuple(processes) or None, reason or f"via {prog}")
+    )
+    others = len(chosen) - len(matching)
+    skipped = f" ({others} others are not in a state it applies to)" if others else ""
+    print(
+        f"master {state.info.master_id}: asked to {action} {len(matching)} task(s){skipped}; "
+        f"the master acts on {path.name} within seconds while it runs"
+    )
+    return 0
+
+
+def master_release(argv: list[str] | None = None) -> int:
+    """master_release STATE_FILE [PROCESS ...]: release held tasks (condor_release)."""
+    return _request("release", "master_release", argv)
+
+
+def master_rm(argv: list[str] | None = None) -> int:
+    """master_rm MASTER_ID|CLUSTER ...: cancel masters and their agents (as condor_rm CLUSTER);
+    master_rm STATE_FILE [PROCESS ...]: remove tasks (as condor_rm CLUSTER.PROC). llic/master_rm.py."""
+    from llic.master_rm import main
+
+    return main(argv)
+
+
+def master_hold(argv: list[str] | None = None) -> int:
+    """master_hold STATE_FILE [PROCESS ...]: hold tasks (condor_hold)."""
+    return _request("hold", "master_hold", argv)

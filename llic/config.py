@@ -29,6 +29,7 @@ from common.config import ConfigError, StrictModel, read_config_text
 from llic.netadmit import format_capacity, parse_capacity
 
 CONFIG_ENV = "LLIC_CONFIG_FILENAME"
+SITE_CONFIG = Path("/etc/llic/llic_config")  # the submit host's own (condor-selforg install llic)
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -125,6 +126,14 @@ class LlicConfig(StrictModel):
         15.0,
         gt=0,
         description="seconds between schedd queue reads that find agents gone from the queue (§3.7)",
+    )
+    periodic_expr_interval: float = Field(
+        60.0,
+        gt=0,
+        description=(
+            "seconds between evaluations of the tasks' periodic_hold, periodic_release and "
+            "periodic_remove (HTCondor's PERIODIC_EXPR_INTERVAL)"
+        ),
     )
     state_save_interval: float = Field(
         2.0,
@@ -257,16 +266,20 @@ _LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.*?)\s*$")
 _MACRO = re.compile(r"\$(ENV)?\(([^()]*)\)")
 
 
-def load_llic_config(path: Path | None = None, environ: Mapping[str, str] | None = None) -> LlicConfig:
-    """The argument's file, else $LLIC_CONFIG_FILENAME's, else all defaults; ConfigError on any
-    user mistake."""
+def load_llic_config(
+    path: Path | None = None, environ: Mapping[str, str] | None = None, *, site: Path = SITE_CONFIG
+) -> LlicConfig:
+    """The argument's file, else $LLIC_CONFIG_FILENAME's, else the submit host's `site` file
+    (/etc/llic/llic_config) if there is one, else all defaults; ConfigError on any user mistake."""
     env = os.environ if environ is None else environ
     if path is None:
         named = env.get(CONFIG_ENV, "")
         if not named:
-            return LlicConfig()
+            if not site.exists():
+                return LlicConfig()
+            named = str(site)
         path = Path(named)
-        origin = f" (from {CONFIG_ENV})"
+        origin = f" (from {CONFIG_ENV})" if named != str(site) else ""
     else:
         origin = ""
     text = read_config_text(path, missing="no such config file", origin=origin)

@@ -5,7 +5,9 @@ master, an unknown agent name, a wrong MAC, a second connection of the same agen
 counted), tells the core (`AgentConnected`) and then serves the connection with a sending and a
 receiving task, so that a large result never blocks a task on its way (and the reverse). What
 the core decides for an agent (welcome, tasks, no_more_tasks, bulk_go, close, refuse) arrives
-through `deliver`, `close` and `refuse` and goes out in order. In TRANSFER modes a task's private
+through `deliver`, `close` and `refuse` and goes out in order: what is queued when the sender
+wakes goes out in one write, and an agent of protocol version 2 gets its tasks without files in
+`tasks` batches (protocol.py). In TRANSFER modes a task's private
 inputs travel with it as blobs, written no faster than the rate admission reserved for them;
 returned files are placed with `files.place_outputs` when `wants_result` says the result counts.
 What arrives becomes events for the core (`ResultReceived`, `BulkReady`, `TransferDone`,
@@ -38,6 +40,7 @@ from llic.events import (
     Action,
     AgentConnected,
     BulkReady,
+    CancelTask,
     ConnectionBroken,
     GrantBulk,
     MasterEvent,
@@ -51,7 +54,7 @@ from llic.files import OutputPlacementError, place_outputs
 from llic.netadmit import IN, OUT
 from llic.plan import Plan, input_blobs
 from llic.state import StateFileError
-from llic.task import STATUS_PREPARE_FAILED, TaskResult
+from llic.task import STATUS_PREPARE_FAILED, Task, TaskResult
 from llic.taskbook import Assignment
 
 HANDSHAKE_TIMEOUT = 10.0  # an agent answers in milliseconds; a stalled handshake is dropped
@@ -69,6 +72,7 @@ class AgentConnection:
     chef: int
     peer: str
     stream: trio.SocketStream
+    version: int = 1  # the protocol version its hello said
     send: trio.MemorySendChannel[Action | None] = field(init=False)
     outbox: trio.MemoryReceiveChannel[Action | None] = field(init=False)
     refusal: str | None = None
@@ -138,7 +142,7 @@ class Connections:
         self.log = log if log is not None else structlog.get_logger("llic.master")
         self.conns: dict[str, AgentConnection] = {}
 
-    def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk) -> None:
+    def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk | CancelTask) -> None:
         """Queue what the core says to its agent (dropped when it is not connected or closing)."""
         conn = self.conns.get(action.agent)
         if conn is not None and conn.closing is None:
@@ -248,11 +252,16 @@ class Connections:
         for frame in protocol.encode_frames(msg, blobs):
             await stream.send_all(frame)
 
-    async def _refuse(self, stream: trio.SocketStream, reason: str, counter: str, peer: str) -> None:
+    async def _refuse(
+        self, stream: trio.SocketStream, reason: str, counter: str, peer: str, *, not_me: bool = False
+    ) -> None:
         self.counters[counter] += 1
         self.log.warning("agent refused", peer=peer, reason=reason)
+        refusal = {"t": protocol.REFUSED, "reason": reason}
+        if not_me:  # an agent of another master, looking for it on a range of ports
+            refusal["master"] = self.plan.info.master_id
         with trio.move_on_after(5):
-            await self._send(stream, {"t": protocol.REFUSED, "reason": reason})
+            await self._send(stream, refusal)
 
     async def _handshake(
         self, stream: trio.SocketStream, decoder: protocol.Decoder, peer: str, budget: _Budget
@@ -263,7 +272,11 @@ class Connections:
         agent = hello.body["agent"]
         if hello.body["master"] != self.plan.info.master_id:
             await self._refuse(
-                stream, f"this is master {self.plan.info.master_id}", "refused_wrong_master", peer
+                stream,
+                f"this is master {self.plan.info.master_id}",
+                "refused_wrong_master",
+                peer,
+                not_me=True,
             )
             return None
         parsed = parse_agent_name(agent)
@@ -278,11 +291,11 @@ class Connections:
         if not protocol.check_agent_mac(self.secret, nonce_m, agent, auth.body["mac_a"]):
             await self._refuse(stream, "authentication failed", "auth_failures", peer)
             return None
-        decoder.allowed = frozenset({protocol.RESULT, protocol.BULK_READY})
+        decoder.allowed = frozenset({protocol.RESULT, protocol.RESULTS, protocol.BULK_READY})
         if agent in self.conns:
             await self._refuse(stream, "already connected", "refused_duplicate", peer)
             return None
-        conn = AgentConnection(agent, parsed[1], peer, stream)
+        conn = AgentConnection(agent, parsed[1], peer, stream, hello.body["version"])
         self.conns[agent] = conn
         self.feed(AgentConnected(agent, peer.rsplit(":", 1)[0].strip("[]")))
         if conn.refusal is not None:
@@ -312,26 +325,102 @@ class Connections:
             raise failure[0]
 
     async def _sender(self, conn: AgentConnection) -> None:
-        async for action in conn.outbox:
-            match action:
-                case None:
-                    await conn.stream.send_eof()
-                    return
-                case WelcomeAgent(window=window, bulk_threshold=threshold):
-                    welcome: dict[str, Any] = {"t": protocol.WELCOME, "window": window}
-                    if threshold > 0:
-                        welcome["bulk_threshold"] = threshold  # agents ask before large returns
-                    await self._send(conn.stream, welcome)
-                case SendTasks(tasks=tasks):
-                    for assignment in tasks:
-                        await self._send_task(conn, assignment, action.rate_of(assignment.process))
-                case SendNoMoreTasks():
-                    await self._send(conn.stream, {"t": protocol.NO_MORE_TASKS})
-                case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
-                    go: dict[str, Any] = {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
-                    if rate_bps > 0:
-                        go["rate_bps"] = max(1, math.floor(rate_bps))  # the agent paces at this
-                    await self._send(conn.stream, go)
+        """What the core said, in order; everything queued when the sender wakes goes out in one
+        write (a paced task, or one whose inputs must be read, is written by itself, in turn)."""
+        batching = conn.version >= 2
+        async for first in conn.outbox:
+            actions = [first]
+            while True:
+                try:
+                    actions.append(conn.outbox.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            frames: list[bytes] = []
+            batch: list[Task] = []
+            for action in actions:
+                if isinstance(action, SendTasks):
+                    for assignment in action.tasks:
+                        pace = action.rate_of(assignment.process)
+                        spec = self.plan.specs[assignment.process]
+                        if pace is None and not (self.plan.transfer and self.plan.private_inputs(spec)):
+                            task = spec.with_attempt(assignment.attempt)
+                            if batching:
+                                batch.append(task)
+                            else:
+                                self._encode_task(conn, task, frames)
+                            continue
+                        frames += self._batch_frames(conn, batch)
+                        await self._write(conn, frames)
+                        await self._send_task(conn, assignment, pace)
+                    continue
+                frames += self._batch_frames(conn, batch)  # in order: the tasks before what follows
+                match action:
+                    case None:
+                        await self._write(conn, frames)
+                        await conn.stream.send_eof()
+                        return
+                    case WelcomeAgent(window=window, bulk_threshold=threshold):
+                        welcome: dict[str, Any] = {"t": protocol.WELCOME, "window": window}
+                        if threshold > 0:
+                            welcome["bulk_threshold"] = threshold  # agents ask before large returns
+                        if batching:
+                            welcome["batch"] = True  # it may send `results` batches
+                        frames += protocol.encode_frames(welcome)
+                    case SendNoMoreTasks():
+                        frames += protocol.encode_frames({"t": protocol.NO_MORE_TASKS})
+                    case CancelTask(process=process, attempt=attempt):
+                        cancel = {"t": protocol.CANCEL, "process": process, "attempt": attempt}
+                        frames += protocol.encode_frames(cancel)
+                    case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
+                        go: dict[str, Any] = {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
+                        if rate_bps > 0:
+                            go["rate_bps"] = max(1, math.floor(rate_bps))  # the agent paces at this
+                        frames += protocol.encode_frames(go)
+            frames += self._batch_frames(conn, batch)
+            await self._write(conn, frames)
+
+    @staticmethod
+    async def _write(conn: AgentConnection, frames: list[bytes]) -> None:
+        if frames:
+            await conn.stream.send_all(b"".join(frames))
+            frames.clear()
+
+    def _batch_frames(self, conn: AgentConnection, batch: list[Task]) -> list[bytes]:
+        """The frames of the batched tasks (and `batch` emptied): `tasks` messages of at most
+        MAX_BATCH tasks; a batch that cannot be encoded goes task by task, so that only a task
+        that cannot be sent fails."""
+        frames: list[bytes] = []
+        while batch:
+            part = batch[: protocol.MAX_BATCH]
+            del batch[: protocol.MAX_BATCH]
+            try:
+                frames += protocol.encode_frames({"t": protocol.TASKS, "tasks": part})
+            except protocol.ProtocolError:
+                for task in part:
+                    self._encode_task(conn, task, frames)
+        return frames
+
+    def _encode_task(self, conn: AgentConnection, task: Task, frames: list[bytes]) -> bool:
+        """A task without files as its `task` message, added to `frames`; False (and the task
+        failed, as _send_task fails it) when it cannot be encoded."""
+        try:
+            frames += protocol.encode_frames({"t": protocol.TASK, "task": task})
+        except protocol.ProtocolError as e:
+            self._unsendable(conn, task.process, task.attempt, e)
+            return False
+        return True
+
+    def _unsendable(
+        self, conn: AgentConnection, process: int, attempt: int, e: protocol.ProtocolError
+    ) -> None:
+        """Too large to send (message or blob limit): the task fails as if it could not be
+        prepared, so it is retried and, past MAX_TASK_ATTEMPTS, failed for good."""
+        self.counters["unsendable_tasks"] += 1
+        self.log.warning("task cannot be sent", process=process, error=str(e))
+        failed = TaskResult(
+            process, attempt, STATUS_PREPARE_FAILED, error=f"master cannot send the task: {e}"
+        )
+        self.feed(ResultReceived(conn.agent, failed))
 
     async def _send_task(self, conn: AgentConnection, assignment: Assignment, pace: float | None) -> None:
         spec = self.plan.specs[assignment.process]
@@ -350,13 +439,7 @@ class Connections:
         try:
             frames = protocol.encode_frames(msg, blobs)
         except protocol.ProtocolError as e:
-            # Too large to send (message or blob limit): the task fails as if it could not be
-            # prepared, so it is retried and, past MAX_TASK_ATTEMPTS, failed for good.
-            self.counters["unsendable_tasks"] += 1
-            self.log.warning("task cannot be sent", process=spec.process, error=str(e))
-            why = f"master cannot send the task: {e}"
-            failed = TaskResult(assignment.process, assignment.attempt, STATUS_PREPARE_FAILED, error=why)
-            self.feed(ResultReceived(conn.agent, failed))
+            self._unsendable(conn, assignment.process, assignment.attempt, e)
             return
         start = time.time()
         written = [False]
@@ -411,6 +494,11 @@ class Connections:
                 body = msg.body
                 self.feed(BulkReady(conn.agent, body["process"], body["attempt"], body["size"]))
                 continue
+            if msg.type == protocol.RESULTS:  # results without files: nothing to place
+                for result in msg.results():
+                    self.counters["results"] += 1
+                    self.feed(ResultReceived(conn.agent, result))
+                continue
             await self._on_result(conn, msg, started)
 
     async def _on_result(self, conn: AgentConnection, msg: protocol.Message, started: float) -> None:
@@ -430,4 +518,6 @@ class Connections:
                 self.counters["placement_errors"] += 1
                 self.log.warning("output files not placed", process=result.process, error=str(e))
                 error = f"{error + '; ' if error else ''}output files not placed: {e}"
-        self.feed(ResultReceived(conn.agent, dataclasses.replace(result, error=error)))
+        if error != result.error:
+            result = dataclasses.replace(result, error=error)
+        self.feed(ResultReceived(conn.agent, result))

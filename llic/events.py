@@ -2,11 +2,13 @@
 
 Events are what the driver (llic/master.py) saw happen: an agent submitted or refused by the
 schedd, an agent connected, a result or a large result's announcement arrived, a connection broke,
-the schedd queue read, a transfer ended. Actions are what the core decided the driver must do:
-submit or remove agent jobs, welcome, refuse or close a connection, send tasks, let a large
-result come, save the state file, ask for a negotiation cycle, read the schedd queue. Each entry
-point of the core returns an `Output`: its actions, in the order they must be carried out, notes
-for the log, and when the core next wants its timer. Plain frozen records, no behaviour (h11 keeps
+the schedd queue read, the pool's matching slots counted, a transfer ended, the user asked to
+release, remove or hold tasks. Actions are what the core decided the driver must do: submit or
+remove agent jobs, welcome, refuse or close a connection, send tasks, cancel one, let a large
+result come, write job event log events, save the state file, ask for a negotiation cycle, read
+the schedd queue, count the matching slots, give finished agents time to leave. Each entry point
+of the core returns an `Output`: its actions, in the order they must be carried out, notes for
+the log, and when the core next wants its timer. Plain frozen records, no behaviour (h11 keeps
 its events apart the same way), so that drivers, simulations and tests build and match them freely.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llic.task import TaskResult
-from llic.taskbook import Assignment
+from llic.taskbook import Assignment, TaskEvent
 
 # ----------------------------------------------------------------------------- events
 
@@ -89,6 +91,14 @@ class QueuePollFailed:
 
 
 @dataclass(frozen=True)
+class SlotsCounted:
+    """The answer to CountSlots: how many slots of the pool match the agents' requirements
+    (None: the collector could not be asked; the next count comes later)."""
+
+    matching: int | None
+
+
+@dataclass(frozen=True)
 class TransferDone:
     """The files of one task (direction IN) or one result (OUT) went over the agent's connection:
     `nbytes` of blobs between `start` and `end` (master's clock). Accounting; an IN transfer also
@@ -113,6 +123,16 @@ class BulkReady:
     nbytes: int
 
 
+@dataclass(frozen=True)
+class UserRequest:
+    """The user asked (master_release, master_rm, master_hold) to release, remove or hold
+    these tasks (None: every task the action applies to)."""
+
+    action: str  # "release", "remove" or "hold"
+    processes: tuple[int, ...] | None
+    reason: str
+
+
 MasterEvent = (
     AgentSubmitted
     | SubmitFailed
@@ -121,8 +141,10 @@ MasterEvent = (
     | ConnectionBroken
     | QueueSnapshot
     | QueuePollFailed
+    | SlotsCounted
     | TransferDone
     | BulkReady
+    | UserRequest
 )
 
 
@@ -209,6 +231,23 @@ class GrantBulk:
 
 
 @dataclass(frozen=True)
+class CancelTask:
+    """Tell the agent to stop run `attempt` of `process` (held or removed while it ran): it kills
+    the process, or drops it if it has not started; its result, if any, is stale."""
+
+    agent: str
+    process: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class WriteEvents:
+    """Append these task events to the tasks' job event logs (the submit file's `log`), in order."""
+
+    events: tuple[TaskEvent, ...]
+
+
+@dataclass(frozen=True)
 class SaveState:
     """Write the state file now, before the actions after it. First in an output when the save
     must precede acting (a new run number, a newly learned agent job); alone from `on_timer`
@@ -226,6 +265,22 @@ class PollQueue:
     QueuePollFailed."""
 
 
+@dataclass(frozen=True)
+class CountSlots:
+    """Count the pool's slots that match the agents' requirements; answer with SlotsCounted. How
+    far the master may grow its agents (seed §3.7 step 4, asked again as the pool changes)."""
+
+
+@dataclass(frozen=True)
+class LetAgentsLeave:
+    """Wait until these agent jobs have left the queue by themselves, or `grace` seconds: agents
+    told no_more_tasks exit once their results are back, and a removal before that would cut
+    their output and log short. From `finish`, before its final RemoveAgents."""
+
+    job_ids: tuple[str, ...]
+    grace: float
+
+
 Action = (
     SubmitAgent
     | RemoveAgents
@@ -238,6 +293,10 @@ Action = (
     | SaveState
     | Reschedule
     | PollQueue
+    | CountSlots
+    | LetAgentsLeave
+    | CancelTask
+    | WriteEvents
 )
 
 

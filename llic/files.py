@@ -255,6 +255,37 @@ def atomic_write(dest: StrPath, data: bytes, mode: int = DEFAULT_FILE_MODE) -> N
         raise
 
 
+def parse_remaps(text: str | None) -> dict[str, str]:
+    """`transfer_output_remaps` ("name = dest; name2 = dest2", `\\` escaping `;`, `=` and
+    itself, as condor reads it): output file name -> where it goes instead."""
+    if not text:
+        return {}
+    out: dict[str, str] = {}
+    parts: list[str] = []
+    buf: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            buf.append(text[i + 1])
+            i += 2
+            continue
+        if c in ";=":
+            parts.append("".join(buf).strip())
+            buf = []
+            if c == ";":
+                if len(parts) == 2 and parts[0]:
+                    out[parts[0]] = parts[1]
+                parts = []
+        else:
+            buf.append(c)
+        i += 1
+    parts.append("".join(buf).strip())
+    if len(parts) == 2 and parts[0]:
+        out[parts[0]] = parts[1]
+    return out
+
+
 def place_outputs(
     task: Any,
     files: Iterable[tuple[Mapping[str, Any], bytes]],
@@ -269,13 +300,16 @@ def place_outputs(
 
     `dest_root` is the directory that stands for the task's working directory (default: the task's
     `initialdir`). Entry paths come from the agent and go through `safe_join`; the destination of
-    stdout/stderr comes from the task itself (`output`/`error`), never from the agent. A file that
-    cannot be written does not stop the others: OutputPlacementError lists failures at the end.
+    stdout/stderr comes from the task itself (`output`/`error`), never from the agent; a file the
+    task's `output_remaps` (transfer_output_remaps) names goes where that says (relative to the
+    root unless absolute; its directory must exist, as HTCondor requires). A file that cannot be
+    written does not stop the others: OutputPlacementError lists failures at the end.
     """
     check_style(style)
     root = dest_root if dest_root is not None else _task_field(task, "initialdir")
     if not root:
         raise ValueError("task has no initialdir and no dest_root was given")
+    remaps = parse_remaps(_task_field(task, "output_remaps"))
     placed: list[Path] = []
     errors: list[tuple[str, str]] = []
     mask = current_umask() if umask is None else umask
@@ -284,7 +318,12 @@ def place_outputs(
         try:
             kind = entry.get("kind", KIND_FILE)
             mode = output_mode(entry.get("mode", DEFAULT_FILE_MODE), mask)
-            if kind == KIND_FILE:
+            if kind == KIND_FILE and normalize_relpath(path) in remaps:
+                target = remaps[normalize_relpath(path)]
+                if "://" in target:
+                    raise UnsafePath(f"remapped to a URL ({target}), which llic cannot write")
+                dest = Path(target if os.path.isabs(target) else os.path.join(os.fspath(root), target))
+            elif kind == KIND_FILE:
                 rel = normalize_relpath(path)
                 dest = safe_join(root, posixpath.basename(rel) if style == STYLE_CONDOR else rel)
                 dest.parent.mkdir(parents=True, exist_ok=True)

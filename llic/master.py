@@ -70,13 +70,17 @@ from common.condor import Gateway, GatewayError
 from common.timer import Wakeup
 from llic import protocol
 from llic.agent_build import build_agent
-from llic.agent_job import AGENT_PYTHON, AgentSetup, prepare_agent
+from llic.agent_job import AGENT_PYTHON, PORT_SPAN, AgentSetup, prepare_agent, read_secret
 from llic.connection import HANDSHAKE_TIMEOUT, Connections
+from llic.eventlog import append_events, format_event
 from llic.events import (
     Action,
     AgentSubmitted,
+    CancelTask,
     CloseConnection,
+    CountSlots,
     GrantBulk,
+    LetAgentsLeave,
     MasterEvent,
     Output,
     PollQueue,
@@ -88,14 +92,19 @@ from llic.events import (
     SaveState,
     SendNoMoreTasks,
     SendTasks,
+    SlotsCounted,
     SubmitAgent,
     SubmitFailed,
+    UserRequest,
     WelcomeAgent,
+    WriteEvents,
 )
 from llic.master_core import MasterStatus
+from llic.master_q import master_ad, summarize
 from llic.plan import Plan, PlanError, load_plan
 from llic.runners import AgentRunner, GatewayAgents, LocalAgents, usable_ip
-from llic.state import MasterState, StateFileError, restore, save_state, snapshot
+from llic.state import MasterState, StateFileError, StateWriter, restore, snapshot
+from llic.user_requests import read_requests
 
 log = structlog.get_logger("llic.master")
 
@@ -104,7 +113,9 @@ EXIT_FAILED = 1  # anything unexpected: HTCondor re-runs the master, which resum
 EXIT_UNUSABLE = 2  # state file or submit description unusable: held, not re-run
 EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
-AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
+PUBLISH_INTERVAL = 5.0  # seconds between updates of the progress in the master's job ad, at least
+REQUEST_POLL_INTERVAL = 1.0  # seconds between looks for master_release / master_rm requests
+_UNSET = object()
 
 
 class Master:
@@ -122,14 +133,28 @@ class Master:
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         self.plan = plan
+        self.state_file = StateWriter(plan.state_path)
         self.config = plan.config
-        self.core = restore(state, plan.config, plan.net_admission(state.extra.get("net")))
+        self.logs = plan.logs()  # process -> its job event log (tasks with a `log` only)
+        self.core = restore(
+            state,
+            plan.config,
+            plan.net_admission(state.extra.get("net")),
+            policy=plan.policy(),
+            log_events=bool(self.logs),
+        )
         self.runner = runner
         self.extra: dict[str, Any] = dict(state.extra)
         self.counters: Counter[str] = Counter()
-        self.secret = protocol.make_secret()
+        # agents master_submitter submitted with the master job (prelaunched) know its secret
+        # and look for it on a range of ports; a restarted master has removed them
+        self.prelaunched = state.run == 0 and bool(state.chefs)
+        secret = read_secret(plan.outdir) if self.prelaunched else None
+        self.secret = secret if secret is not None else protocol.make_secret()
+        self.prelaunch_ok = secret is not None
         self.host = host
         self.port = plan.config.initial_master_port_number if port is None else port
+        self.ports = _port_range(self.extra.get("prelaunch"), self.port)
         self.agent_python = agent_python
         self.log = log.bind(master=plan.info.master_id)
         self.links = Connections(
@@ -146,10 +171,15 @@ class Master:
         self.exit_signal: int | None = None
         self._over = trio.Event()
         self._wakeup = Wakeup()  # the core's timer, on trio's clock
+        self._wakes_at: float | None = math.nan  # the core's last wakeup (epoch), set on _wakeup
         self._reschedule_wanted = trio.Event()
         self._poll_wanted = trio.Event()
+        self._count_wanted = trio.Event()
         self._submit_send, self._submit_recv = trio.open_memory_channel[SubmitAgent](math.inf)
         self._remove_send, self._remove_recv = trio.open_memory_channel[RemoveAgents](math.inf)
+        self._published: dict[str, object] = {}  # what the job ad says of our progress
+        self._publish_failed = False
+        self._events_send, self._events_recv = trio.open_memory_channel[WriteEvents | None](math.inf)
 
     # ------------------------------------------------------------------ the core
 
@@ -164,8 +194,10 @@ class Master:
             self.log.info(note)
         for action in out.actions:
             self.execute(action)
-        delay = math.inf if out.wakeup is None else max(0.0, out.wakeup - time.time())
-        self._wakeup.set(trio.current_time() + delay)
+        if out.wakeup != self._wakes_at:  # most events leave it where it was
+            self._wakes_at = out.wakeup
+            delay = math.inf if out.wakeup is None else max(0.0, out.wakeup - time.time())
+            self._wakeup.set(trio.current_time() + delay)
         if self.core.over:
             self._over.set()
 
@@ -182,8 +214,14 @@ class Master:
                 self._reschedule_wanted.set()
             case PollQueue():
                 self._poll_wanted.set()
-            case WelcomeAgent() | SendTasks() | SendNoMoreTasks() | GrantBulk():
+            case CountSlots():
+                self._count_wanted.set()
+            case LetAgentsLeave():
+                pass  # only `finish` gives it, and _finish waits for it there
+            case WelcomeAgent() | SendTasks() | SendNoMoreTasks() | GrantBulk() | CancelTask():
                 self.links.deliver(action)
+            case WriteEvents():
+                self._events_send.send_nowait(action)
             case CloseConnection(agent=agent, reason=reason):
                 self.links.close(agent, reason)
             case RefuseAgent(agent=agent, reason=reason):
@@ -197,17 +235,26 @@ class Master:
         self.extra["agent_host"] = self.host
         self.extra["port"] = self.port
         self.extra["net"] = self.core.net_figures(now)
-        save_state(self.plan.state_path, snapshot(self.core, self.plan.info, now, self.extra))
+        self.state_file.save(snapshot(self.core, self.plan.info, now, self.extra, copy=False))
 
     # ------------------------------------------------------------------ the run
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> int:
-        """The whole run, to its exit status; `task_status.started(port)` once agents can connect."""
+        """The whole run, to its exit status; `task_status.started(port)` once agents can connect.
+
+        Agents master_submitter submitted with the master (prelaunched) may be running already
+        and trying to connect: the address and port come first (the schedd's address is read
+        from the file HTCondor names), then only what the core needs before it answers them; the
+        pool's slots are counted once it runs (CountSlots)."""
         info = self.plan.info
         if self.host is None:
             self.host = await self._find_host()
         listeners = await self._listen()
         self.port = listeners[0].socket.getsockname()[1]
+        adopt = self.prelaunched and self.prelaunch_ok and self.port in self.ports
+        if self.prelaunched and not adopt:
+            why = "no secret file" if not self.prelaunch_ok else f"port {self.port} not in {self.ports}"
+            self.log.warning("agents submitted with the master cannot reach this run: replaced", why=why)
         pyz = await trio.to_thread.run_sync(build_agent, self.plan.outdir)
         self.setup = AgentSetup(pyz, self.host, self.port, self.secret, self.agent_python)
         sizes = await trio.to_thread.run_sync(self.plan.input_sizes)
@@ -217,16 +264,20 @@ class Master:
             tasks=str(self.core.counts()),
             mode=self.plan.mode,
             agents_connect_to=f"{self.host}:{self.port}",
+            adopted=adopt,
         )
-        try:
-            await self.runner.remove_all(info.master_id, "llic master starting: agents of an earlier run")
-        except GatewayError as e:
-            self.log.warning("could not remove earlier agents", error=str(e))
-        try:
-            slots = await self.runner.slots(self.plan)
-        except GatewayError as e:
-            self.log.warning("could not count the pool's slots; starting one agent", error=str(e))
-            slots = 1
+        if not self.prelaunched:  # agents of an earlier run, also ones no state file knows
+            try:
+                await self.runner.remove_all(info.master_id, "llic master starting: agents of an earlier run")
+            except GatewayError as e:
+                self.log.warning("could not remove earlier agents", error=str(e))
+        slots: int | None = None
+        if not self.core.chefs:  # a fresh start sizes its agents by the slots
+            try:
+                slots = await self.runner.slots(self.plan)
+            except GatewayError as e:
+                self.log.warning("could not count the pool's slots; starting one agent", error=str(e))
+                slots = 1
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.links.serve, listeners, nursery)
             nursery.start_soon(self._submitter)
@@ -234,11 +285,19 @@ class Master:
             nursery.start_soon(self._wakeup.run, self._on_timer)
             nursery.start_soon(self._rescheduler)
             nursery.start_soon(self._poller)
+            nursery.start_soon(self._counter)
             nursery.start_soon(self._signals)
-            self.apply(self.core.start(slots, time.time(), input_sizes=sizes))
+            nursery.start_soon(self._publisher)
+            nursery.start_soon(self._requests)
+            events_done = trio.Event()
+            nursery.start_soon(self._event_writer, events_done)
+            self.apply(self.core.start(slots, time.time(), input_sizes=sizes, adopt=adopt))
             task_status.started(self.port)
             await self._over.wait()
             await self._finish()
+            self._events_send.send_nowait(None)
+            with trio.move_on_after(30):
+                await events_done.wait()  # the last events (removals, the end) are in the logs
             nursery.cancel_scope.cancel()
         status = self.core.status
         counts = self.core.counts()
@@ -256,29 +315,44 @@ class Master:
         return 128 + (self.exit_signal or 0) if self.exit_signal else EXIT_FAILED
 
     async def _finish(self) -> None:
+        """The core's `finish`, carried out to its end here (not by the submitter and remover
+        tasks, which would remove at once what must first get its grace): the state saved (how
+        the run ended is known), connections closed, agents that are not leaving removed, those
+        that finished given the core's grace to leave by themselves, then removed, every agent
+        of this master removed by attribute, the state saved again, and the progress put into the
+        job ad, last."""
         reason = self.stop_reason or ("all tasks done" if self.core.finished else "gave up")
-        leaving = set(self.core.exiting_agent_jobs())
         out = self.core.finish(time.time(), reason)
-        *acting, save = out.actions  # finish() saves last: after the removals, the master's last act
-        self.apply(Output(acting, out.notes))  # connections closed, removals queued
+        for note in out.notes:
+            self.log.info(note)
+        self.save()  # how it ended is known now: master_q and --wait need not wait for the grace
         with trio.move_on_after(60) as scope:
             scope.shield = True
-            if self.core.finished and self.stop_reason is None:
-                await self._let_agents_leave(leaving)
-            for action in acting:  # each to its end before the master exits
-                if isinstance(action, RemoveAgents):
-                    await self._remove_quietly(action.job_ids, action.reason)
+            for action in out.actions:
+                match action:
+                    case RemoveAgents(job_ids=job_ids, reason=why):
+                        await self._remove_quietly(job_ids, why)
+                    case LetAgentsLeave(job_ids=job_ids, grace=grace):
+                        if self.stop_reason is None:
+                            await self._let_agents_leave(set(job_ids), grace)
+                    case SaveState():
+                        pass  # last, below
+                    case _:
+                        self.execute(action)
             try:
                 await self.runner.remove_all(self.plan.info.master_id, f"llic master: {reason}")
             except GatewayError as e:
                 self.log.warning("final removal by attribute failed", error=str(e))
             self.links.close_all(reason)
-            self.execute(save)
+        self.save()
+        with trio.move_on_after(10) as scope:
+            scope.shield = True  # the job ad's last word on progress, also when cancelled
+            await self.publish_progress()
 
-    async def _let_agents_leave(self, leaving: set[str]) -> None:
+    async def _let_agents_leave(self, leaving: set[str], grace: float) -> None:
         """Agents that finished their tasks exit by themselves within moments; removing them
         before that would only cut their output and log short."""
-        with trio.move_on_after(AGENT_EXIT_GRACE):
+        with trio.move_on_after(grace):
             while leaving:
                 try:
                     if not leaving & await self.runner.alive(self.plan.info.master_id):
@@ -296,7 +370,7 @@ class Master:
         return configured or self.host or "0.0.0.0"
 
     async def _listen(self) -> list[trio.SocketListener]:
-        """On listen_host(): INITIAL_MASTER_PORT_NUMBER if free, else any free port (seed §5)."""
+        """On listen_host(): the first free port of _open_listeners' range, else any free port (seed §5)."""
         host = self.listen_host()
         try:
             return await self._open_listeners(host)
@@ -310,13 +384,16 @@ class Master:
         return await self._open_listeners("0.0.0.0")
 
     async def _open_listeners(self, host: str) -> list[trio.SocketListener]:
-        if self.port:
+        """The first free port of the range prelaunched agents scan (master_submitter's
+        INITIAL_MASTER_PORT_NUMBER and the PORT_SPAN after it), else any free port."""
+        for port in self.ports:
             try:
-                return await trio.open_tcp_listeners(self.port, host=host)
+                return await trio.open_tcp_listeners(port, host=host)
             except OSError as e:
                 if e.errno != errno.EADDRINUSE:
                     raise
-                self.log.info("port taken; using a free one", port=self.port)
+        if self.ports:
+            self.log.info("ports taken; using a free one", ports=f"{self.ports[0]}-{self.ports[-1]}")
         return await trio.open_tcp_listeners(0, host=host)
 
     async def _find_host(self) -> str:
@@ -338,6 +415,39 @@ class Master:
                 self._over.set()
                 return
 
+    async def _event_writer(self, done: trio.Event) -> None:
+        """Append the core's task events to the tasks' job event logs, in order (a thread does
+        the writing); a log that cannot be written is a warning, not a reason to stop."""
+        cluster = self.plan.info.cluster
+        async for action in self._events_recv:
+            if action is None:
+                break
+            texts: dict[str, list[str]] = {}
+            for event in action.events:
+                path = self.logs.get(event.process)
+                if path is not None:
+                    texts.setdefault(path, []).append(format_event(cluster, event))
+            problems = await trio.to_thread.run_sync(append_events, texts)
+            for problem in problems:
+                self.counters["log_write_failures"] += 1
+                self.log.warning("job event log not written", problem=problem)
+        done.set()
+
+    async def _requests(self) -> None:
+        """The user's master_release / master_rm / master_hold requests: files the commands put
+        next to the state file (llic/requests.py); each goes to the core, which saves the state
+        first, then the file is removed."""
+        outdir = self.plan.outdir
+        while True:
+            found = await trio.to_thread.run_sync(read_requests, outdir)
+            for path, request in found:
+                if isinstance(request, str):
+                    self.log.warning("bad request file", file=str(path), problem=request)
+                else:
+                    self.feed(UserRequest(request.action, request.processes, request.reason))
+                path.unlink(missing_ok=True)
+            await trio.sleep(REQUEST_POLL_INTERVAL)
+
     # ------------------------------------------------------------------ HTCondor side
 
     async def _submitter(self) -> None:
@@ -346,8 +456,8 @@ class Master:
         restarting should not use up every chef's NUM_AGENT_RECOVERIES in a second."""
         failures = 0
         async for action in self._submit_recv:
-            if self.core.stopped:
-                continue
+            if not self.core.still_launching(action.agent):
+                continue  # dismissed, recovered or stopped while it waited here
             try:
                 assert self.setup is not None
                 description, notes = await trio.to_thread.run_sync(
@@ -378,6 +488,36 @@ class Master:
         except GatewayError as e:
             self.log.warning("agent removal failed", jobs=list(job_ids), error=str(e))
 
+    def progress_attrs(self) -> dict[str, object]:
+        """The master's row as master_q shows it, as job ad attributes (llic.master_q.master_ad):
+        the Llic* ones; the job ad has Owner, ClusterId and LlicMasterId already (and HTCondor
+        lets no one edit the first two)."""
+        now = time.time()
+        ad = master_ad(summarize(snapshot(self.core, self.plan.info, now, self.extra), self.plan.state_path))
+        return {k: v for k, v in ad.items() if k.startswith("Llic") and k != "LlicMasterId"}
+
+    async def publish_progress(self) -> None:
+        """Put what changed of `progress_attrs` into the master's job ad; a refusal is logged once."""
+        attrs = self.progress_attrs()
+        changed = {k: v for k, v in attrs.items() if self._published.get(k, _UNSET) != v}
+        if not changed:
+            return
+        try:
+            await self.runner.publish(self.plan.info.master_id, self.plan.info.cluster, changed)
+        except GatewayError as e:
+            if not self._publish_failed:
+                self.log.warning("progress not written into the job ad", error=str(e))
+            self._publish_failed = True
+            return
+        self._publish_failed = False
+        self._published.update(changed)
+
+    async def _publisher(self) -> None:
+        """Every few seconds, the progress into the job ad (master_q without a state file)."""
+        while True:
+            await self.publish_progress()
+            await trio.sleep(max(PUBLISH_INTERVAL, self.config.state_save_interval))
+
     async def _on_timer(self, _: float) -> None:
         self.apply(self.core.on_timer(time.time()))
 
@@ -392,6 +532,19 @@ class Master:
             except GatewayError as e:
                 self.log.warning("reschedule failed", error=str(e))
 
+    async def _counter(self) -> None:
+        """Carry out CountSlots actions: the pool's slots matching the agents (how far they may
+        grow)."""
+        while True:
+            await self._count_wanted.wait()
+            self._count_wanted = trio.Event()
+            try:
+                matching: int | None = await self.runner.slots(self.plan)
+            except GatewayError as e:
+                self.log.warning("slot count failed", error=str(e))
+                matching = None
+            self.feed(SlotsCounted(matching))
+
     async def _poller(self) -> None:
         """Carry out PollQueue actions: which agent jobs are still idle or running (§3.7)."""
         while True:
@@ -404,6 +557,17 @@ class Master:
                 self.feed(QueuePollFailed(str(e)))
                 continue
             self.feed(QueueSnapshot(frozenset(alive)))
+
+
+def _port_range(prelaunch: Any, port: int) -> list[int]:
+    """The ports to try, in order: the range master_submitter gave the prelaunched agents
+    (state file `extra.prelaunch.ports`), else INITIAL_MASTER_PORT_NUMBER and the PORT_SPAN
+    after it (0: none, any free port)."""
+    if isinstance(prelaunch, dict):
+        ports = prelaunch.get("ports")
+        if isinstance(ports, list) and len(ports) == 2 and all(isinstance(p, int) for p in ports):
+            return list(range(ports[0], ports[1] + 1))
+    return list(range(port, min(port + PORT_SPAN, 65536))) if port else []
 
 
 def _route_address() -> str | None:
@@ -424,8 +588,10 @@ def _route_address() -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """`llic-master`'s command line."""
-    parser = argparse.ArgumentParser(
-        prog="llic-master", description="An llic master (run by master_submitter)."
+    from common.cli import new_parser
+
+    parser = new_parser(
+        "llic-master", "An llic master (run by master_submitter as a scheduler-universe job)."
     )
     parser.add_argument("state_file", type=Path, help="the master's state file (master.<id>.state)")
     parser.add_argument("--host", help="the address agents connect to (default: the schedd's)")

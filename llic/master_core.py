@@ -1,12 +1,15 @@
 """The master's decisions (seed §3.7, §3.10), as a pure state machine: `MasterCore`.
 
 It owns the chefs (llic/chef.py), the `TaskBook` and the network admission (llic/netadmit.py)
-and makes §3.7's main-loop decisions: how many agents, which chef gets which event, relaunching
-when tasks are left and no chef can take them, giving up, the final removal of every agent job
-ever submitted, and when to save the state file, ask for a negotiation cycle or read the schedd
-queue. The trio driver (llic/master.py) is a thin loop around it: it feeds events
-(llic/events.py) with the current time to `handle`, calls `on_timer` when the last output's
-`wakeup` comes, and carries out the returned actions in order. Nothing here reads a clock,
+and makes §3.7's main-loop decisions: how many agents, which chef gets which event, growing the
+agents as matching slots appear and the queued work is worth another agent's start-up,
+dismissing agents that have not connected by the queue read after the queue emptied (running
+ones are told no_more_tasks and leave by themselves), giving up, the final removal of every agent job ever
+submitted (after the agents that finished had a moment to leave), and when to save the state
+file, ask for a negotiation cycle, read the schedd queue or count the pool's matching slots.
+The trio driver (llic/master.py) is a thin loop around it: it feeds events (llic/events.py)
+with the current time to `handle`, calls `on_timer` when the last output's `wakeup` comes, and
+carries out the returned actions in order. Nothing here reads a clock,
 sleeps, touches a socket or calls HTCondor, so every interleaving can be tested directly.
 
 Saving, for the guarantees to hold across master crashes: the core puts `SaveState` first in
@@ -15,6 +18,12 @@ used twice; as soon as an agent's job id is learned, so that no agent job is for
 otherwise asks for its timer so that changes wait at most STATE_SAVE_INTERVAL. An agent job
 whose submission was under way when the master died is unknown to the saved state: the driver
 submits agents with an attribute naming the master and also removes by it, to catch those.
+
+Agents launched before the master's first run (`prelaunch`, what master_submitter does so that
+agents negotiate for slots while the scheduler-universe master is still being started) belong to
+run 1: its `start` adopts them (they are in the state file master_submitter saved before the
+master could start), unless the driver says they cannot reach this run (`adopt=False`: they
+were told another port), which is handled as a restart.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from llic.chef import (
     ChefEvent,
     ChefRecord,
     ChefState,
+    Dismiss,
     Launch,
     Terminate,
     parse_agent_name,
@@ -38,8 +48,11 @@ from llic.events import (
     AgentConnected,
     AgentSubmitted,
     BulkReady,
+    CancelTask,
     ConnectionBroken,
+    CountSlots,
     GrantBulk,
+    LetAgentsLeave,
     MasterEvent,
     Output,
     PollQueue,
@@ -50,12 +63,30 @@ from llic.events import (
     Reschedule,
     ResultReceived,
     SaveState,
+    SlotsCounted,
+    SubmitAgent,
     TransferDone,
+    UserRequest,
+    WriteEvents,
 )
 from llic.netadmit import IN, NetAdmit, Transfer
-from llic.taskbook import TaskBook, TaskCounts, TaskState
+from llic.task import TaskResult
+from llic.task_policy import (
+    HELD,
+    HOLD_USER_REQUEST,
+    IDLE,
+    RUNNING,
+    Decision,
+    DefaultPolicy,
+    JobFacts,
+    TaskPolicy,
+    Verdict,
+)
+from llic.taskbook import TaskBook, TaskCounts, TaskRecord, TaskState
 
 RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
+AGENT_STARTUP_GUESS = 10.0  # seconds from submitting an agent to its connection, until one is seen
+AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
 
 
 class MasterStatus(StrEnum):
@@ -80,12 +111,18 @@ class MasterCore:
         started: float | None = None,
         run: int = 0,
         net: NetAdmit | None = None,
+        policy: TaskPolicy | None = None,
+        cluster: int = 0,
+        log_events: bool = False,
     ) -> None:
         self.book = book
         self.config = config
         self._run = run  # starts so far; start() counts one more
         self._net = net if net is not None else NetAdmit()  # accounting always; limits if configured
-        self.chefs = [Chef(rec, config, run, self._net) for rec in chefs]
+        self._policy: TaskPolicy = policy if policy is not None else DefaultPolicy()
+        self._cluster = cluster  # the tasks' ClusterId, for the policy's ads
+        book.log_events = log_events
+        self.chefs = [self._new_chef(rec, run) for rec in chefs]
         self._accepting = _Accepting(self.chefs)
         if [c.index for c in self.chefs] != list(range(len(self.chefs))):
             raise ValueError("chef records must be numbered 0, 1, ... in order")
@@ -96,6 +133,20 @@ class MasterCore:
         self._next_reschedule: float | None = None  # set by start()
         self._next_poll: float | None = None  # None while a PollQueue is unanswered
         self._poll_known: frozenset[str] | None = None  # agent jobs known when PollQueue went out
+        self._matching: int | None = None  # the pool's slots matching the agents, last counted
+        self._next_count: float | None = None  # None while a CountSlots is unanswered
+        self._launched_at: dict[str, float] = {}  # agent -> when its SubmitAgent went out
+        self._startup = AGENT_STARTUP_GUESS  # seconds from SubmitAgent to the agent's connection
+        self._run_time = (0.0, 0)  # sum and count of the run times of tasks that ran
+        self._next_periodic: float | None = None  # the next periodic policy evaluation
+        self._last_now = 0.0  # the time of the entry point being handled
+
+    def _new_chef(self, rec: ChefRecord, run: int) -> Chef:
+        """A chef that asks the job policy about ended runs (and so may wait for requeues)."""
+        chef = Chef(rec, self.config, run, self._net)
+        chef.decide = self._decide
+        chef.wait_for_requeues = self._policy.may_requeue()
+        return chef
 
     @classmethod
     def new(cls, processes: Iterable[int], config: LlicConfig, net: NetAdmit | None = None) -> MasterCore:
@@ -121,14 +172,15 @@ class MasterCore:
 
     @property
     def finished(self) -> bool:
-        """Every task is done or failed for good."""
+        """Every task is done, failed or removed for good (none held, none left to run)."""
         return self.book.finished
 
     @property
     def gave_up(self) -> bool:
-        """Tasks left and every chef unrecoverable (§3.7): nothing can run them."""
+        """Tasks left to run and every chef unrecoverable (§3.7): nothing can run them. (Held
+        tasks alone keep the master waiting for a release or a removal, as HTCondor keeps them.)"""
         return (
-            not self.book.finished
+            not self.book.idle
             and bool(self.chefs)
             and all(c.state is ChefState.UNRECOVERABLE for c in self.chefs)
         )
@@ -192,13 +244,40 @@ class MasterCore:
 
     # ------------------------------------------------------------------ entry points
 
-    def start(self, matching_slots: int, now: float, input_sizes: Mapping[int, int] | None = None) -> Output:
+    def prelaunch(self, matching_slots: int, now: float) -> Output:
+        """Before the master's first run: the agents master_submitter submits next to the master
+        job, min(matching slots, MAX_CHEFS_NUMBER, tasks) of them (at least one), for run 1 and
+        without initial tasks (tasks a master has not handed out are all queued when it starts).
+        Answer each SubmitAgent with AgentSubmitted before saving: the state file must name
+        every agent job before the master can start."""
+        if self._run or self.chefs:
+            raise ValueError("prelaunch is for a master that has not started and has no agents")
+        self._matching = matching_slots
+        out = Output()
+        wanted = min(max(matching_slots, 1), self.config.max_chefs_number, self.book.queued)
+        self.chefs[:] = [self._new_chef(ChefRecord(i), 1) for i in range(wanted)]
+        out.notes.append(f"{len(self.book)} tasks, {matching_slots} matching slots: {wanted} agents")
+        for chef in self.chefs:
+            out.extend(self._to_chef(chef, Launch("submitted with the master", initial=False), now))
+        return self._done(out, now)
+
+    def start(
+        self,
+        matching_slots: int | None,
+        now: float,
+        input_sizes: Mapping[int, int] | None = None,
+        *,
+        adopt: bool = True,
+    ) -> Output:
         """Begin, or go on after a restart. Fresh: min(matching slots, MAX_CHEFS_NUMBER, tasks)
         chefs (at least one while tasks are queued: a busy pool frees a slot eventually), all
-        launched. After a restart: every agent job of the previous run is removed (its
-        connection died with the old master) and the chefs that were active are launched again,
-        without counting a recovery. `input_sizes`: bytes of each task's private inputs (what
-        admission must fit on an agent's subnet), as the driver measured them."""
+        launched. With agents master_submitter launched (`prelaunch`): they are adopted as they
+        are, unless `adopt` is False (the driver could not listen where they look for it).
+        After a restart: every agent job of the previous run is removed (its connection died
+        with the old master) and the chefs that were active are launched again, without counting
+        a recovery. `matching_slots` None: not counted yet (a CountSlots comes first).
+        `input_sizes`: bytes of each task's private inputs (what admission must fit on an
+        agent's subnet), as the driver measured them."""
         out = Output()
         if input_sizes is not None:
             self._net.sizes = dict(input_sizes)
@@ -208,21 +287,31 @@ class MasterCore:
         self._run += 1
         self._next_reschedule = now + self.config.reschedule_interval
         self._next_poll = now + self.config.queue_poll_interval
+        if matching_slots is not None:
+            self._matching = matching_slots
+        self._next_count = now + (self.config.queue_poll_interval if matching_slots is not None else 0.0)
+        if self._policy.has_periodic():
+            self._next_periodic = now + self.config.periodic_expr_interval
         for chef in self.chefs:
             chef.run = self._run
         if not self.chefs:
-            wanted = min(max(matching_slots, 1), self.config.max_chefs_number, self.book.queued)
-            self.chefs[:] = [Chef(ChefRecord(i), self.config, self._run, self._net) for i in range(wanted)]
+            slots = 1 if matching_slots is None else matching_slots
+            wanted = min(max(slots, 1), self.config.max_chefs_number, self.book.queued)
+            self.chefs[:] = [self._new_chef(ChefRecord(i), self._run) for i in range(wanted)]
             out.notes.append(
                 f"{len(self.book)} tasks, {self.book.queued} to run, {matching_slots} matching slots:"
                 f" {wanted} agents"
             )
             for chef in self.chefs:
                 out.extend(self._to_chef(chef, Launch("start"), now))
+        elif self._run == 1 and adopt:
+            on_way = [c.rec.job_id for c in self.chefs if c.state is ChefState.LAUNCHED]
+            out.notes.append(f"{self.book.counts()}; {len(on_way)} agents submitted with the master")
         else:
             old = self.agent_job_ids()
             if old:
-                out.actions.append(RemoveAgents(tuple(old), "left by the previous run of this master"))
+                why = "left by the previous run of this master" if self._run > 1 else "told another port"
+                out.actions.append(RemoveAgents(tuple(old), why))
             again = 0
             for chef in self.chefs:
                 if chef.state in (ChefState.LAUNCHED, ChefState.RUNNING, ChefState.CREATED):
@@ -248,6 +337,10 @@ class MasterCore:
             return self._done(out, now)
         if isinstance(event, QueueSnapshot | QueuePollFailed):
             return self._done(self._queue_read(event, now), now)
+        if isinstance(event, SlotsCounted):
+            return self._done(self._slots_counted(event, now), now)
+        if isinstance(event, UserRequest):
+            return self._done(self._user_request(event, now), now, save_first=True)
         self._dirty = True
         out = Output()
         chef, current = self._chef_of(event.agent)
@@ -255,13 +348,18 @@ class MasterCore:
             out = self._stale(chef, event)
         else:
             match event:
-                case AgentConnected(address=address) if address:
-                    self._net.connect(event.agent, address)
+                case AgentConnected(address=address):
+                    if address:
+                        self._net.connect(event.agent, address)
+                    self._connected(event.agent, now)
                 case ConnectionBroken():
                     self._net.forget(event.agent, now)
-                case ResultReceived(process=process):
+                case ResultReceived(process=process, result=result):
                     self._net.release(process)  # its inputs arrived, or it never started
                     self._net.bulk_done(event.agent, process, now)
+                    if result.ok:
+                        total, n = self._run_time
+                        self._run_time = (total + max(0.0, result.run_time), n + 1)
             out.extend(self._to_chef(chef, event, now))
             out.extend(self._balance(now))
         if isinstance(event, AgentSubmitted):
@@ -282,6 +380,12 @@ class MasterCore:
                 out.actions.append(PollQueue())
                 self._poll_known = frozenset(self.agent_job_ids())
                 self._next_poll = None
+            if self._next_count is not None and now >= self._next_count:
+                out.actions.append(CountSlots())
+                self._next_count = None
+            if self._next_periodic is not None and now >= self._next_periodic:
+                self._next_periodic = now + self.config.periodic_expr_interval
+                out.extend(self._periodic(now))
         save = self._dirty and (
             now >= self._last_save + self.config.state_save_interval or now < self._last_save
         )
@@ -290,29 +394,62 @@ class MasterCore:
     def finish(self, now: float, reason: str = "all tasks done") -> Output:
         """The end (all done, gave up, or told to stop): close every connection, put unfinished
         tasks back in the queue (a restarted master runs them), remove every agent job ever
-        submitted, and save, last. Events after this only get refusals and removals."""
+        submitted, and save, last. When all tasks are done, agents that finished their tasks get
+        AGENT_EXIT_GRACE seconds to leave by themselves (LetAgentsLeave) before they are
+        removed with the rest. Events after this only get refusals and removals."""
         out = Output()
+        done = self.finished and not self._stopped
+        leaving = self.exiting_agent_jobs() if done else []
         self._stopped = True
         self._dirty = True
         for chef in self.chefs:
             out.extend(chef.handle(Terminate(reason), now, self.book, ()))
         jobs = self.agent_job_ids()
-        if jobs:
-            out.actions.append(RemoveAgents(tuple(jobs), f"final cleanup: {reason}"))
+        rest = tuple(j for j in jobs if j not in leaving)
+        if rest:
+            out.actions.append(RemoveAgents(rest, f"final cleanup: {reason}"))
+        if leaving:
+            out.actions.append(LetAgentsLeave(tuple(leaving), AGENT_EXIT_GRACE))
+            out.actions.append(RemoveAgents(tuple(leaving), f"final cleanup: {reason}"))
         out.notes.append(f"finished ({self.status}): {self.book.counts()}; removing {len(jobs)} agent jobs")
+        events = self.book.take_events()
+        if events:
+            out.actions.append(WriteEvents(tuple(events)))
         out.actions.append(SaveState())
         self._saved(now)
         out.wakeup = self._wakeup()
         return out
 
+    def still_launching(self, agent: str) -> bool:
+        """Is `agent` the launch its chef waits for (so the driver should still submit it)? A
+        chef dismissed, recovered or stopped meanwhile does not want it any more."""
+        chef, current = self._chef_of(agent)
+        return chef is not None and current and chef.state is ChefState.LAUNCHED and chef.rec.job_id is None
+
+    @property
+    def matching_slots(self) -> int | None:
+        """The pool's slots matching the agents, as last counted (None: not yet)."""
+        return self._matching
+
+    @property
+    def agent_startup(self) -> float:
+        """Seconds from submitting an agent to its connection (estimate; the guess until seen)."""
+        return self._startup
+
     # ------------------------------------------------------------------ internals
 
     def _done(self, out: Output, now: float, *, save_first: bool = False) -> Output:
-        """Seal an entry point's output: a save first when it must precede acting, and the
-        time the core next wants its timer."""
+        """Seal an entry point's output: the job event log's events of what it changed, a save
+        first when it must precede acting, and the time the core next wants its timer."""
+        events = self.book.take_events()
+        if events:
+            out.actions.append(WriteEvents(tuple(events)))
         if save_first:
             out.actions.insert(0, SaveState())
             self._saved(now)
+        for action in out.actions:
+            if isinstance(action, SubmitAgent):
+                self._launched_at[action.agent] = now
         out.wakeup = self._wakeup()
         return out
 
@@ -327,8 +464,102 @@ class MasterCore:
         if self._dirty:
             times.append(self._last_save + self.config.state_save_interval)
         if not self.over:
-            times += [t for t in (self._next_reschedule, self._next_poll) if t is not None]
+            pending = (self._next_reschedule, self._next_poll, self._next_count, self._next_periodic)
+            times += [t for t in pending if t is not None]
         return min(times) if times else None
+
+    def _facts(self, rec: TaskRecord, status: int, now: float, result: TaskResult | None = None) -> JobFacts:
+        """A task's job ad facts for the policy (llic/task_policy.py)."""
+        return JobFacts(
+            cluster=self._cluster,
+            process=rec.process,
+            status=status,
+            starts=rec.attempt,
+            completions=rec.completions,
+            qdate=self._started if self._started is not None else now,
+            entered=rec.entered if rec.entered is not None else (self._started or now),
+            now=now,
+            exit_code=None if result is None else result.exit_code,
+            exit_signal=None if result is None else result.signal,
+            run_started=rec.run_started,
+            wall_clock=rec.wall_clock,
+            hold_code=rec.hold_code,
+            hold_subcode=rec.hold_subcode,
+        )
+
+    def _decide(self, rec: TaskRecord, result: TaskResult, now: float) -> Decision:
+        """The job policy's judgment of a run that ended (TaskBook.complete's `decide`)."""
+        return self._policy.on_exit(self._facts(rec, RUNNING, now, result))
+
+    def _periodic(self, now: float) -> Output:
+        """HTCondor's periodic policy over every task that waits, runs or is held."""
+        out = Output()
+        self._last_now = now
+        statuses = {TaskState.QUEUED: IDLE, TaskState.RUNNING: RUNNING, TaskState.HELD: HELD}
+        for rec in self.book.records():
+            status = statuses.get(rec.state)
+            if status is None:
+                continue
+            decision = self._policy.periodic(self._facts(rec, status, now))
+            if decision is not None:
+                self._apply(rec.process, decision, now, out)
+        if out.actions or out.notes:
+            self._dirty = True
+            out.extend(self._balance(now))
+        return out
+
+    def _apply(self, process: int, decision: Decision, now: float, out: Output) -> None:
+        """Hold, release or remove one task (the periodic policy or the user)."""
+        rec = self.book[process]
+        attempt = rec.attempt
+        chef: int | None = None
+        verdict = decision.verdict
+        if verdict is Verdict.HOLD:
+            chef = self.book.hold(process, decision, now)
+            done = rec.state is TaskState.HELD
+        elif verdict is Verdict.RELEASE:
+            done = self.book.release(process, now, decision.reason)
+        elif verdict is Verdict.REMOVE:
+            done, chef = self.book.remove(process, now, decision.reason)
+        else:
+            return
+        if done:
+            out.notes.append(f"process {process}: {verdict.value}: {decision.reason or 'no reason'}")
+        if chef is not None:
+            self._stop_running(chef, process, attempt, out)
+
+    def _stop_running(self, index: int, process: int, attempt: int, out: Output) -> None:
+        """A task its agent runs was held or removed: the agent stops it; its chef may be done."""
+        chef = self.chefs[index]
+        if chef.state is ChefState.RUNNING:
+            out.actions.append(CancelTask(chef.agent, process, attempt))
+            chef.now = self._last_now
+            chef.fill(self.book, self._accepting, out)
+
+    def _user_request(self, event: UserRequest, now: float) -> Output:
+        """master_release / master_rm / master_hold: as condor_release, condor_rm, condor_hold."""
+        out = Output()
+        self._dirty = True
+        applies = {
+            "release": (TaskState.HELD,),
+            "remove": (TaskState.QUEUED, TaskState.RUNNING, TaskState.HELD),
+            "hold": (TaskState.QUEUED, TaskState.RUNNING),
+        }.get(event.action)
+        if applies is None or self._stopped:
+            out.notes.append(f"user request {event.action!r} ignored")
+            return out
+        processes = event.processes
+        if processes is None:
+            processes = tuple(p for state in applies for p in self.book.in_state(state))
+        verdict = {"release": Verdict.RELEASE, "remove": Verdict.REMOVE, "hold": Verdict.HOLD}[event.action]
+        code = HOLD_USER_REQUEST if verdict is Verdict.HOLD else 0
+        reason = event.reason or f"via master_{'rm' if event.action == 'remove' else event.action}"
+        self._last_now = now
+        for process in processes:
+            if process in self.book:
+                self._apply(process, Decision(verdict, reason, code), now, out)
+        out.extend(self._balance(now))
+        return out
 
     def _waiting_for_slots(self) -> bool:
         """Some agent is submitted and has not connected yet: negotiation cycles help it start."""
@@ -375,6 +606,12 @@ class MasterCore:
             if chef.active and job is not None and job not in alive:
                 out.extend(self._to_chef(chef, AgentVanished(chef.agent), now))
         out.extend(self._balance(now))
+        if not self.book.queued and not self.over:
+            # the surplus: agents still waiting for a slot (or starting) while nothing is queued
+            # would only take a slot to be told no_more_tasks; those connecting now are let go so
+            for chef in self.chefs:
+                if chef.state is ChefState.LAUNCHED:
+                    out.extend(self._to_chef(chef, Dismiss("nothing queued for it"), now))
         self._dirty = self._dirty or bool(out.actions)  # a quiet poll changes nothing
         return out
 
@@ -388,7 +625,8 @@ class MasterCore:
         if parsed is None or parsed[1] >= len(self.chefs):
             return None, False
         chef = self.chefs[parsed[1]]
-        return chef, parsed[0] == self._run and parsed[2] == chef.rec.launches and not self._stopped
+        run = self._run or 1  # agents launched before the first start belong to the first run
+        return chef, parsed[0] == run and parsed[2] == chef.rec.launches and not self._stopped
 
     def _current(self, agent: str) -> bool:
         """`agent` is the running launch of its chef in this run."""
@@ -423,10 +661,10 @@ class MasterCore:
         return out
 
     def _balance(self, now: float) -> Output:
-        """After every event: running agents with room get queued tasks; if tasks are queued but
-        no chef can take them, launch created or terminated chefs again (§3.7)."""
+        """After every event: running agents with room get queued tasks; then, while tasks are
+        queued, the agents may grow (`_grow`)."""
         out = Output()
-        if self.over:
+        if self.over or not self._run:
             return out
         net = self._net
         net.keep_only((c.agent for c in self.chefs if c.state is ChefState.RUNNING), now)
@@ -441,14 +679,74 @@ class MasterCore:
             for chef in ready:
                 chef.now = now
                 chef.fill(self.book, self._accepting, out)
-        queued = self.book.queued
-        if queued and not any(c.accepting for c in self.chefs):
-            for chef in self._relaunchable():
-                if queued <= 0:
-                    break
-                queued -= 1
-                out.extend(self._to_chef(chef, Launch("tasks left and no agent to take them"), now))
+        if self.book.queued:
+            self._grow(out, now)
         return self._grants(out, now)
+
+    def _grow(self, out: Output, now: float) -> None:
+        """Launch agents while the pool has more matching slots than agents that can take tasks
+        (MAX_CHEFS_NUMBER at most), each new one with a queued task beyond those the agents still
+        on their way will take, and only while the queued work would outlast a new agent's
+        start-up on the agents running now (known once tasks have run) and no task waits for
+        network capacity (llic.netadmit: the limit, not the agents, holds those back). With no agent able to
+        take tasks, at least one is launched: a busy pool frees a slot eventually (§3.7).
+        Terminated and created chefs are launched again first; new chefs come after, unless some
+        chef is unrecoverable (a pool where agents keep failing gets no more of them)."""
+        queued = self.book.queued
+        accepting = [c for c in self.chefs if c.accepting]
+        waiting = sum(1 for c in accepting if c.state is ChefState.LAUNCHED)
+        ceiling = self._matching if self._matching is not None else len(accepting)
+        limit = min(self.config.max_chefs_number, max(ceiling, 1))
+        new = min(limit - len(accepting), queued - waiting)
+        if not accepting:
+            new = max(new, 1)
+        elif new <= 0 or self._net.heads or not self._worth_an_agent(queued):
+            # the common case, after every result: every agent there is can take tasks; or
+            # tasks wait for network capacity, which another agent would not give them
+            return
+        others = [c.index for c in accepting]
+        for chef in self._relaunchable():
+            if new <= 0:
+                return
+            if accepting and not self.book.can_take(chef.index, others):
+                continue  # its agents failed what is queued, and agents that did not are there
+            new -= 1
+            out.extend(self._to_chef(chef, Launch("tasks queued and room for another agent"), now))
+        if any(c.state is ChefState.UNRECOVERABLE for c in self.chefs):
+            return
+        while new > 0 and len(self.chefs) < self.config.max_chefs_number:
+            new -= 1
+            chef = self._new_chef(ChefRecord(len(self.chefs)), self._run)
+            self.chefs.append(chef)
+            out.extend(self._to_chef(chef, Launch("more matching slots than agents"), now))
+
+    def _worth_an_agent(self, queued: int) -> bool:
+        """Would the queued tasks keep the running agents busy longer than a new agent takes to
+        start? Unknown (no task has run yet, or no agent runs): yes."""
+        total, n = self._run_time
+        running = sum(1 for c in self.chefs if c.state is ChefState.RUNNING and c.accepting)
+        if not n or not running:
+            return True
+        return queued * (total / n) / running > self._startup
+
+    def _connected(self, agent: str, now: float) -> None:
+        """An agent connected: how long agents take to start, for `_worth_an_agent`."""
+        launched = self._launched_at.pop(agent, None)
+        if launched is not None and now >= launched:
+            seen = now - launched
+            self._startup = seen if self._startup == AGENT_STARTUP_GUESS else (self._startup + seen) / 2
+
+    def _slots_counted(self, event: SlotsCounted, now: float) -> Output:
+        """The answer to CountSlots: the ceiling for growing the agents."""
+        if not self.over:
+            self._next_count = now + self.config.queue_poll_interval
+        if event.matching is None:
+            return Output(notes=["could not count the matching slots"])
+        grew = event.matching != self._matching
+        self._matching = event.matching
+        out = self._balance(now) if grew else Output()
+        self._dirty = self._dirty or bool(out.actions)
+        return out
 
     def _relaunchable(self) -> Iterator[Chef]:
         """Created chefs, then terminated ones, those whose agents did not fail the queued tasks

@@ -1,15 +1,29 @@
-"""master_q (seed §6): how far each master has got, read from its state file, condor_q style.
+"""master_q (seed §6): how far each master has got, condor_q style.
 
-    master_q STATE_FILE|ALL [CONFIG] [-json] [-net]
+    master_q [STATE_FILE|ALL] [CONFIG] [-name SCHEDD] [-constraint EXPR] [-af ATTR ...] [-long]
+             [-nobatch] [-totals] [-json] [-net]
 
-ALL reads every `master.*.state` under MASTER_OUTPUTS_DIR_PREFIX_PATH of the configuration
-(CONFIG, else $LLIC_CONFIG_FILENAME, else the defaults); see `llic.state.find_state_files`. The
-seed names these files `master.*.in`; ours say what they are.
+Where from: a state file; ALL, every `master.*.state` under MASTER_OUTPUTS_DIR_PREFIX_PATH of the
+configuration (CONFIG, else $LLIC_CONFIG_FILENAME, else the site file, else the defaults; see
+`llic.state.find_state_files`); or, with neither, the schedds of the pool: every master job there
+carries its progress in its own job ad (`LlicDone`, `LlicTotal`, ... which the master keeps up to
+date; `condor_q -af LlicMasterId LlicDone` shows them too), so masters are listed wherever their
+state files are. The seed names state files `master.*.in`; ours say what they are.
+
+As condor_q does: each master is a ClassAd (`master_ad`: LlicMasterId, Owner, ClusterId,
+LlicStatus, LlicTotal, LlicDone, LlicRunning, LlicIdle, LlicFailed, LlicAgentsRunning, ...);
+`-constraint` keeps those for which a ClassAd expression is true (the bindings evaluate it),
+`-af` prints the named attributes space-separated, one line per master, `-long` prints
+`Attr = value` blocks, `-totals` only the totals line. `-nobatch` lists tasks instead of masters
+(a master is a batch; a task is a job), each a ClassAd too (`task_ad`: ClusterId, ProcId,
+LlicTaskState, ExitCode, RemoteHost, ...), from the masters' state files.
 
 The numbers are as of the master's last save (at most STATE_SAVE_INTERVAL old while it runs).
 TASKS/S is the rate over the last minute before that save (a pool's slots come and go, so the
 recent rate predicts the rest better than the average since the start); for a master that has
-ended, it is the average over its whole run. ETA is the tasks left at that rate.
+ended, it is the average over its whole run. ETA is the tasks left at that rate. Held tasks
+are counted in the totals line and listed below it with their hold reasons (the first
+HELD_SHOWN of each master; `-json`: "held" and "held_tasks"); master_release releases them.
 
 `-net` shows llic's transfers instead (issue 8, llic/netadmit.py): per subnet its limit, bytes
 sent to agents (IN) and back (OUT), the rate over the last seconds before the save, the highest
@@ -26,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.cli import EXIT_USER_ERROR, run_main
+from common.cli import EXIT_USER_ERROR, new_parser, run_main
+from common.config import ConfigError
 from llic.chef import ChefState
 from llic.config import load_llic_config
 from llic.master_core import MasterStatus
@@ -35,6 +50,7 @@ from llic.state import MasterState, StateFileError, find_state_files, load_state
 from llic.taskbook import TaskState
 
 RATE_WINDOW = 60.0  # seconds of completions that make up the current rate
+HELD_SHOWN = 100  # held tasks -json lists with their reasons (the count has them all)
 AGENT_STATES = [
     ChefState.CREATED,
     ChefState.LAUNCHED,
@@ -71,6 +87,13 @@ def summarize(state: MasterState, path: Path | None = None) -> dict[str, Any]:
         "running": counts.running,
         "queued": counts.queued,
         "failed": counts.failed,
+        "held": counts.held,
+        "removed": counts.removed,
+        "held_tasks": [
+            {"process": t.process, "reason": t.hold_reason, "code": t.hold_code, "subcode": t.hold_subcode}
+            for t in state.tasks
+            if t.state is TaskState.HELD
+        ][:HELD_SHOWN],
         "agents": state.agents_by_state(),
         "agent_jobs_submitted": sum(len(c.job_ids) for c in state.chefs),
         "tasks_per_second": rate,
@@ -79,6 +102,95 @@ def summarize(state: MasterState, path: Path | None = None) -> dict[str, Any]:
         "lost": state.counters.get("lost", 0),
         "net": state.extra.get("net"),
     }
+
+
+# A master's row (summarize) as ClassAd attributes: what the master puts in its job ad, what
+# -constraint, -af and -long see.
+MASTER_ATTRS = {
+    "master_id": "LlicMasterId",
+    "owner": "Owner",
+    "cluster": "ClusterId",
+    "block": "LlicBlock",
+    "submit_file": "LlicSubmitFile",
+    "status": "LlicStatus",
+    "submitted": "LlicSubmitted",
+    "saved": "LlicSaved",
+    "total": "LlicTotal",
+    "done": "LlicDone",
+    "running": "LlicRunning",
+    "queued": "LlicIdle",
+    "failed": "LlicFailed",
+    "held": "LlicHeld",
+    "removed": "LlicRemoved",
+    "agent_jobs_submitted": "LlicAgentJobsSubmitted",
+    "tasks_per_second": "LlicTasksPerSecond",
+    "eta_seconds": "LlicEtaSeconds",
+    "retries": "LlicRetries",
+    "lost": "LlicLost",
+    "path": "LlicStateFile",
+}
+AGENT_ATTR = "LlicAgents{}"  # per agent state: LlicAgentsRunning, LlicAgentsLaunched, ...
+
+
+def master_ad(row: dict[str, Any]) -> dict[str, Any]:
+    """A master's row as a ClassAd (plain values; None is undefined)."""
+    ad = {attr: row.get(key) for key, attr in MASTER_ATTRS.items()}
+    for state in AGENT_STATES:
+        ad[AGENT_ATTR.format(state.value.capitalize())] = row["agents"].get(state.value, 0)
+    return ad
+
+
+def row_of_ad(ad: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of master_ad, for masters listed from their job ads."""
+    row = {key: ad.get(attr) for key, attr in MASTER_ATTRS.items()}
+    for key in ("total", "done", "running", "queued", "failed", "held", "removed", "agent_jobs_submitted",
+                "retries", "lost"):  # fmt: skip
+        row[key] = int(row[key] or 0)
+    row["owner"] = str(row["owner"] or "?")
+    row["agents"] = {s.value: int(ad.get(AGENT_ATTR.format(s.value.capitalize())) or 0) for s in AGENT_STATES}
+    row["net"] = None
+    return row
+
+
+def task_ads(state: MasterState) -> list[dict[str, Any]]:
+    """Each task as a ClassAd, as condor_q shows a job: -nobatch lists these."""
+    out = []
+    for t in state.tasks:
+        o = t.outcome
+        out.append(
+            {
+                "LlicMasterId": state.info.master_id,
+                "Owner": state.info.owner,
+                "ClusterId": state.info.cluster,
+                "ProcId": t.process,
+                "LlicTaskState": t.state.value,
+                "LlicAttempts": t.attempt,
+                "LlicFailures": t.failures,
+                "ExitCode": o.exit_code if o else None,
+                "ExitSignal": o.signal if o else None,
+                "RemoteHost": (o.host or None) if o else None,
+                "RemoteWallClockTime": o.run_time if o else None,
+                "LlicError": o.error if o else None,
+                "CompletionDate": t.completed,
+            }
+        )
+    return out
+
+
+def classad_value(value: Any) -> str:
+    """A value as ClassAd text (-long): strings quoted, booleans true/false, None undefined."""
+    if value is None:
+        return "undefined"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def autoformat(value: Any) -> str:
+    """A value as condor_q -af prints it: strings bare, the rest as ClassAd text."""
+    return value if isinstance(value, str) else classad_value(value)
 
 
 def _rate(state: MasterState) -> float | None:
@@ -113,16 +225,26 @@ def render_table(rows: list[dict[str, Any]], title: str) -> str:
             f"{r['running']:>6} {r['queued']:>7} {r['failed']:>6} {r['total']:>7} {agents:>17} "
             f"{_rate_text(r['tasks_per_second']):>8} {_duration(r['eta_seconds']):>11} {r['status']}"
         )
-    total = {k: sum(r[k] for r in rows) for k in ("total", "done", "running", "queued", "failed")}
+    total = {k: sum(r[k] for r in rows) for k in ("total", "done", "running", "queued", "held", "failed")}
     agents_running = sum(r["agents"].get(ChefState.RUNNING.value, 0) for r in rows)
     agents_waiting = sum(r["agents"].get(ChefState.LAUNCHED.value, 0) for r in rows)
+    held_text = f"{total['held']} held, " if total["held"] else ""
     lines.append("")
     lines.append(
         f"Total for {len(rows)} master{'s' if len(rows) != 1 else ''}: {total['total']} tasks; "
         f"{total['done']} done, {total['running']} running, {total['queued']} idle, "
-        f"{total['failed']} failed; "
+        f"{held_text}{total['failed']} failed; "
         f"agents: {agents_running} running, {agents_waiting} waiting for a slot"
     )
+    held = [(r["master_id"], t) for r in rows for t in r.get("held_tasks", [])]
+    if held:
+        lines.append("")
+        lines.append(
+            f"-- {total['held']} held task{'s' if total['held'] != 1 else ''} (master_release releases them)"
+        )
+        for master_id, t in held:
+            codes = f"code {t['code']}, subcode {t['subcode']}"
+            lines.append(f"{master_id} process {t['process']}: {t['reason']} ({codes})")
     return "\n".join(lines)
 
 
@@ -209,14 +331,30 @@ def _duration(seconds: float | None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """master_q's command line."""
-    parser = argparse.ArgumentParser(
-        prog="master_q", description="progress of llic masters, from their state files"
+    """master_q's command line, condor_q's options where they mean the same."""
+    parser = new_parser("master_q", "Progress of llic masters, condor_q style (see the module's doc).")
+    parser.add_argument(
+        "target",
+        metavar="STATE_FILE|ALL",
+        nargs="?",
+        help="a master.<id>.state file, or ALL (every one under MASTER_OUTPUTS_DIR_PREFIX_PATH); "
+        "none: the masters in the pool's schedds",
     )
-    parser.add_argument("target", metavar="STATE_FILE|ALL", help="a master.<id>.state file, or ALL")
     parser.add_argument(
         "config", metavar="CONFIG", nargs="?", type=Path, help="llic config (default: $LLIC_CONFIG_FILENAME)"
     )
+    parser.add_argument("-name", "--name", dest="schedd", help="only this schedd (with no STATE_FILE|ALL)")
+    parser.add_argument(
+        "-constraint", "--constraint", dest="constraint", help="a ClassAd expression each master must satisfy"
+    )
+    parser.add_argument(
+        "-af", "-autoformat", "--af", dest="af", nargs="+", metavar="ATTR", help="print these attributes"
+    )
+    parser.add_argument("-long", "--long", "-l", dest="long", action="store_true", help="every attribute")
+    parser.add_argument(
+        "-nobatch", "--nobatch", dest="nobatch", action="store_true", help="one line per task, not per master"
+    )
+    parser.add_argument("-totals", "--totals", dest="totals", action="store_true", help="only the totals")
     parser.add_argument("-json", "--json", dest="json", action="store_true", help="print a JSON list")
     parser.add_argument(
         "-net", "--net", dest="net", action="store_true", help="llic's transfers per subnet and agent"
@@ -225,36 +363,159 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`master_q`: print the progress of one master or of all, from their state files."""
+    """master_q's entry point: user errors are one line and exit 2."""
     args = build_parser().parse_args(argv)
     return run_main("master_q", lambda: _main(args))
 
 
 def _main(args: argparse.Namespace) -> int:
-    config = load_llic_config(args.config)
     errors: list[str] = []
     rows: list[dict[str, Any]] = []
-    if args.target == "ALL":
-        prefix = config.master_outputs_dir_prefix_path
-        paths = find_state_files(prefix)
-        title = f"llic masters under {prefix}"
+    states: list[MasterState] = []
+    if args.target is None:
+        if args.config is not None:
+            raise ConfigError("a CONFIG needs STATE_FILE or ALL before it")
+        rows, title = _from_schedds(args.schedd)
+        if args.nobatch:
+            for r in rows:
+                try:
+                    states.append(load_state(Path(str(r["path"]))))
+                except (StateFileError, TypeError, ValueError) as e:
+                    errors.append(f"master {r['master_id']}: state file not readable here: {e}")
     else:
-        paths = [Path(args.target)]
-        title = f"llic master {args.target}"
-    for path in paths:
-        try:
-            rows.append(summarize(load_state(path), path))
-        except StateFileError as e:
-            errors.append(str(e))
-    if args.target != "ALL" and errors:
-        print(f"master_q: error: {errors[0]}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    elif args.net:
-        print(render_net(rows, title))
+        config = load_llic_config(args.config)
+        if args.target == "ALL":
+            prefix = config.master_outputs_dir_prefix_path
+            paths = find_state_files(prefix)
+            title = f"llic masters under {prefix}"
+        else:
+            paths = [Path(args.target)]
+            title = f"llic master {args.target}"
+        for path in paths:
+            try:
+                state = load_state(path)
+            except StateFileError as e:
+                errors.append(str(e))
+                continue
+            states.append(state)
+            rows.append(summarize(state, path))
+        if args.target != "ALL" and errors:
+            print(f"master_q: error: {errors[0]}", file=sys.stderr)
+            return EXIT_USER_ERROR
+    if args.nobatch:
+        _print_tasks(args, [ad for s in states for ad in task_ads(s)], title)
     else:
-        print(render_table(rows, title))
+        _print_masters(args, rows, title)
     for error in errors:
         print(f"master_q: skipped: {error}", file=sys.stderr)
     return 1 if errors else 0
+
+
+def _matching(constraint: str | None, ads: list[dict[str, Any]]) -> list[bool]:
+    """-constraint, evaluated by the bindings (through the gateway's worker)."""
+    if constraint is None:
+        return [True] * len(ads)
+    import trio
+
+    from common.condor import CondorError, Gateway, GatewayError
+
+    async def match() -> list[bool]:
+        async with Gateway(timeout=30) as gw:
+            return await gw.match_ads(constraint, ads)
+
+    try:
+        return trio.run(match)
+    except CondorError as e:
+        raise ConfigError(f"-constraint: {e.condor_message}") from None
+    except GatewayError as e:
+        raise ConfigError(f"-constraint: cannot evaluate: {e}") from None
+
+
+def _print_masters(args: argparse.Namespace, rows: list[dict[str, Any]], title: str) -> None:
+    ads = [master_ad(r) for r in rows]
+    keep = _matching(args.constraint, ads)
+    rows = [r for r, k in zip(rows, keep, strict=True) if k]
+    ads = [a for a, k in zip(ads, keep, strict=True) if k]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif args.af:
+        for ad in ads:
+            print(" ".join(autoformat(ad.get(attr)) for attr in args.af))
+    elif args.long:
+        print("\n\n".join("\n".join(f"{k} = {classad_value(v)}" for k, v in ad.items()) for ad in ads))
+    elif args.net:
+        print(render_net(rows, title))
+    elif args.totals:
+        print(render_table(rows, title).splitlines()[-1])
+    else:
+        print(render_table(rows, title))
+
+
+def _print_tasks(args: argparse.Namespace, ads: list[dict[str, Any]], title: str) -> None:
+    keep = _matching(args.constraint, ads)
+    ads = [a for a, k in zip(ads, keep, strict=True) if k]
+    if args.json:
+        print(json.dumps(ads, indent=2))
+    elif args.af:
+        for ad in ads:
+            print(" ".join(autoformat(ad.get(attr)) for attr in args.af))
+    elif args.long:
+        print("\n\n".join("\n".join(f"{k} = {classad_value(v)}" for k, v in ad.items()) for ad in ads))
+    else:
+        print(render_tasks(ads, title, totals_only=args.totals))
+
+
+def render_tasks(ads: list[dict[str, Any]], title: str, *, totals_only: bool = False) -> str:
+    """condor_q -nobatch's look, for tasks: one line each, then the totals."""
+    lines = [] if totals_only else [
+        f"-- {title}: tasks",
+        f"{'ID':<14} {'OWNER':<10} {'MASTER':<22} {'STATE':<8} {'RUNS':>4} {'EXIT':>5} {'RUN_TIME':>11} HOST",
+    ]  # fmt: skip
+    for ad in [] if totals_only else ads:
+        exit_code = (
+            ad["ExitCode"]
+            if ad["ExitCode"] is not None
+            else ("sig" + str(ad["ExitSignal"]) if ad["ExitSignal"] else "-")
+        )
+        run_time = _duration(ad["RemoteWallClockTime"]) if ad["RemoteWallClockTime"] is not None else "-"
+        job = f"{ad['ClusterId']}.{ad['ProcId']}"
+        lines.append(
+            f"{job:<14} {str(ad['Owner'])[:10]:<10} "
+            f"{ad['LlicMasterId']:<22} {ad['LlicTaskState']:<8} {ad['LlicAttempts']:>4} {exit_code:>5} "
+            f"{run_time:>11} {ad['RemoteHost'] or '-'}"
+        )
+    count = {s.value: sum(1 for a in ads if a["LlicTaskState"] == s.value) for s in TaskState}
+    if not totals_only:
+        lines.append("")
+    lines.append(
+        f"Total for {len(ads)} task{'s' if len(ads) != 1 else ''}: {count['done']} done, "
+        f"{count['running']} running, {count['queued']} idle, {count['failed']} failed"
+    )
+    return "\n".join(lines)
+
+
+def _from_schedds(schedd: str | None) -> tuple[list[dict[str, Any]], str]:
+    """Masters from their job ads, in every schedd of the pool (or the one named)."""
+    import trio
+
+    from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
+
+    projection = [*MASTER_ATTRS.values(), *(AGENT_ATTR.format(s.value.capitalize()) for s in AGENT_STATES)]
+
+    async def query() -> list[dict[str, Any]]:
+        async with Gateway(timeout=30) as gw:
+            names = [schedd] if schedd else [s.name for s in await gw.list_schedds() if s.name]
+            ads: list[dict[str, Any]] = []
+            for name in names:
+                ref = DaemonRef(kind=DaemonKind.SCHEDD, name=name)
+                ads += await gw.query_jobs(
+                    "LlicMasterId =!= undefined && JobUniverse == 7", projection, schedd=ref
+                )
+            return ads
+
+    try:
+        ads = trio.run(query)
+    except GatewayError as e:
+        raise ConfigError(f"cannot read the schedds' queues: {e}") from None
+    title = f"llic masters in schedd {schedd}" if schedd else "llic masters in the pool's schedds"
+    return [row_of_ad(ad) for ad in ads], title

@@ -21,10 +21,12 @@ from typing import Any
 from common.config import ConfigError
 from llic import protocol
 from llic.config import LlicConfig
+from llic.eventlog import log_path
 from llic.netadmit import Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, load_state
-from llic.submit import SubmitFileError, parse_submit_file
+from llic.submit import QueueBlock, SubmitFileError, parse_submit_file
 from llic.task import Task
+from llic.task_policy import EXPRESSIONS, DefaultPolicy, TaskPolicy
 
 MIN_RATE_ATTR = "llicminmbps"  # +LlicMinMbps = 8 in the submit file (issue 8 item 4)
 
@@ -102,6 +104,19 @@ class Plan:
             names.append(spec.input)
         return [n for n in names if n not in common]
 
+    def logs(self) -> dict[int, str]:
+        """Each task's job event log (those with a `log` only), as a path on this machine."""
+        return {p: log_path(spec.initialdir, spec.log) for p, spec in self.specs.items() if spec.log}
+
+    def policy(self) -> TaskPolicy:
+        """The tasks' job policy (llic/job_policy.py, which loads HTCondor's ClassAd library);
+        HTCondor's default when no task has a policy command."""
+        if not any(name in EXPRESSIONS for spec in self.specs.values() for name in spec.policy):
+            return DefaultPolicy()
+        from llic.job_policy import task_policy  # classad2: only for masters that need it
+
+        return task_policy(self.specs.values(), self.agent_attributes)
+
     def net_admission(self, figures: Any = None) -> NetAdmit:
         """The network admission this master runs with: the limits of its config, the submit
         file's `+LlicMinMbps`, serialized large returns in TRANSFER modes, and the totals of an
@@ -139,12 +154,10 @@ def load_plan(state_path: Path) -> tuple[MasterState, Plan]:
         )
     block = submit.blocks[0]
     try:
-        specs = {spec.process: spec for spec in block.tasks(info.cluster)}
-        mode = str(block.mode)
-        attributes = block.agent_attributes()
-        common = block.common_input_files(info.cluster) if mode in protocol.TRANSFER_MODES else []
+        plan = make_plan(state_path, info, config, block)
     except SubmitFileError as e:
         raise PlanError(f"{state_path}: submit description: {e}") from None
+    specs = plan.specs
     in_state = {t.process for t in state.tasks}
     if set(specs) != in_state:
         missing = sorted(in_state - set(specs))[:5]
@@ -153,6 +166,19 @@ def load_plan(state_path: Path) -> tuple[MasterState, Plan]:
             f"{state_path}: the state file's tasks and {submit_path}'s jobs differ "
             f"(only in the state file: {missing}; only in the description: {extra})"
         )
+    return state, plan
+
+
+def make_plan(
+    state_path: Path, info: MasterInfo, config: LlicConfig, block: QueueBlock, tasks: Sequence[Task] = ()
+) -> Plan:
+    """The plan of a master's queue block with its cluster (`info.cluster`); `tasks`, when
+    given, are the block's tasks already resolved with that cluster. SubmitFileError as the
+    block raises it."""
+    specs = {spec.process: spec for spec in (tasks or block.tasks(info.cluster))}
+    mode = str(block.mode)
+    attributes = block.agent_attributes()
+    common = block.common_input_files(info.cluster) if mode in protocol.TRANSFER_MODES else []
     executable = None
     if mode in protocol.TRANSFER_MODES:
         names = {spec.executable for spec in specs.values()}
@@ -160,8 +186,7 @@ def load_plan(state_path: Path) -> tuple[MasterState, Plan]:
             (name,) = names
             if os.path.isabs(name) and os.path.isfile(name):
                 executable = name
-    plan = Plan(state_path, info, config, mode, specs, common, executable, attributes)
-    return state, plan
+    return Plan(Path(state_path).absolute(), info, config, mode, specs, common, executable, attributes)
 
 
 def _size(path: str) -> int:

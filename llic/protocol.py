@@ -17,9 +17,24 @@ in TRANSFER modes, at the path where condor would put them in the execution dire
 Messages (fields beyond these are dropped on decoding, so later versions can add some):
 
     agent -> master   hello {agent, master, version, nonce_a}   auth {mac_a}   result {result} + files
-                      bulk_ready {process, attempt, size}
-    master -> agent   challenge {nonce_m, mac_m}   welcome {window[, bulk_threshold]}   refused {reason}
-                      task {task} + files   no_more_tasks {}   bulk_go {process, attempt[, rate_bps]}
+                      bulk_ready {process, attempt, size}   results {results}
+    master -> agent   challenge {nonce_m, mac_m}   welcome {window[, bulk_threshold][, batch]}
+                      refused {reason[, master]}   task {task} + files   no_more_tasks {}
+                      bulk_go {process, attempt[, rate_bps]}   tasks {tasks}
+                      cancel {process, attempt}
+
+Batches (version 2): `tasks {tasks: [task, ...]}` and `results {results: [result, ...]}` carry
+several tasks or results without files in one message, each exactly as its `task`/`result`
+would, so that a flood of short tasks costs one message, one write and one wake-up per batch
+rather than per task. A master sends `tasks` only to an agent whose hello says version 2 or
+later, and says `batch: true` in its welcome to such an agent only; an agent sends `results`
+only after that. Either side of version 1 thus never sees a batch.
+
+`cancel` (issue 20): the master held or removed a task the agent holds (the job's periodic
+policy, or the user): the agent kills it if it runs, or reports it without running it; either
+way its result still comes back (the master ignores it), so the agent's accounting is unchanged.
+An older agent refuses the message and its connection is dropped, which loses its other tasks
+to a new agent (the masters build their own agents, so this does not happen in practice).
 
 Bulk returns (issue 8 item 3), an optional addition both ways: a master that serializes large
 results says `bulk_threshold` (bytes) in its welcome. An agent that was told it announces a result
@@ -28,6 +43,10 @@ results, and sends that result when `bulk_go` names it, at no more than `rate_bp
 when the grant names one (the subnet's limit is shared with the master's paced inputs). An older
 agent ignores the field (fields beyond the known ones are dropped) and sends every result at once,
 as before; an agent that was not told (an older master) never sends `bulk_ready`.
+
+A master that is not the one an agent's hello names says so in its refusal (`master`: its own id),
+so that an agent looking for its master on a range of ports (llic/agent_job.py) goes on to the
+next one; an agent that does not know the field takes it as any refusal.
 
 Handshake, mutual, with the master's 32-byte secret (given to the agent in its input file):
 hello -> challenge (mac_m = master_mac(secret, nonce_a, agent)) -> the agent checks mac_m and sends
@@ -68,7 +87,7 @@ from .task import Task as Task
 from .task import TaskResult as TaskResult
 from .task import _fail, _int, _map, _require, _str
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: tasks and results batches
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 1 << 20  # 1 MiB: a task or result with its file list is a few KiB
 MAX_BLOB = 1 << 30  # 1 GiB per file: larger outputs are not sent (the result says so in `error`)
@@ -84,11 +103,15 @@ WELCOME = "welcome"
 REFUSED = "refused"
 TASK = "task"
 NO_MORE_TASKS = "no_more_tasks"
+TASKS = "tasks"
 RESULT = "result"
+RESULTS = "results"
 BULK_READY = "bulk_ready"
 BULK_GO = "bulk_go"
-FROM_AGENT = frozenset({HELLO, AUTH, RESULT, BULK_READY})
-FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, NO_MORE_TASKS, BULK_GO})
+MAX_BATCH = 1024  # tasks or results in one batch
+CANCEL = "cancel"
+FROM_AGENT = frozenset({HELLO, AUTH, RESULT, RESULTS, BULK_READY})
+FROM_MASTER = frozenset({CHALLENGE, WELCOME, REFUSED, TASK, TASKS, NO_MORE_TASKS, BULK_GO, CANCEL})
 MESSAGE_TYPES = FROM_AGENT | FROM_MASTER
 
 
@@ -130,12 +153,46 @@ def _check_text(value: Any, where: str) -> str:
     return _str(value, where, nonempty=True)
 
 
+class _Checked(dict):  # type: ignore[type-arg]
+    """A task or result map as validation normalized it, with the record it was read into
+    (`value`), so that the receiver does not read it a second time."""
+
+    value: Any = None
+
+
+def _checked(record: Task | TaskResult) -> _Checked:
+    out = _Checked(record.to_dict())
+    out.value = record
+    return out
+
+
 def _check_task(value: Any, where: str) -> dict[str, Any]:
-    return Task.from_dict(value).to_dict()
+    return _checked(Task.from_dict(value))
 
 
 def _check_result(value: Any, where: str) -> dict[str, Any]:
-    return TaskResult.from_dict(value).to_dict()
+    return _checked(TaskResult.from_dict(value))
+
+
+def _record(value: Any, kind: Any) -> Any:
+    return value.value if isinstance(value, _Checked) else kind.from_dict(value)
+
+
+def _batch(check: _Check) -> _Check:
+    def check_list(value: Any, where: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise _fail(where, f"expected a list, got {type(value).__name__}")
+        if not 0 < len(value) <= MAX_BATCH:
+            raise _fail(where, f"expected 1 to {MAX_BATCH} items, got {len(value)}")
+        return [check(item, f"{where}[{i}]") for i, item in enumerate(value)]
+
+    return check_list
+
+
+def _check_true(value: Any, where: str) -> bool:
+    if value is not True:
+        raise _fail(where, f"expected true, got {value!r}")
+    return True
 
 
 _FIELDS: dict[str, dict[str, _Check]] = {
@@ -145,14 +202,18 @@ _FIELDS: dict[str, dict[str, _Check]] = {
     WELCOME: {"window": _check_positive},
     REFUSED: {"reason": _str},
     TASK: {"task": _check_task},
+    TASKS: {"tasks": _batch(_check_task)},
     NO_MORE_TASKS: {},
     RESULT: {"result": _check_result},
+    RESULTS: {"results": _batch(_check_result)},
     BULK_READY: {"process": _check_count, "attempt": _check_count, "size": _check_count},
     BULK_GO: {"process": _check_count, "attempt": _check_count},
+    CANCEL: {"process": _check_count, "attempt": _check_count},
 }
 # fields a message may leave out (None or absent: not there), added after version 1 shipped
 _OPTIONAL: dict[str, dict[str, _Check]] = {
-    WELCOME: {"bulk_threshold": _check_positive},
+    WELCOME: {"bulk_threshold": _check_positive, "batch": _check_true},
+    REFUSED: {"master": _check_text},  # present: the id of a master other than the one asked for
     BULK_GO: {"rate_bps": _check_positive},  # absent: send as fast as the link goes
 }
 # which file kinds each message type may carry
@@ -232,11 +293,23 @@ class Message:
 
     def task(self) -> Task:
         """The `task` message's task, checked."""
-        return Task.from_dict(self.body["task"])
+        return _record(self.body["task"], Task)  # type: ignore[no-any-return]
+
+    def tasks(self) -> list[Task]:
+        """The tasks of a `task` or `tasks` message, checked."""
+        if self.type == TASKS:
+            return [_record(t, Task) for t in self.body["tasks"]]
+        return [self.task()]
 
     def result(self) -> TaskResult:
         """The `result` message's result, checked."""
-        return TaskResult.from_dict(self.body["result"])
+        return _record(self.body["result"], TaskResult)  # type: ignore[no-any-return]
+
+    def results(self) -> list[TaskResult]:
+        """The results of a `result` or `results` message, checked."""
+        if self.type == RESULTS:
+            return [_record(r, TaskResult) for r in self.body["results"]]
+        return [self.result()]
 
 
 def file_entry(path: str, data: bytes, mode: int = 0o644, kind: str = KIND_FILE) -> dict[str, Any]:
@@ -254,7 +327,7 @@ def encode_frames(msg: Mapping[str, Any], blobs: list[bytes] | None = None) -> l
     Small frames come with their header in one bytes; a large blob comes as header, then the blob
     itself (not copied), so senders can write the list piece by piece.
     """
-    plain = {k: (v.to_dict() if isinstance(v, (Task, TaskResult)) else v) for k, v in msg.items()}
+    plain = {k: _plain(v) for k, v in msg.items()}
     mtype, body = validate_message(plain)
     blobs = list(blobs or [])
     files = body.get("files", [])
@@ -281,6 +354,14 @@ def encode_frames(msg: Mapping[str, Any], blobs: list[bytes] | None = None) -> l
             frames.append(HEADER.pack(len(blob)))
             frames.append(blob)
     return frames
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (Task, TaskResult)):
+        return value.to_dict()
+    if isinstance(value, list) and value and isinstance(value[0], (Task, TaskResult)):
+        return [v.to_dict() for v in value]
+    return value
 
 
 def encode(msg: Mapping[str, Any], blobs: list[bytes] | None = None) -> bytes:

@@ -38,6 +38,15 @@ def request_attributes(attributes: dict[str, str]) -> dict[str, float]:
     return out
 
 
+async def matching_slots(gw: Gateway, attributes: dict[str, str]) -> int:
+    """The pool's slots an agent job with these attributes (the block's requirements and
+    request_*) could run on; every slot of the pool when there are no requirements."""
+    requirements = next((v for k, v in attributes.items() if k.lower() == "requirements"), None)
+    if not requirements:
+        return (await gw.pool_load()).total_slots
+    return await gw.count_slots(requirements, request_attributes(attributes))
+
+
 class AgentRunner(Protocol):
     """How the master gets agents run: HTCondor (GatewayAgents) or local processes (LocalAgents)."""
 
@@ -67,6 +76,10 @@ class AgentRunner(Protocol):
 
     async def agent_host(self) -> str | None:
         """The address agents reach this master at, if the runner knows it."""
+        ...
+
+    async def publish(self, master_id: str, cluster: int, attrs: dict[str, object]) -> None:
+        """Put the master's progress into its own job ad (master_q and condor_q read it there)."""
         ...
 
     async def aclose(self) -> None:
@@ -112,11 +125,7 @@ class GatewayAgents:
 
     async def slots(self, plan: Plan) -> int:
         """Slots matching the block's requirements (every slot of the pool when it has none)."""
-        attributes = plan.agent_attributes
-        requirements = next((v for k, v in attributes.items() if k.lower() == "requirements"), None)
-        if not requirements:
-            return (await self.gw.pool_load()).total_slots
-        return await self.gw.count_slots(requirements, request_attributes(attributes))
+        return await matching_slots(self.gw, plan.agent_attributes)
 
     async def submit(self, description: dict[str, str]) -> str:
         """Submit to the local schedd; the job id ("cluster.proc")."""
@@ -162,6 +171,12 @@ class GatewayAgents:
                     break
         return ip
 
+    async def publish(self, master_id: str, cluster: int, attrs: dict[str, object]) -> None:
+        """condor_qedit of the master's own job (its owner may edit it): the attributes master_q
+        lists masters by, without reading their state files."""
+        constraint = f"ClusterId == {cluster} && LlicMasterId == {json.dumps(master_id)}"
+        await self.gw.edit_jobs(constraint, attrs, schedd=self.schedd())
+
     async def aclose(self) -> None:
         """Stop the gateway's worker process."""
         await self.gw.aclose()
@@ -179,6 +194,7 @@ class LocalAgents:
         self.procs: dict[str, trio.Process] = {}
         self.submitted: list[dict[str, str]] = []
         self._n = 0
+        self.published: dict[str, object] = {}  # the master's job ad, as far as it would be
 
     async def slots(self, plan: Plan) -> int:
         """What the caller said."""
@@ -237,6 +253,10 @@ class LocalAgents:
     async def agent_host(self) -> str | None:
         """Loopback: the agents run here."""
         return "127.0.0.1"
+
+    async def publish(self, master_id: str, cluster: int, attrs: dict[str, object]) -> None:
+        """No job ad here: kept in `published`, for tests."""
+        self.published.update(attrs)
 
     async def aclose(self) -> None:
         """Kill the agents and wait for them."""

@@ -1,4 +1,5 @@
-"""master_submitter (seed §3.6): one llic master per queue statement, each a scheduler-universe job.
+"""master_submitter (seed §3.6): one llic master per queue statement, each a scheduler-universe job,
+and its first agents with it.
 
 For each queue block of the user's submit file:
 
@@ -6,16 +7,32 @@ For each queue block of the user's submit file:
    (`state.master_output_dir` under MASTER_OUTPUTS_DIR_PREFIX_PATH) holding the block's
    self-contained submit description (`QueueBlock.submit_text`) and the initial state file,
    written atomically before anything is submitted.
-2. The master job, submitted through the gateway on hold: universe scheduler (so HTCondor never
-   evacuates it, and re-runs it when it fails, seed §3.2), `python -m llic.master STATE_FILE`.
+2. The master job, submitted through the gateway on hold (tasks submitted on hold, `hold =
+   true`, are held in the initial state file): universe scheduler (so HTCondor never
+   evacuates it, and re-runs it when it fails, seed §3.2), `llic-master STATE_FILE`.
    `on_exit_remove` lets it leave the queue only after exit status 0; killed by a signal or
    exiting with any other status it is run again and resumes from its state file. Exit statuses
    2 (state file or description unusable) and 3 (gave up), and a 20th run, hold it instead, with
-   the reason in HoldReason, so a master that cannot succeed is not restarted forever.
+   the reason in HoldReason, so a master that cannot succeed is not restarted forever. Its
+   `OtherJobRemoveRequirements` names its agents (`LlicMaster`): removing the master removes
+   them, whatever state it is in.
 3. The state file is rewritten with the job's cluster (the tasks' `$(Cluster)`, as condor_submit
-   would give them), the directory handed to the job's owner when master_submitter runs as root
-   (the sandbox's clients claim to be its unprivileged user: HTCondor runs no job as root), and
-   the job released.
+   would give them). The master's first agents are submitted now, on hold, in one
+   cluster (`MasterCore.prelaunch`: as many as the pool has matching slots, MAX_CHEFS_NUMBER at
+   most): a scheduler-universe job starts only at the schedd's next queue scan (SCHEDD_INTERVAL,
+   at least SCHEDD_MIN_INTERVAL apart), and the agents negotiate for their slots meanwhile
+   instead of after the master has started. They know the run's secret (agents.secret, 0600,
+   for the master) and look for their master on the schedd's address, on the PORT_SPAN ports
+   from INITIAL_MASTER_PORT_NUMBER (it listens on the first free one); the state file names
+   every one of them before the master can start. Not done when INITIAL_MASTER_PORT_NUMBER is 0
+   (any port: the agents could not find it) or the schedd's address is not one execute
+   machines reach; the master then submits its agents itself. The tasks' job event logs get
+   their submit events (000, under cluster.process).
+4. The directory is handed to the job's owner when master_submitter runs as root (the sandbox's
+   clients claim to be its unprivileged user: HTCondor runs no job as root), and the master and
+   its agents are released together (one negotiation and one queue scan serve both), and the
+   schedd is asked to reschedule, as condor_submit does after a submit: a negotiation cycle
+   and a queue scan (which starts scheduler-universe jobs) now, not at the next interval.
 
 Scheduler-universe jobs get no CONDOR_CONFIG from HTCondor (their environment is the job's own
 plus `_condor_SCHEDD_ADDRESS_FILE`, `_CONDOR_JOB_AD` and similar), so the master job is given
@@ -34,6 +51,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import socket
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -43,8 +61,15 @@ from typing import Any
 import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
+from llic import protocol
+from llic.agent_build import build_agent
+from llic.agent_job import MASTER_ATTR, PORT_SPAN, AgentSetup, prepare_agent, write_secret
 from llic.config import LlicConfig
+from llic.eventlog import append_events, log_path, submit_event
+from llic.events import AgentSubmitted, SubmitAgent
 from llic.master_core import MasterStatus
+from llic.plan import make_plan
+from llic.runners import agent_ip, matching_slots
 from llic.state import (
     MasterInfo,
     MasterState,
@@ -52,7 +77,9 @@ from llic.state import (
     initial_state,
     load_state,
     master_output_dir,
+    restore,
     save_state,
+    snapshot,
     state_file_name,
 )
 from llic.submit import QueueBlock, SubmitFile
@@ -77,6 +104,7 @@ class SubmittedMaster:
     line: int
     tasks: int
     state_path: Path
+    agents: int = 0  # submitted with it (0: the master submits its own)
 
 
 def quote_arguments(args: list[str]) -> str:
@@ -106,6 +134,7 @@ def master_job(
 ) -> dict[str, str]:
     """The master's submit description (seed §3.6)."""
     outdir = state_path.parent
+    master_id = state_path.name.removeprefix("master.").removesuffix(".state")
     desc = {
         "universe": "scheduler",
         "executable": master,
@@ -128,22 +157,28 @@ def master_job(
             f'description (see master.err)", ifThenElse(ExitCode =?= {EXIT_GAVE_UP}, "llic master gave up: '
             f'every agent failed (see master.err)", "llic master failed {MASTER_MAX_RUNS} times"))'
         ),
-        "MY.LlicMasterId": json.dumps(state_path.name.removeprefix("master.").removesuffix(".state")),
+        "MY.LlicMasterId": json.dumps(master_id),
+        # removing the master removes its agents too, also while it is idle or held
+        "MY.OtherJobRemoveRequirements": json.dumps(f"{MASTER_ATTR} =?= {json.dumps(master_id)}"),
     }
     if condor_config:
         desc["environment"] = quote_environment({"CONDOR_CONFIG": condor_config})
     return desc
 
 
-async def _release(gw: Gateway, schedd: DaemonRef, cluster: int) -> None:
+async def _release(gw: Gateway, schedd: DaemonRef, clusters: list[int]) -> None:
     await gw.call(
         "act",
         action="release",
-        constraint=f"ClusterId == {cluster}",
+        constraint=" || ".join(f"ClusterId == {c}" for c in clusters),
         reason="llic master_submitter: state file ready",
         schedd=schedd.model_dump(mode="json", exclude_none=True),
         collector=gw.collector,
     )
+    try:  # module doc, step 4; only sooner: the next interval does the same
+        await gw.reschedule(schedd=schedd)
+    except GatewayError:
+        pass
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -171,6 +206,7 @@ async def submit_masters(
     if not schedds:
         raise SubmitError("the pool's collector lists no schedd")
     schedd = DaemonRef(kind=DaemonKind.SCHEDD, name=schedds[0].name)
+    agent_host = agent_ip(schedds[0].address)  # where execute machines reach the master's host
     if condor_config is None:
         root = await gw.get_config(schedd, "CONFIG_ROOT")
         condor_config = f"{root.rstrip('/')}/condor_config" if root else None
@@ -179,7 +215,9 @@ async def submit_masters(
         Path(prefix).mkdir(parents=True, exist_ok=True)
     submitted: list[SubmittedMaster] = []
     for block in submit.blocks:
-        submitted.append(await _submit_one(submit, block, config, gw, schedd, master, condor_config))
+        submitted.append(
+            await _submit_one(submit, block, config, gw, schedd, master, condor_config, agent_host)
+        )
     return submitted
 
 
@@ -191,6 +229,7 @@ async def _submit_one(
     schedd: DaemonRef,
     master: str,
     condor_config: str | None,
+    agent_host: str | None,
 ) -> SubmittedMaster:
     prefix = config.master_outputs_dir_prefix_path
     master_id = new_master_id(block.index)
@@ -209,10 +248,21 @@ async def _submit_one(
     state_path = outdir / state_file_name(master_id)
     sub_path = outdir / f"master.{master_id}.sub"
     sub_path.write_text(block.submit_text())
-    processes = [t.process for t in block.tasks(1 + block.cluster_offset)]
+    processes: list[int] = []
+    held: list[int] = []
+    logs: dict[int, tuple[str, str]] = {}  # process -> (its job event log, the submit event's notes)
+    for task in block.iter_tasks(1 + block.cluster_offset):
+        processes.append(task.process)
+        if task.hold:
+            held.append(task.process)
+        if task.log:
+            logs[task.process] = (
+                log_path(task.initialdir, task.log),
+                task.policy.get("SubmitEventNotes", ""),
+            )
     # The tasks' $(Cluster) is the master job's cluster, known once it is submitted (below).
     info = MasterInfo(master_id, _whoami(), 0, str(sub_path), block.index)
-    state = initial_state(info, config, processes, time.time())
+    state = initial_state(info, config, processes, time.time(), held=held)
     state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
     save_state(state_path, state)
     desc = master_job(
@@ -221,29 +271,113 @@ async def _submit_one(
         condor_config=condor_config,
         batch_name=f"llic {os.path.basename(submit.path)}#{block.index}",
     )
-    result = await gw.submit(desc, schedd=schedd)
+    result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
     job_id = f"{result.cluster}.{result.first_proc}"
+    agents = 0
     try:
         (owner_ad,) = await gw.query_jobs(f"ClusterId == {result.cluster}", ["Owner"], schedd=schedd)
         owner = str(owner_ad.get("Owner") or info.owner)
         state = replace(state, info=replace(info, cluster=result.cluster, owner=owner))
+        clusters = [result.cluster]
+        if agent_host is not None and config.initial_master_port_number:
+            state, agent_cluster, agents = await _prelaunch(
+                gw, schedd, state_path, state, config, block, agent_host
+            )
+            if agent_cluster is not None:
+                clusters.append(agent_cluster)
         save_state(state_path, state)
+        written = await trio.to_thread.run_sync(_write_submit_events, logs, result.cluster)
         if os.geteuid() == 0 and owner != "root":
             try:
                 pw = pwd.getpwnam(owner)
             except KeyError:
                 raise SubmitError(f"the master job's owner {owner!r} is not a user here") from None
             _chown_tree(outdir, pw.pw_uid, pw.pw_gid)
-        await _release(gw, schedd, result.cluster)
+            for path in written:  # the master, running as the owner, appends to them
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+        await _release(gw, schedd, clusters)
     except BaseException:
         with trio.CancelScope(shield=True):
-            try:
-                reason = "llic master_submitter failed before releasing it"
-                await gw.remove_jobs([job_id], reason, schedd=schedd)
-            except GatewayError:
-                pass
+            reason = "llic master_submitter failed before releasing it"
+            for jobs in ([job_id], f"{MASTER_ATTR} =?= {json.dumps(master_id)}"):
+                try:
+                    await gw.remove_jobs(jobs, reason, schedd=schedd)
+                except GatewayError:
+                    pass
         raise
-    return SubmittedMaster(master_id, job_id, block.index, block.line, len(processes), state_path)
+    return SubmittedMaster(master_id, job_id, block.index, block.line, len(processes), state_path, agents)
+
+
+async def _prelaunch(
+    gw: Gateway,
+    schedd: DaemonRef,
+    state_path: Path,
+    state: MasterState,
+    config: LlicConfig,
+    block: QueueBlock,
+    host: str,
+) -> tuple[MasterState, int | None, int]:
+    """The master's first agents (module doc, step 3), submitted on hold in one cluster: the
+    state to save (naming them), their cluster and how many. None and 0 when the pool's slots
+    cannot be counted or the agents' descriptions do not fit one cluster (the master then
+    starts its own)."""
+    plan = await trio.to_thread.run_sync(make_plan, state_path, state.info, config, block)
+    try:
+        slots = await matching_slots(gw, plan.agent_attributes)
+    except GatewayError:
+        return state, None, 0
+    now = time.time()
+    core = restore(state, config)  # every task queued, those submitted on hold held
+    launches = [a for a in core.prelaunch(slots, now).actions if isinstance(a, SubmitAgent)]
+    if not launches:
+        return state, None, 0
+    secret = protocol.make_secret()
+    write_secret(plan.outdir, secret)
+    first = config.initial_master_port_number
+    ports = [first, min(first + PORT_SPAN - 1, 65535)]
+    pyz = await trio.to_thread.run_sync(build_agent, plan.outdir)
+    setup = AgentSetup(pyz, host, f"{ports[0]}-{ports[1]}", secret)
+    descriptions = [(await trio.to_thread.run_sync(prepare_agent, plan, a, setup))[0] for a in launches]
+    description = _by_process(descriptions, [a.agent for a in launches])
+    if description is None:
+        return state, None, 0
+    description["hold"] = "true"  # released with the master, once the state file names them
+    result = await gw.submit(description, count=len(launches), schedd=schedd)
+    for i, launch in enumerate(launches):
+        core.handle(AgentSubmitted(launch.agent, f"{result.cluster}.{result.first_proc + i}"), now)
+    extra = dict(state.extra, prelaunch={"host": host, "ports": ports, "cluster": result.cluster})
+    return snapshot(core, state.info, now, extra), result.cluster, len(launches)
+
+
+def _by_process(descriptions: list[dict[str, str]], agents: list[str]) -> dict[str, str] | None:
+    """One submit description for the agents `agents` (chefs 0, 1, ... of launch 1, as procs 0,
+    1, ... of one cluster): the first one's, its agent's name written with `$(Process)`. Checked
+    against every description; None if one differs elsewhere (a path that happens to hold the
+    first agent's name)."""
+    run, _, launch = agents[0].split(".")
+    pattern = f"{run}.$(Process).{launch}"
+    generic = {k: v.replace(agents[0], pattern) for k, v in descriptions[0].items()}
+    for process, (agent, description) in enumerate(zip(agents, descriptions, strict=True)):
+        if agent != f"{run}.{process}.{launch}" or description != {
+            k: v.replace(pattern, agent) for k, v in generic.items()
+        }:
+            return None
+    return generic
+
+
+def _write_submit_events(logs: dict[int, tuple[str, str]], cluster: int) -> list[str]:
+    """The job event logs' submit events (000), as the schedd writes them when condor_submit
+    queues the jobs; returns the logs written. A log that cannot be written stops the submission
+    (condor_submit too refuses a log it cannot write)."""
+    host = f"<{socket.gethostname()}>"
+    now = time.time()
+    texts: dict[str, list[str]] = {}
+    for process, (path, notes) in logs.items():
+        texts.setdefault(path, []).append(submit_event(cluster, process, now, host, notes))
+    problems = append_events(texts)
+    if problems:
+        raise SubmitError(f"cannot write the job event log {problems[0]}")
+    return list(texts)
 
 
 def _whoami() -> str:

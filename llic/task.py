@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +101,12 @@ def _opt_str(value: Any, where: str) -> str | None:
     return None if value is None else _str(value, where)
 
 
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(where, f"expected a boolean, got {type(value).__name__}")
+    return value
+
+
 def _str_list(value: Any, where: str) -> list[str]:
     if not isinstance(value, list):
         raise _fail(where, f"expected a list, got {type(value).__name__}")
@@ -128,7 +135,12 @@ def _require(data: Mapping[str, Any], name: str, where: str) -> Any:
 # the task and its result
 
 
-@dataclass(frozen=True)
+# slots where the Python has them (3.10+): a 100,000-task master saves a dict per task; the
+# agent's 3.9 goes without
+_SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
+
+
+@dataclass(frozen=True, **_SLOTS)
 class Task:
     """One job of the cluster: what the agent runs, with the number of this run (`attempt`).
 
@@ -136,7 +148,14 @@ class Task:
     `transfer_input_files`, as submitted (relative to `initialdir` unless absolute);
     `initialdir` is absolute on the submit machine; `arguments` are split as the job gets them.
     `cluster` is the cluster number `$(Cluster)` expanded to (0: not known). Sequences are kept
-    as tuples, whatever they are given as.
+    as tuples, whatever they are given as; maps as dicts (one given as a dict is not copied:
+    never change a task's maps).
+
+    What the master alone acts on (the agent ignores it): `log`, the job event log's path as
+    submitted; `hold`, submitted on hold; `policy`, the job's policy attributes as condor_submit
+    writes them into the job ad (`OnExitRemove`, `OnExitHold`, `PeriodicRemove`, `JobMaxRetries`
+    ..., values as ClassAd expressions); `output_remaps`, `transfer_output_remaps` without its
+    quotes.
     """
 
     process: int
@@ -151,11 +170,21 @@ class Task:
     error: str | None = None
     transfer_input_files: Sequence[str] = ()
     transfer_output_files: Sequence[str] | None = None
+    log: str | None = None
+    hold: bool = False
+    policy: Mapping[str, str] = field(default_factory=dict)
+    output_remaps: str | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: normalized once, here
         put(self, "arguments", tuple(self.arguments))
-        put(self, "environment", dict(self.environment))
+        # a dict is kept as given: the parser hands the tasks of a block one shared dict for
+        # equal environments and policies (nothing changes a task's maps), which a 100,000-task
+        # master notices
+        if type(self.environment) is not dict:
+            put(self, "environment", dict(self.environment))
+        if type(self.policy) is not dict:
+            put(self, "policy", dict(self.policy))
         put(self, "transfer_input_files", tuple(self.transfer_input_files))
         if self.transfer_output_files is not None:
             put(self, "transfer_output_files", tuple(self.transfer_output_files))
@@ -170,8 +199,9 @@ class Task:
         return dataclasses.replace(self, attempt=attempt)
 
     def to_dict(self) -> dict[str, Any]:
-        """The map form (msgpack, JSON): lists and dicts, every field."""
-        return {
+        """The map form (msgpack, JSON): lists and dicts, every field (the master's own ones,
+        `log` ... `output_remaps`, only when set)."""
+        out = {
             "process": self.process,
             "cluster": self.cluster,
             "attempt": self.attempt,
@@ -187,11 +217,21 @@ class Task:
                 None if self.transfer_output_files is None else list(self.transfer_output_files)
             ),
         }
+        if self.log is not None:
+            out["log"] = self.log
+        if self.hold:
+            out["hold"] = True
+        if self.policy:
+            out["policy"] = dict(self.policy)
+        if self.output_remaps is not None:
+            out["output_remaps"] = self.output_remaps
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> Task:
         """Validate a task map from the wire, an input file or a submit directive; ProtocolError
-        names the bad field. `cluster` and `attempt` may be left out (0)."""
+        names the bad field. `cluster` and `attempt` may be left out (0), and the master's own
+        fields (absent in maps from older llic)."""
         data = _map(data, "task")
         get = data.get
         initialdir = _str(_require(data, "initialdir", "task"), "task.initialdir", nonempty=True)
@@ -211,6 +251,10 @@ class Task:
             initialdir=initialdir,
             transfer_input_files=_str_list(get("transfer_input_files", []), "task.transfer_input_files"),
             transfer_output_files=None if tof is None else _str_list(tof, "task.transfer_output_files"),
+            log=_opt_str(get("log"), "task.log"),
+            hold=_bool(get("hold", False), "task.hold"),
+            policy=_str_map(get("policy", {}), "task.policy"),
+            output_remaps=_opt_str(get("output_remaps"), "task.output_remaps"),
         )
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common.cli import DaemonCli, run_main
+from common.cli import DaemonCli, add_command, run_main
+from common.condor_defaults import read_condor_config
 from common.config import ConfigError
-from poolD.config import PooldConfig
+from poolD.config import PooldConfig, with_condor_values
 from poolD.policy import Policy
 
 
@@ -24,40 +26,51 @@ def _fraction(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """poold's parser: run, status and check-config (common.cli), and the simulate experiments."""
     parser, sub = CLI.parser()
-    simulate = sub.add_parser("simulate", help="run poolD's logic on the simulator")
-    what = simulate.add_subparsers(dest="experiment", required=True)
-    overlay = what.add_parser("overlay", help="the overlay alone: joins, lookups, churn; prints JSON")
-    overlay.add_argument("--nodes", type=int, required=True)
-    overlay.add_argument("--seed", type=int, default=1)
+    simulate = add_command(
+        sub,
+        "simulate",
+        "run poolD's logic on the simulator (needs the [sim] extra)",
+        "Run poolD's own decision code on simulated pools and networks (the sim package); "
+        "prints JSON or tables. Needs pip install 'condor-selforg[sim]'.",
+    )
+    what = simulate.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    overlay = add_command(what, "overlay", "the overlay alone: joins, lookups, churn; prints a JSON summary")
+    overlay.add_argument("--nodes", type=int, required=True, help="pools (overlay nodes) to simulate")
+    overlay.add_argument("--seed", type=int, default=1, help="random seed (the same seed, the same run)")
     overlay.add_argument(
         "--topology", default="transit-stub", help="transit-stub, or a latency matrix file (ms)"
     )
     overlay.add_argument("--churn", type=_fraction, default=0.0, help="fraction of nodes that crash")
     overlay.add_argument("--loss", type=_fraction, default=0.0, help="message loss probability")
-    overlay.add_argument("--lookups", type=int, default=10_000)
+    overlay.add_argument("--lookups", type=int, default=10_000, help="lookups of random keys to measure")
     overlay.add_argument("--join-interval", type=float, default=0.2, help="virtual seconds between joins")
     overlay.add_argument("--settle", type=float, default=300.0, help="virtual seconds after the last join")
     overlay.add_argument("--steady", type=float, default=600.0, help="window measuring maintenance traffic")
     overlay.add_argument("--repair", type=float, default=300.0, help="virtual seconds of repair after churn")
-    traces = what.add_parser("traces", help="job exchange between EASY sites on SWF traces; prints JSON")
-    traces.add_argument("--trace", action="append", required=True, metavar="FILE:SLOTS", help="repeatable")
+    overlay.add_argument(
+        "--detect-samples", type=int, default=100, help="isolated crashes timed for detect_median_s/_p99_s"
+    )
+    traces = add_command(what, "traces", "job exchange between EASY sites on SWF traces; prints JSON")
+    traces.add_argument(
+        "--trace", action="append", required=True, metavar="FILE:SLOTS", help="a site's trace (repeatable)"
+    )
     traces.add_argument("--months", type=float, default=11.0, help="keep this many months of each trace")
-    traces.add_argument("--seed", type=int, default=1)
+    traces.add_argument("--seed", type=int, default=1, help="random seed")
     traces.set_defaults(simulate=_simulate_traces)
-    paper = what.add_parser("paper", help="the flock paper's 1000-pool experiment (Fig. 6-10); prints JSON")
-    paper.add_argument("--pools", type=int, default=1000)
-    paper.add_argument("--seed", type=int, default=1)
+    paper = add_command(what, "paper", "the flock paper's 1000-pool experiment (Fig. 6-10); prints JSON")
+    paper.add_argument("--pools", type=int, default=1000, help="pools to simulate")
+    paper.add_argument("--seed", type=int, default=1, help="random seed")
     paper.add_argument("--out", type=Path, help="write CSV and PNG figures into this directory")
     paper.set_defaults(simulate=_simulate_paper)
-    four = what.add_parser("four-pools", help="the flock paper's four-pool prototype (Tables 2-3)")
-    four.add_argument("--seed", type=int, default=1)
+    four = add_command(what, "four-pools", "the flock paper's four-pool prototype (Tables 2-3)")
+    four.add_argument("--seed", type=int, default=1, help="random seed")
     four.add_argument(
         "--jobs-per-sequence",
         type=int,
         default=100,
         help="keep each sequence's first N jobs (bench/four-pools runs 15 on real HTCondor)",
     )
-    four.add_argument("--json", action="store_true")
+    four.add_argument("-json", "--json", dest="json", action="store_true", help="print JSON, not tables")
     four.set_defaults(simulate=_simulate_four_pools)
     return parser
 
@@ -65,17 +78,30 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(config: PooldConfig, path: Path) -> None:
     if config.daemon.policy_file is not None:
         Policy.load(config.daemon.policy_file)
-    config.ring.check_key(path)
+    cert = config.ring.check_key(path).cert
+    if cert.pool != config.pool.name:
+        raise ConfigError(
+            f"{path}: pool.name is {config.pool.name!r}, but the node certificate is for {cert.pool!r}"
+        )
 
 
-def _serve(config: PooldConfig) -> int:
+def _resolve(config: PooldConfig, path: Path) -> PooldConfig:
+    """`[pool] collector` from HTCondor's COLLECTOR_HOST when the file leaves it out."""
+    if config.pool.collector is not None:
+        return config
+    return with_condor_values(
+        config, read_condor_config(config.pool.condor_config, ["COLLECTOR_HOST"]), str(path)
+    )
+
+
+def _serve(config: PooldConfig, reread: Callable[[], PooldConfig]) -> int:
     import trio
 
     from common.logging import configure_logging
     from poolD.service import PoolDaemon
 
     configure_logging("poold", config.pool.name, level=config.daemon.log_level)
-    trio.run(PoolDaemon(config).serve)
+    trio.run(PoolDaemon(config, reread=reread).serve)
     return 0
 
 
@@ -132,6 +158,9 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
     if args.nodes < 1 or args.lookups < 1:
         print("poold: error: --nodes and --lookups must be at least 1", file=sys.stderr)
         return 2
+    if args.detect_samples < 0:
+        print("poold: error: --detect-samples must be at least 0", file=sys.stderr)
+        return 2
     config = ExperimentConfig(
         nodes=args.nodes,
         seed=args.seed,
@@ -143,6 +172,7 @@ def _simulate_overlay(args: argparse.Namespace) -> int:
         settle_seconds=args.settle,
         steady_seconds=args.steady,
         repair_seconds=args.repair,
+        detect_samples=args.detect_samples,
     )
     try:
         result = OverlayExperiment(config).run()
@@ -191,6 +221,7 @@ CLI = DaemonCli(
     render_status=render_status,
     status_help="what the running daemon knows and did",
     check_help="validate a config file and its policy file",
+    resolve=_resolve,
 )
 
 SIM_DEPENDENCIES = ("numpy", "scipy", "matplotlib")

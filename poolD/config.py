@@ -1,4 +1,7 @@
-"""poold's configuration file (TOML); config/poold.toml documents every key."""
+"""poold's configuration file (TOML); common/deploy_files/config/poold.toml documents every key.
+
+`[pool] collector` defaults to HTCondor's COLLECTOR_HOST (the central manager's own configuration,
+read through the gateway: `with_condor_values`); set in the file, it overrides."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from common.cli import DaemonSection
+from common.condor_defaults import collector_address, require
 from common.config import StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
@@ -17,7 +21,11 @@ class PoolSection(StrictModel):
     """The `[pool]` section of poold's config: the pool this poold serves."""
 
     name: str = Field(pattern=POOL_NAME, description="this pool's name, unique in the federation")
-    collector: str = Field(description="host:port of this pool's collector, as other pools reach it")
+    collector: str | None = Field(
+        None,
+        description="host:port of this pool's collector, as other pools reach it (default: "
+        "HTCondor's COLLECTOR_HOST)",
+    )
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
     token_dir: Path | None = Field(
         None, description="poold's IDTOKENS (identity poold@<trust domain>); the gateway uses only these"
@@ -25,8 +33,9 @@ class PoolSection(StrictModel):
 
     @field_validator("collector")
     @classmethod
-    def _host_port(cls, value: str) -> str:
-        parse_address(value)
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_address(value)
         return value
 
 
@@ -67,10 +76,20 @@ class PooldDaemonSection(DaemonSection):
 
 
 class PooldConfig(StrictModel):
-    """A whole poold config file (TOML); config/poold.toml documents every key."""
+    """A whole poold config file (TOML); common/deploy_files/config/poold.toml documents every key."""
 
     pool: PoolSection
     ring: RingConfig
     discovery: DiscoverySection = DiscoverySection()
     flocking: FlockingSection = FlockingSection()
     daemon: PooldDaemonSection = PooldDaemonSection()
+
+
+def with_condor_values(config: PooldConfig, values: dict[str, str | None], source: str) -> PooldConfig:
+    """The config with `[pool] collector` from HTCondor's COLLECTOR_HOST when the file leaves it
+    out; a ConfigError when neither gives one. Pure: the caller reads `values`."""
+    if config.pool.collector is not None:
+        return config
+    collector = collector_address(values.get("COLLECTOR_HOST"))
+    require(collector, source, "pool.collector", "COLLECTOR_HOST")
+    return config.model_copy(update={"pool": config.pool.model_copy(update={"collector": collector})})

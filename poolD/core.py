@@ -46,6 +46,7 @@ from typing import Any
 from common.condor.address import sinful_host
 from common.condor.knobs import check_host, grant_covers, is_host_glob
 from common.condor.types import PoolLoad
+from common.events import Note, note
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode
 from common.wire import Message
@@ -114,7 +115,7 @@ class CoreOutput:
     """What every input returns: actions for the driver, decisions worth a log line, next wake-up."""
 
     actions: list[Action] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # decisions worth a log line
+    notes: list[Note] = field(default_factory=list)  # decisions worth a log line (common.events)
     wakeup: float | None = None
 
 
@@ -310,7 +311,8 @@ class PoolCore:
             if action.reply_to is not None and action.pool is not None:
                 self._reply(action.reply_to, action.pool, True, action.rule, out)
             else:
-                out.notes.append(f"FLOCK_FROM now {len(action.hosts)} host(s): {action.rule}")
+                text = f"FLOCK_FROM now {len(action.hosts)} host(s): {action.rule}"
+                out.notes.append(note("flock_from_set", text, hosts=len(action.hosts), reason=action.rule))
         else:
             self.counters["flock_from_errors"] += 1
             self._flock_from_wanted = set(self.flock_from)
@@ -321,7 +323,8 @@ class PoolCore:
                 why = f"could not authorize: {result.error}"
                 self._reply(action.reply_to, action.pool, False, why, out)
             else:
-                out.notes.append(f"FLOCK_FROM not changed ({result.error}); trying again")
+                text = f"FLOCK_FROM not changed ({result.error}); trying again"
+                out.notes.append(note("flock_from_failed", text, error=result.error))
         out.wakeup = self._wakeup()
         return out
 
@@ -329,14 +332,17 @@ class PoolCore:
         """poold is stopping: take back our runtime FLOCK_TO, so each schedd's own value returns."""
         action = SetFlockTo((), "poold stopping")
         self._applying = action
-        return CoreOutput(actions=[action], notes=["poold stopping: FLOCK_TO withdrawn"])
+        stopping = note("flock_to_withdrawn", "poold stopping: FLOCK_TO withdrawn", reason="poold stopping")
+        return CoreOutput(actions=[action], notes=[stopping])
 
     def replace_policy(self, policy: Policy, now: float | None = None) -> CoreOutput:
         """A reloaded policy file takes effect; the blacklist carries over. With `now`, grants
         of pools the new policy refuses (or no longer grants those hosts) are revoked at once."""
         policy.blacklist = self.policy.blacklist
         self.discovery.policy = policy
-        out = CoreOutput(notes=[f"policy reloaded from {policy.source}"])
+        out = CoreOutput(
+            notes=[note("policy_reloaded", f"policy reloaded from {policy.source}", file=policy.source)]
+        )
         if now is not None:
             self._review_grants(now, out)
             out.wakeup = self._wakeup()
@@ -432,7 +438,8 @@ class PoolCore:
         if not revoked:
             return
         self.counters["flock_from_revoked"] += len(revoked)
-        out.notes.append(f"FLOCK_FROM grant revoked for {', '.join(sorted(revoked))}: {why}")
+        text = f"FLOCK_FROM grant revoked for {', '.join(sorted(revoked))}: {why}"
+        out.notes.append(note("flock_from_revoked", text, pools=",".join(sorted(revoked)), reason=why))
         wanted = self._granted()
         if wanted != self._flock_from_wanted and self._pending_intents < MAX_PENDING_INTENTS:
             self._set_flock_from(wanted, None, None, why, out)
@@ -451,7 +458,9 @@ class PoolCore:
             self._set_flock_from(wanted, None, None, "FLOCK_FROM brought in line with the grants", out)
 
     def _reply(self, addr: str, pool: str, accepted: bool, reason: str, out: CoreOutput) -> None:
-        out.notes.append(f"flock intent from {pool}: {'accepted' if accepted else 'refused'} ({reason})")
+        verdict = "accepted" if accepted else "refused"
+        text = f"flock intent from {pool}: {verdict} ({reason})"
+        out.notes.append(note("flock_intent", text, pool=pool, accepted=accepted, reason=reason))
         reply = FlockReply(pool=self.settings.pool, accepted=accepted, reason=reason[:200])
         out.actions.append(Send(addr, reply))
 
@@ -519,7 +528,7 @@ class PoolCore:
         target = [e.collector for e in chosen if self.authorized.get(e.pool, _NEVER).accepted]
         if self._applying is not None or not self.flocking.changes(target):
             return
-        out.notes.append(reason)
+        out.notes.append(note("flock_to", reason, flock_to=",".join(target), pools=len(target)))
         action = SetFlockTo(tuple(target), reason)
         self._applying = action
         out.actions.append(action)
@@ -542,7 +551,8 @@ class PoolCore:
         )
         self.willing.remove(culprit)
         self.flocking_since = now
-        out.notes.append(f"blacklisted {culprit}: offered slots, our jobs stayed idle")
+        text = f"blacklisted {culprit}: offered slots, our jobs stayed idle"
+        out.notes.append(note("blacklisted", text, pool=culprit, for_s=fl.blacklist_for))
 
     @staticmethod
     def _schedd_hosts(load: PoolLoad) -> list[str]:

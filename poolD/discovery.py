@@ -191,4 +191,6 @@ class Discovery:
             return f"free_slots {ann.free_slots} > total_slots {ann.total_slots}"
         if ann.valid_for > self.settings.max_valid_for:
             return f"valid_for {ann.valid_for:.0f} s exceeds {self.settings.max_valid_for:.0f} s"
+        if ann.row >= self.overlay.table.rows:  # forwarding it would index past our table
+            return f"row {ann.row} beyond the routing table's {self.overlay.table.rows}"
         return _collector_problem(ann.collector)  # it would go into our schedds' FLOCK_TO

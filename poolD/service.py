@@ -6,9 +6,13 @@ It owns the I/O the core asks for and feeds the answers back, each with `trio.cu
 - the gateway (HTCondor): `ReadLoad`, `SetFlockTo` and `SetFlockFrom` are carried out one at a
   time by one task, in the order the core asked for them, and their outcome is fed back;
 - the core's single timer;
-- the control socket for `poold status`; systemd readiness and watchdog; SIGHUP reloads the
-  policy.
-On SIGTERM the runtime FLOCK_TO is removed, so the schedds fall back to their own config.
+- the control socket for `poold status`; systemd readiness, STATUS= and the event loop's
+  watchdog (common.systemd); SIGHUP reloads the policy and what else can change without a
+  restart (`RELOADABLE`), and logs what cannot;
+- the daemon's ClassAd (MyType "PoolD") in the pool's collector, and the optional Prometheus
+  endpoint, both showing `figures()`.
+On SIGTERM the runtime FLOCK_TO is removed and the ad withdrawn, so the schedds fall back to
+their own config.
 """
 
 from __future__ import annotations
@@ -17,18 +21,24 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import structlog
 import trio
 
+from common.advertise import Advertiser, Figures
 from common.condor import Gateway, GatewayError
 from common.config import ConfigError
+from common.daemon_tasks import start_daemon_tasks
+from common.events import Note, log_note, note
+from common.logging import set_level
+from common.overlay.certs import CertificateError
 from common.overlay.driver import UdpOverlay
 from common.overlay.ids import digit, id_hex
 from common.overlay.messages import Peer
 from common.overlay.node import Event, Received
-from common.service import sd_notify, serve_control, signal_loop, watchdog_loop
+from common.reload import plan_reload
+from common.systemd import StatusReporter
 from common.timer import Wakeup
 from poolD.condor_flock import apply_flock_from, apply_flock_to
 from poolD.config import PooldConfig
@@ -49,13 +59,25 @@ from poolD.policy import Policy
 log = structlog.get_logger("poold")
 
 GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom
+# What a SIGHUP takes on from a changed poold.toml; any other change waits for a restart (the
+# revocation list, [ring] revoked_file, is read again on every SIGHUP).
+RELOADABLE = ("daemon.policy_file", "daemon.log_level", "daemon.gateway_timeout", "daemon.advertise_interval")
 
 
 class PoolDaemon:
     """Runs one pool's `PoolCore` for real: overlay, gateway, timer, control socket, signals."""
 
-    def __init__(self, config: PooldConfig, *, policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        config: PooldConfig,
+        *,
+        policy: Policy | None = None,
+        reread: Callable[[], PooldConfig] | None = None,
+    ) -> None:
+        if config.pool.collector is None:
+            raise ValueError("[pool] collector unresolved: read it from HTCondor first (poolD.cli)")
         self.config = config
+        self.reread = reread  # the config file read again (SIGHUP); None: the policy only
         self.policy = policy or self._read_policy()
         self.gateway = Gateway(
             condor_config=config.pool.condor_config,
@@ -63,6 +85,19 @@ class PoolDaemon:
             collector=config.pool.collector,
             timeout=config.daemon.gateway_timeout,
         )
+        publisher = Gateway(
+            condor_config=config.pool.condor_config, collector=config.pool.collector, timeout=10
+        )
+        self.advertiser = Advertiser(
+            publisher,
+            "PoolD",
+            f"poold@{config.pool.name}",
+            self.figures,
+            lambda: self.config.pool.collector,
+            config.daemon.advertise_interval,
+        )
+        self.status_line = StatusReporter(self.describe)
+        self.metrics_port: int | None = None
         self.overlay = UdpOverlay(config.ring, on_event=self._on_event)
         self.core: PoolCore | None = None
         self.decisions: deque[str] = deque(maxlen=50)
@@ -80,7 +115,28 @@ class PoolDaemon:
         return Policy.load(path) if path else Policy.allow_all()
 
     async def reload(self) -> None:
-        """SIGHUP: a new policy file takes effect; a broken one is reported and the old one kept."""
+        """SIGHUP: the config file is read again and what `RELOADABLE` names takes effect (the
+        log names the changes that wait for a restart); then the revocation list and the policy
+        file are read again. A broken config file, list or policy is reported and the old one
+        kept."""
+        if self.reread is not None:
+            await self._reload_config()
+        try:
+            self.overlay.reload_revoked()
+        except CertificateError as e:
+            log.error("revocation list not reloaded", error=str(e))
+            self._note(
+                note(
+                    "revoked_reload_failed",
+                    f"revocation list reload failed, old list kept: {e}",
+                    error=str(e),
+                )
+            )
+        else:
+            revoked = len(self.overlay.identity.trust.revoked)
+            self._note(
+                note("revoked_reloaded", f"revocation list reloaded ({revoked} serials)", revoked=revoked)
+            )
         try:
             policy = self._read_policy()
         except ConfigError as e:
@@ -94,8 +150,33 @@ class PoolDaemon:
         else:
             self._note(f"policy reloaded from {policy.source}")
 
+    async def _reload_config(self) -> None:
+        assert self.reread is not None
+        try:
+            new = await trio.to_thread.run_sync(self.reread)
+        except ConfigError as e:
+            log.error("config not reloaded, old one kept", error=str(e))
+            self._note(note("reload_failed", f"config reload failed, old config kept: {e}", error=str(e)))
+            return
+        plan = plan_reload(self.config, new, RELOADABLE)
+        updates = {
+            key.removeprefix("daemon."): getattr(new.daemon, key.removeprefix("daemon."))
+            for key in plan.apply
+        }
+        self.config = self.config.model_copy(update={"daemon": self.config.daemon.model_copy(update=updates)})
+        d = self.config.daemon
+        set_level(d.log_level)
+        self.gateway.timeout = d.gateway_timeout
+        self.advertiser.interval = d.advertise_interval
+        text = f"config reloaded: {', '.join(plan.apply) or 'nothing changed'}" + (
+            f"; restart poold for {', '.join(plan.restart)}" if plan.restart else ""
+        )
+        self._note(
+            note("config_reloaded", text, applied=",".join(plan.apply), restart=",".join(plan.restart))
+        )
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled (SIGTERM, SIGINT); then withdraw our FLOCK_TO."""
+        """Run until cancelled (SIGTERM, SIGINT); then withdraw our FLOCK_TO and our ad."""
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.overlay.run)
@@ -112,12 +193,17 @@ class PoolDaemon:
                 nursery.start_soon(self._condor_loop)
                 nursery.start_soon(self._wakeup.run, self._on_timer)
                 await self._apply(self.core.start(trio.current_time()))
-                await nursery.start(serve_control, cfg.daemon.control_socket, self._control)
-                nursery.start_soon(
-                    watchdog_loop, lambda: self.core is not None and self.core.load_error is None
+                self.metrics_port = await start_daemon_tasks(
+                    nursery,
+                    "poold",
+                    control_socket=cfg.daemon.control_socket,
+                    on_control=self._control,
+                    metrics_listen=cfg.daemon.metrics_listen,
+                    figures=self.figures,
+                    status_line=self.status_line,
+                    advertiser=self.advertiser,
+                    on_reload=self.reload,
                 )
-                nursery.start_soon(signal_loop, self.reload, nursery.cancel_scope)
-                sd_notify("READY=1")
                 log.info("poold running", pool=cfg.pool.name, overlay=self.overlay.address)
                 task_status.started()
         finally:
@@ -128,7 +214,9 @@ class PoolDaemon:
                     for action in out.actions:
                         assert isinstance(action, SetFlockTo)
                         await apply_flock_to(self.gateway, action)
+                await self.advertiser.withdraw()
                 await self.gateway.aclose()
+                await self.advertiser.gateway.aclose()
 
     # ------------------------------------------------------------------ feeding the core
 
@@ -213,13 +301,65 @@ class PoolDaemon:
                 self._condor_in.send_nowait(action)
 
     def _notes(self, out: CoreOutput) -> None:
-        for text in out.notes:
-            self._note(text)
+        for item in out.notes:
+            self._note(item)
 
-    def _note(self, text: str) -> None:
+    def _note(self, item: Note | str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.decisions.append(f"{stamp} {text}")
-        log.info("decision", decision=text)
+        self.decisions.append(f"{stamp} {item}")
+        log_note(log, item)
+
+    # ------------------------------------------------------------------ what it shows
+
+    def describe(self) -> str:
+        """One line for systemd's STATUS=: what poold is doing, or what it waits for."""
+        node, core, cfg = self.overlay.core, self.core, self.config
+        if node is None or core is None or not node.joined:
+            via = f" via {cfg.ring.bootstrap}" if cfg.ring.bootstrap else ""
+            return f"joining the ring of central managers{via}"
+        if core.load_error:
+            return f"waiting for the pool's collector {cfg.pool.collector}: {core.load_error}"
+        if core.load is None:
+            return f"reading the pool's load from {cfg.pool.collector}"
+        load = core.load
+        flock = ", ".join(core.flocking.active) or "not set"
+        return (
+            f"{load.free_slots}/{load.total_slots} slots free, {load.idle_jobs} idle jobs; "
+            f"FLOCK_TO {flock}; {len(core.willing.entries)} willing pools"
+        )
+
+    def figures(self) -> Figures:
+        """What the ClassAd and the Prometheus endpoint show (CamelCase ClassAd names; a name
+        ending in Total is a counter)."""
+        node, core, cfg = self.overlay.core, self.core, self.config
+        load = core.load if core else None
+        counters = dict(self.counters) | (dict(core.counters) if core else {})
+        willing = sorted(core.willing.entries) if core else []
+        return {
+            "Pool": cfg.pool.name,
+            "PoolCollector": cast(str, cfg.pool.collector),
+            "OverlayAddress": self.overlay.address if node else None,
+            "NodeId": id_hex(node.me.id) if node else None,
+            "Joined": bool(node and node.joined),
+            "LeafSetSize": len(node.leaf.members()) if node else 0,
+            "RoutingTableRows": node.table.used_rows() if node else 0,
+            "TotalSlots": load.total_slots if load else None,
+            "FreeSlots": load.free_slots if load else None,
+            "IdleJobs": load.idle_jobs if load else None,
+            "RunningJobs": load.running_jobs if load else None,
+            "LoadError": core.load_error if core else None,
+            "WillingPools": ",".join(willing),
+            "WillingPoolCount": len(willing),
+            "FlockTo": ",".join(core.flocking.active) if core else "",
+            "FlockToPoolCount": len(core.flocking.active) if core else 0,
+            "FlockFrom": ",".join(sorted(core.flock_from)) if core else "",
+            "Blacklisted": ",".join(sorted(core.policy.blacklist)) if core else "",
+            "OffersAcceptedTotal": core.discovery.accepted if core else 0,
+            "OffersDroppedTotal": sum(core.discovery.dropped.values()) if core else 0,
+            "OffersSentTotal": counters.get("offers_sent", 0),
+            "LoadErrorsTotal": counters.get("load_errors", 0),
+            "OverlayDropsTotal": sum(self.overlay.drops.values()),
+        }
 
     # ------------------------------------------------------------------ status
 

@@ -409,6 +409,44 @@ class Gateway:
         """Ask a schedd to request a negotiation cycle now."""
         await self.call("reschedule", schedd=_ref(schedd), collector=self._pool(collector))
 
+    async def advertise(self, ad: Mapping[str, Any], *, collector: str | None = None) -> None:
+        """Put a generic ad (MyType and Name set by the caller) into the collector, or refresh
+        it; `condor_status -any` lists it. The collector authorizes this at the DAEMON level."""
+        await self.call("advertise", ad=dict(ad), collector=self._pool(collector))
+
+    async def invalidate(self, my_type: str, name: str, *, collector: str | None = None) -> None:
+        """Take the generic ad of this MyType and Name out of the collector."""
+        await self.call("invalidate", my_type=my_type, name=name, collector=self._pool(collector))
+
+    async def local_config(self, keys: Iterable[str]) -> dict[str, str | None]:
+        """This machine's HTCondor configuration (the gateway's CONDOR_CONFIG, as
+        condor_config_val reads it): each key's value, None where it is not defined."""
+        return await self.call("local_config", keys=list(keys))
+
+    async def edit_jobs(
+        self,
+        constraint: str,
+        attrs: Mapping[str, Any],
+        *,
+        schedd: DaemonRef | None = None,
+        collector: str | None = None,
+    ) -> int:
+        """Set attributes on the jobs matching `constraint` (condor_qedit); returns how many."""
+        return int(
+            await self.call(
+                "edit_jobs",
+                constraint=constraint,
+                attrs=dict(attrs),
+                schedd=_ref(schedd),
+                collector=self._pool(collector),
+            )
+        )
+
+    async def match_ads(self, constraint: str, ads: Iterable[Mapping[str, Any]]) -> list[bool]:
+        """For each ad (plain values), whether the ClassAd expression `constraint` is true in it.
+        A constraint that does not parse raises CondorError of kind ValueError."""
+        return await self.call("match_ads", constraint=constraint, ads=[dict(a) for a in ads])
+
     # ------------------------------------------------------------------ tokens (HTCondor's tools)
 
     async def create_token(

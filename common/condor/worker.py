@@ -336,6 +336,62 @@ def op_reschedule(schedd: dict[str, Any] | None, collector: str | None) -> None:
     schedd_for(schedd, collector).reschedule()
 
 
+def classad_of(attrs: dict[str, Any]) -> classad2.ClassAd:
+    """A ClassAd from plain values (None: the attribute is left out, i.e. undefined)."""
+    return classad2.ClassAd({k: v for k, v in attrs.items() if v is not None})
+
+
+def expression(value: Any) -> str:
+    """A plain value as ClassAd expression text (strings quoted, booleans true/false)."""
+    if value is None:
+        return "undefined"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return classad2.quote(str(value))
+
+
+def op_advertise(ad: dict[str, Any], collector: str | None) -> None:
+    """Put one generic ad (its MyType and Name set by the caller) into a collector:
+    UPDATE_AD_GENERIC, which the collector authorizes at the DAEMON level."""
+    collector_for(collector).advertise([classad_of(ad)], "UPDATE_AD_GENERIC")
+
+
+def op_invalidate(my_type: str, name: str, collector: str | None) -> None:
+    """Take a generic ad out of a collector (INVALIDATE_ADS_GENERIC, DAEMON level too)."""
+    query = classad2.ClassAd({"MyType": "Query", "TargetType": my_type})
+    query["Requirements"] = classad2.ExprTree(f"Name == {classad2.quote(name)}")
+    collector_for(collector).advertise([query], "INVALIDATE_ADS_GENERIC")
+
+
+def op_local_config(keys: list[str]) -> dict[str, str | None]:
+    """Values of this machine's HTCondor configuration (the worker's CONDOR_CONFIG), as
+    condor_config_val prints them; None for a key that is not defined."""
+    return {key: htcondor.param.get(key) for key in keys}
+
+
+def op_edit_jobs(
+    constraint: str, attrs: dict[str, Any], schedd: dict[str, Any] | None, collector: str | None
+) -> int:
+    """Set attributes of the jobs matching a constraint (condor_qedit); returns how many jobs."""
+    target = schedd_for(schedd, collector)
+    edited = 0
+    for key, value in attrs.items():
+        edited = max(edited, int(target.edit(constraint, key, expression(value))))
+    return edited
+
+
+def op_match_ads(constraint: str, ads: list[dict[str, Any]]) -> list[bool]:
+    """Which ads a ClassAd expression holds for (true, not false or undefined): condor_q's
+    -constraint, evaluated here so that only this process loads the bindings."""
+    try:
+        expr = classad2.ExprTree(constraint)
+    except classad2.ClassAdException:
+        raise ValueError(f"not a ClassAd expression: {constraint!r}") from None
+    return [expr.eval(scope=classad_of(ad)) is True for ad in ads]
+
+
 # --------------------------------------------------------------------------- tokens
 
 # The bindings (htcondor2 25.x) have no token requests, approvals or token creation: their
@@ -484,6 +540,11 @@ OPS: dict[str, Callable[..., Any]] = {
     "act": op_act,
     "reschedule": op_reschedule,
     "count_slots": op_count_slots,
+    "advertise": op_advertise,
+    "invalidate": op_invalidate,
+    "local_config": op_local_config,
+    "edit_jobs": op_edit_jobs,
+    "match_ads": op_match_ads,
     "create_token": op_create_token,
     "request_token": op_request_token,
     "token_requests": op_token_requests,

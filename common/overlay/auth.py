@@ -36,15 +36,12 @@ import stat
 from collections import Counter
 from enum import StrEnum
 
-import structlog
-
+from common.droplog import DropLog
 from common.wire import MAX_DATAGRAM, pack, unpack_array
 
 MIN_KEY_BYTES = 32
 NONCE_BYTES = 16
 MAC_BYTES = hashlib.sha256().digest_size
-
-log = structlog.get_logger("overlay.auth")
 
 
 class KeyFileError(Exception):
@@ -60,17 +57,17 @@ def _describe_exposure(mode: int) -> str:
     return " or ".join(verbs) if verbs else "access"
 
 
-def load_ring_key(path: str | pathlib.Path) -> bytes:
-    """The ring's shared key, from a file of hex text that only the daemon's user can access.
+def read_secret_file(path: str | pathlib.Path, what: str = "key") -> bytes:
+    """The bytes written as hex text in a file that only the daemon's user can access.
 
-    Refused (KeyFileError) if the file is missing or unreadable, open to group or others, not hex
-    or shorter than MIN_KEY_BYTES: a key others can read lets them forge any overlay message.
+    Refused (KeyFileError naming the file) if it is missing or unreadable, not a regular file, open
+    to group or others, or not hex: a secret others can read lets them act as its owner.
     """
     name = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang the daemon; see below
     except OSError as e:
-        raise KeyFileError(f"{name}: cannot open key file: {e.strerror or e}") from e
+        raise KeyFileError(f"{name}: cannot open {what} file: {e.strerror or e}") from e
     try:
         st = os.fstat(fd)  # the file actually opened, not whatever the path names afterwards
         if not stat.S_ISREG(st.st_mode):
@@ -78,31 +75,41 @@ def load_ring_key(path: str | pathlib.Path) -> bytes:
         perms = stat.S_IMODE(st.st_mode)
         if perms & 0o077:
             raise KeyFileError(
-                f"{name}: permissions {perms:04o} let other users {_describe_exposure(perms)} the key; "
+                f"{name}: permissions {perms:04o} let other users {_describe_exposure(perms)} the {what}; "
                 f"chmod 600 {name}"
             )
         with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read()
+            raw = f.read(1 << 16)
     except OSError as e:
-        raise KeyFileError(f"{name}: cannot read key file: {e.strerror or e}") from e
+        raise KeyFileError(f"{name}: cannot read {what} file: {e.strerror or e}") from e
     finally:
         os.close(fd)
     try:
-        key = bytes.fromhex("".join(raw.decode("ascii").split()))
+        return bytes.fromhex("".join(raw.decode("ascii").split()))
     except ValueError as e:  # UnicodeDecodeError is a ValueError too; never echo the content
-        raise KeyFileError(f"{name}: key is not hex text") from e
+        raise KeyFileError(f"{name}: {what} is not hex text") from e
+
+
+def load_ring_key(path: str | pathlib.Path) -> bytes:
+    """The ring's shared key, from a file of hex text that only the daemon's user can access.
+
+    Refused (KeyFileError) if the file is missing or unreadable, open to group or others, not hex
+    or shorter than MIN_KEY_BYTES: a key others can read lets them forge any overlay message.
+    """
+    key = read_secret_file(path)
     if len(key) < MIN_KEY_BYTES:
-        raise KeyFileError(f"{name}: key has {len(key)} bytes, at least {MIN_KEY_BYTES} are needed")
+        raise KeyFileError(f"{path}: key has {len(key)} bytes, at least {MIN_KEY_BYTES} are needed")
     return key
 
 
 def generate_key_file(path: str | pathlib.Path) -> None:
-    """Write a new random key as hex, mode 0600; never overwrite (that would split the ring)."""
+    """Write a new random key as hex, mode 0600; never overwrite (that would split the ring).
+    The same 32 random bytes make an Ed25519 private key (common.overlay.certs)."""
     name = str(path)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError as e:
-        raise KeyFileError(f"{name}: already exists; refusing to overwrite a ring key") from e
+        raise KeyFileError(f"{name}: already exists; refusing to overwrite a key") from e
     except OSError as e:
         raise KeyFileError(f"{name}: cannot create key file: {e.strerror or e}") from e
     try:
@@ -154,6 +161,7 @@ class Sealer:
         self.max_nonces = max_nonces
         self.name = name
         self.drops: Counter[str] = Counter()
+        self.drop_log = DropLog("overlay.auth")
         self._seen: set[bytes] = set()
         self._by_age: list[tuple[float, bytes]] = []  # heap of (timestamp, nonce) for the nonces in _seen
         self._horizon = -math.inf  # largest timestamp of a forgotten nonce: at or below it, STALE
@@ -175,9 +183,9 @@ class Sealer:
         return datagram
 
     def drop(self, reason: AuthDrop, peer: object, detail: str) -> None:
-        """Log a dropped datagram with its peer and count it under its reason."""
+        """Count a dropped datagram under its reason; the log line is rate-limited (common.droplog)."""
         self.drops[reason] += 1
-        log.warning("message dropped", protocol=self.name, peer=str(peer), reason=str(reason), detail=detail)
+        self.drop_log.drop(self.name, peer, str(reason), detail)
 
     @property
     def remembered(self) -> int:
@@ -197,6 +205,18 @@ class Sealer:
     def open(self, datagram: bytes, now: float, peer: object) -> bytes | None:
         """The authentic, fresh, first-seen payload of a datagram, or None after logging and
         counting why it was dropped."""
+        checked = self.check(datagram, now, peer)
+        if checked is None:
+            return None
+        timestamp, nonce, payload = checked
+        self.remember(timestamp, nonce)
+        return payload
+
+    def check(self, datagram: bytes, now: float, peer: object) -> tuple[float, bytes, bytes] | None:
+        """`open` without remembering the nonce: (timestamp, nonce, payload) of an authentic, fresh,
+        first-seen datagram, or None after counting why not. A caller that checks more (a
+        signature, common.overlay.envelope) calls `remember` once it believes the datagram, so
+        that one with a bad signature does not take a genuine datagram's nonce."""
         if len(datagram) > self.max_size:
             self.drop(AuthDrop.OVERSIZED, peer, f"datagram of {len(datagram)} bytes exceeds {self.max_size}")
             return None
@@ -233,8 +253,13 @@ class Sealer:
         if nonce in self._seen:
             self.drop(AuthDrop.REPLAYED, peer, f"nonce {nonce.hex()} already seen")
             return None
+        return timestamp, nonce, payload
+
+    def remember(self, timestamp: float, nonce: bytes) -> None:
+        """Record a believed datagram's nonce, so that a copy of it is refused as REPLAYED."""
+        if nonce in self._seen:
+            return
         self._seen.add(nonce)
         heapq.heappush(self._by_age, (timestamp, nonce))
         while len(self._seen) > self.max_nonces:
             self._forget_oldest()  # possibly this very nonce: a replay of it will then be STALE
-        return payload

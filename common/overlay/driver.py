@@ -8,8 +8,14 @@ protocol (keepalive silence, probe retries, periodic repair). Bulk data (faultD'
 replication) is not an overlay message: applications send it over their own TCP streams
 (`common.overlay.bulk`).
 
-Every datagram is sealed with the ring's shared key (`common.overlay.auth`): a MAC, a timestamp
-and a nonce. What fails the seal or the codec is dropped and counted; the node keeps running.
+Every datagram is sealed with the ring's shared key and signed by this node
+(`common.overlay.envelope`), and names its recipient; every application payload this node
+originates carries its proof (`common.overlay.claims.endorse`). On receipt the driver checks the
+seal, the signature and the sender's certificate, then that what the message claims (sender ids,
+addresses, pools) is what the certificates give, and only then feeds the pure core: the core
+never sees crypto. What fails is dropped and counted by reason (`drops`, shown in `status`), and
+an exception raised while the core handles a message is caught, counted as `handler_error` and
+logged (rate-limited): one datagram must never stop the node.
 """
 
 from __future__ import annotations
@@ -17,16 +23,22 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import structlog
 import trio
 
+from common.droplog import DropLog
 from common.hostport import parse_address
-from common.overlay.auth import Sealer, load_ring_key
+from common.overlay.auth import load_ring_key
+from common.overlay.claims import ClaimChecker, endorse
+from common.overlay.envelope import SignedSealer
+from common.overlay.identity import NodeIdentity
 from common.overlay.ids import id_hex
-from common.overlay.messages import Peer, overlay_codec
+from common.overlay.messages import AppMessage, Peer, overlay_codec
 from common.overlay.node import Event, Output, OverlayNode
+from common.overlay.ratelimit import PeerRateLimiter
 from common.overlay.ring import RingConfig
 from common.timer import Wakeup
 from common.wire import MAX_DATAGRAM, Message
@@ -34,6 +46,9 @@ from common.wire import MAX_DATAGRAM, Message
 log = structlog.get_logger("overlay")
 
 EventHandler = Callable[[Event], None]
+
+DATAGRAMS_PER_PEER = 500.0  # per second and source address, after the ring key's MAC
+DATAGRAM_BURST = 1000.0
 
 
 class UdpOverlay:
@@ -44,16 +59,33 @@ class UdpOverlay:
     """
 
     def __init__(
-        self, config: RingConfig, *, on_event: EventHandler | None = None, key: bytes | None = None
+        self,
+        config: RingConfig,
+        *,
+        on_event: EventHandler | None = None,
+        key: bytes | None = None,
+        identity: NodeIdentity | None = None,
+        same_pool: bool = False,
     ) -> None:
         self.config = config
         self.key = key if key is not None else load_ring_key(config.key_file)
-        self.sealer = Sealer(self.key, window=config.replay_window, name="overlay")
+        self.identity = identity if identity is not None else config.load_identity(same_pool=same_pool)
+        self.sealer = SignedSealer(
+            self.key,
+            self.identity,
+            context="datagram",
+            window=config.replay_window,
+            name="overlay",
+            limiter=PeerRateLimiter(DATAGRAMS_PER_PEER, DATAGRAM_BURST),
+        )
+        self.claims = ClaimChecker(self.identity, window=config.replay_window)
         self.codec = overlay_codec()
         self.on_event = on_event
         self.core: OverlayNode | None = None
         self._sock: trio.socket.SocketType | None = None
         self._wakeup = Wakeup()
+        self.errors: Counter[str] = Counter()
+        self.error_log = DropLog("overlay.errors")
         self.sent = 0
         self.received = 0
 
@@ -65,8 +97,15 @@ class UdpOverlay:
 
     @property
     def drops(self) -> dict[str, int]:
-        """Datagrams dropped so far, by reason (authentication and decoding)."""
-        return dict(self.sealer.drops) | dict(self.codec.drops)
+        """Datagrams dropped so far, by reason (authentication, identity, decoding, handler errors)."""
+        return self.sealer.drops | dict(self.codec.drops) | dict(self.claims.drops) | dict(self.errors)
+
+    def reload_revoked(self) -> None:
+        """SIGHUP: read the revocation list again (CertificateError naming it if it is broken)."""
+        from common.overlay.certs import load_revoked
+
+        path = self.config.identity_files().revoked
+        self.identity.trust.revoked = load_revoked(path) if path is not None else frozenset()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind the socket, start or join the ring, then receive until cancelled."""
@@ -75,6 +114,7 @@ class UdpOverlay:
         with sock:
             await sock.bind((cfg.bind, cfg.port))
             host, port = sock.getsockname()[:2]
+            self.sealer.port = port
             advertise = cfg.advertise or f"{host}:{port}"
             me = Peer(id=cfg.identity(), addr=advertise)
             self.core = OverlayNode(me, cfg.overlay, random.Random(os.urandom(16)))
@@ -94,19 +134,29 @@ class UdpOverlay:
             except OSError as e:  # e.g. ICMP port unreachable reported on a later recv
                 log.debug("udp receive error", error=str(e))
                 continue
-            peer = f"{source[0]}:{source[1]}"
-            payload = self.sealer.open(data, time.time(), peer)
-            if payload is None:
+            now = time.time()
+            opened = self.sealer.open(data, now, (source[0], source[1]))
+            if opened is None:
                 continue
-            msg = self.codec.decode_datagram(payload, peer)
-            if msg is None:
+            msg = self.codec.decode_datagram(opened.body, opened.peer)
+            if msg is None or not self.claims.accept(msg, opened.sender, now, opened.peer):
                 continue
             self.received += 1
-            await self._apply(self.core.on_message(msg, trio.current_time()))
+            try:
+                await self._apply(self.core.on_message(msg, trio.current_time()))
+            except Exception as e:  # a bug the message found must cost that message, not the node
+                self._error("handler_error", opened.peer, f"{msg.TYPE}: {type(e).__name__}: {e}")
+
+    def _error(self, reason: str, peer: str, detail: str) -> None:
+        self.errors[reason] += 1
+        self.error_log.drop("overlay", peer, reason, detail)
 
     async def _on_timer(self, now: float) -> None:
         if self.core is not None:
-            await self._apply(self.core.on_timer(now))
+            try:
+                await self._apply(self.core.on_timer(now))
+            except Exception as e:
+                self._error("timer_error", "-", f"{type(e).__name__}: {e}")
 
     async def _apply(self, out: Output) -> None:
         if out.wakeup is not None:
@@ -120,12 +170,17 @@ class UdpOverlay:
     async def _send(self, addr: str, msg: Message) -> None:
         assert self._sock is not None
         try:
-            data = self.sealer.seal(self.codec.encode_datagram(msg), time.time(), os.urandom(16))
-            await self._sock.sendto(data, parse_address(addr))
+            target = parse_address(addr)
+            data = self.sealer.seal(self.codec.encode_datagram(msg), addr, time.time(), os.urandom(16))
+            await self._sock.sendto(data, target)
             self.sent += 1
         except (OSError, ValueError) as e:
             # An unreachable or malformed peer address costs this one message, never the node.
             log.warning("send failed", peer=addr, type=msg.TYPE, error=str(e))
+        except (OverflowError, TypeError) as e:
+            # A field msgpack cannot encode (e.g. an integer beyond 64 bits) costs this message only.
+            self.errors["unencodable"] += 1
+            log.warning("send failed: message not encodable", peer=addr, type=msg.TYPE, error=str(e))
 
     # ------------------------------------------------------------------ application API
 
@@ -134,21 +189,26 @@ class UdpOverlay:
             raise RuntimeError("overlay not started")
         return self.core
 
+    def _endorse(self, payload: Message) -> Message:
+        if not isinstance(payload, AppMessage):
+            raise TypeError(f"{type(payload).__name__} is not an application payload (AppMessage)")
+        return endorse(self.identity, payload, time.time())
+
     async def route(self, key: int, payload: Message) -> None:
         """Send a payload to the live node closest to `key`; see OverlayNode.route."""
-        await self._apply(self._core().route(key, payload, trio.current_time()))
+        await self._apply(self._core().route(key, self._endorse(payload), trio.current_time()))
 
     async def send_to_row(self, row: int, payload: Message) -> None:
         """Send a payload to every node in one row of our routing table."""
-        await self._apply(self._core().send_to_row(row, payload))
+        await self._apply(self._core().send_to_row(row, self._endorse(payload)))
 
     async def send_to_leaf_set(self, payload: Message) -> None:
         """Send a payload to every member of our leaf set."""
-        await self._apply(self._core().send_to_leaf_set(payload))
+        await self._apply(self._core().send_to_leaf_set(self._endorse(payload)))
 
     async def send_direct(self, addr: str, payload: Message) -> None:
         """Send a payload to the node at `addr` (host:port)."""
-        await self._apply(self._core().send_direct(addr, payload))
+        await self._apply(self._core().send_direct(addr, self._endorse(payload)))
 
     async def measure(self, peer: Peer) -> None:
         """Probe a node's round-trip time unless already measured; see OverlayNode.measure."""
@@ -156,4 +216,4 @@ class UdpOverlay:
 
     async def broadcast(self, payload: Message) -> None:
         """Reach every node of the ring once; see OverlayNode.broadcast."""
-        await self._apply(self._core().broadcast(payload))
+        await self._apply(self._core().broadcast(self._endorse(payload)))

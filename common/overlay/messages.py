@@ -1,25 +1,80 @@
 """The overlay's messages, and typed application payloads carried inside them.
 
-Applications (poolD, faultD) declare their payloads with `@app_message`; the overlay carries them
-as `[type, body]` and validates them back into their classes on receipt, so an unknown or
-malformed payload fails validation and the whole datagram is dropped and counted by the codec.
+Applications (poolD, faultD) declare their payloads with `@app_message`, as subclasses of
+`AppMessage`; the overlay carries them as `[type, body]` (or `[type, body, proof]`, see below) and
+validates them back into their classes on receipt, so an unknown or malformed payload fails
+validation and the whole datagram is dropped and counted by the codec. Every field a peer sends
+is bounded here (counts, list lengths, finite floats), so that the pure core can do arithmetic on
+what it receives without a check of its own.
+
+Identity: an application payload says who it comes from (`AppMessage.claims`: a node, a pool,
+hosts). The real driver signs each payload it originates (the `proof`, made and checked in
+`common.overlay.claims`), and receivers check those claims against the signer's certificate
+before the payload reaches a core; a proof travels with the payload when it is forwarded (an
+offer along a row, an alive down the broadcast tree) so that the origin, not the last hop, is what
+is checked. The simulator carries payloads as objects and never sets a proof.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BeforeValidator, ConfigDict, PlainSerializer
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr
 
 from common.overlay.ids import id_from_bytes, id_to_bytes
 from common.wire import Message, MessageCodec
 
-_APP_TYPES: dict[str, type[Message]] = {}
-T = TypeVar("T", bound=type[Message])
+MAX_ADDR = 261  # a DNS name (253) and a port
+ADDR = r"^[A-Za-z0-9._:\[\]-]{1,261}$"
+
+
+@dataclass(frozen=True)
+class Claims:
+    """Who an application payload says it comes from; checked against the signer's certificate.
+
+    `node`: the node it speaks for (id and address); `pool`: the pool it names as its own;
+    `hosts`: hosts it names as the sender's (a collector's host), each of which the certificate
+    must list."""
+
+    node: Peer | None = None
+    pool: str | None = None
+    hosts: tuple[str, ...] = ()
+
+
+class AppMessage(Message):
+    """Base of application payloads: what they claim, and the proof that travels with them."""
+
+    FORWARD_MUTABLE: ClassVar[frozenset[str]] = frozenset()
+    """Fields a forwarder changes (an offer's ttl): left out of what the origin signs."""
+
+    _proof: bytes | None = PrivateAttr(None)
+
+    def claims(self) -> Claims:
+        """Who this payload says it comes from (nothing, unless a subclass says so)."""
+        return Claims()
+
+    @property
+    def proof(self) -> bytes | None:
+        """The origin's signature with its certificate (common.overlay.claims), if any."""
+        return self._proof
+
+    def with_proof(self, proof: bytes) -> AppMessage:
+        """A copy of this payload carrying `proof`."""
+        copy = self.model_copy()
+        copy._proof = proof
+        return copy
+
+
+_APP_TYPES: dict[str, type[AppMessage]] = {}
+T = TypeVar("T", bound=type[AppMessage])
+MAX_PROOF = 8192
 
 
 def app_message(cls: T) -> T:
     """Register an application payload type (its TYPE must be unique across the suite)."""
+    if not issubclass(cls, AppMessage):
+        raise TypeError(f"{cls.__name__} must derive from AppMessage to be an application payload")
     existing = _APP_TYPES.get(cls.TYPE)
     if existing is not None and existing is not cls:
         raise ValueError(f"application message type {cls.TYPE!r} registered twice")
@@ -30,16 +85,24 @@ def app_message(cls: T) -> T:
 def _load_app(value: Any) -> Message:
     if isinstance(value, Message):
         return value
-    if not (isinstance(value, list | tuple) and len(value) == 2 and isinstance(value[0], str)):
-        raise ValueError("application payload must be [type, body]")
+    if not (isinstance(value, list | tuple) and len(value) in (2, 3) and isinstance(value[0], str)):
+        raise ValueError("application payload must be [type, body] or [type, body, proof]")
     cls = _APP_TYPES.get(value[0])
     if cls is None:
         raise ValueError(f"unknown application payload type {value[0]!r}")
-    return cls.model_validate(value[1])
+    msg = cls.model_validate(value[1])
+    if len(value) == 3:
+        proof = value[2]
+        if not (isinstance(proof, bytes) and len(proof) <= MAX_PROOF):
+            raise ValueError(f"an application payload's proof is at most {MAX_PROOF} bytes")
+        msg._proof = proof
+    return msg
 
 
 def _dump_app(value: Message) -> list[Any]:
-    return [value.TYPE, value.model_dump(mode="python")]
+    proof = getattr(value, "_proof", None)
+    body = [value.TYPE, value.model_dump(mode="python")]
+    return body if proof is None else [*body, proof]
 
 
 def _load_id(value: Any) -> int:
@@ -49,6 +112,9 @@ def _load_id(value: Any) -> int:
         return value
     raise ValueError("a node id is 16 bytes")
 
+
+MAX_ROW = 127  # rows of a routing table: 128 / b, b >= 1
+MAX_LEAF_SET = 256
 
 AppPayload = Annotated[Message, BeforeValidator(_load_app), PlainSerializer(_dump_app)]
 NodeId = Annotated[int, BeforeValidator(_load_id), PlainSerializer(id_to_bytes)]
@@ -60,7 +126,7 @@ class Peer(Message):
     model_config = ConfigDict(extra="forbid", frozen=True)
     TYPE = "peer"
     id: NodeId
-    addr: str
+    addr: str = Field(pattern=ADDR)
 
 
 class Ping(Message):
@@ -68,8 +134,8 @@ class Ping(Message):
 
     TYPE = "ping"
     sender: Peer
-    nonce: int
-    sent: float
+    nonce: int = Field(ge=0)
+    sent: float = Field(allow_inf_nan=False)
 
 
 class Pong(Message):
@@ -77,8 +143,8 @@ class Pong(Message):
 
     TYPE = "pong"
     sender: Peer
-    nonce: int
-    sent: float
+    nonce: int = Field(ge=0)
+    sent: float = Field(allow_inf_nan=False)
 
 
 class JoinRequest(Message):
@@ -87,7 +153,7 @@ class JoinRequest(Message):
 
     TYPE = "join"
     joiner: Peer
-    hops: int = 0
+    hops: int = Field(0, ge=0)  # no upper bound: the core adds one per hop without validating
     refresh: bool = False
 
 
@@ -96,8 +162,8 @@ class JoinInfo(Message):
 
     TYPE = "join_info"
     sender: Peer
-    candidates: list[Peer]
-    leaf_set: list[Peer] = []
+    candidates: list[Peer] = Field(max_length=4096)
+    leaf_set: list[Peer] = Field([], max_length=MAX_LEAF_SET)
     root: bool = False
 
 
@@ -120,7 +186,7 @@ class LeafSetPush(Message):
 
     TYPE = "leaf_set"
     sender: Peer
-    leaf_set: list[Peer]
+    leaf_set: list[Peer] = Field(max_length=MAX_LEAF_SET)
 
 
 class RowRequest(Message):
@@ -128,7 +194,7 @@ class RowRequest(Message):
 
     TYPE = "row_req"
     sender: Peer
-    row: int
+    row: int = Field(ge=0, le=MAX_ROW)
 
 
 class RowReply(Message):
@@ -136,8 +202,8 @@ class RowReply(Message):
 
     TYPE = "row"
     sender: Peer
-    row: int
-    entries: list[Peer]
+    row: int = Field(ge=0, le=MAX_ROW)
+    entries: list[Peer] = Field(max_length=1024)
 
 
 class Route(Message):
@@ -147,9 +213,9 @@ class Route(Message):
     key: NodeId
     origin: Peer
     payload: AppPayload
-    hops: int = 0
+    hops: int = Field(0, ge=0)
     via: Peer | None = None  # the previous hop, which waits for our RouteAck
-    hop_nonce: int = 0
+    hop_nonce: int = Field(0, ge=0)
 
 
 class RouteAck(Message):
@@ -157,7 +223,7 @@ class RouteAck(Message):
 
     TYPE = "route_ack"
     sender: Peer
-    hop_nonce: int
+    hop_nonce: int = Field(ge=0)
 
 
 class Direct(Message):
@@ -173,8 +239,8 @@ class Broadcast(Message):
 
     TYPE = "bcast"
     origin: Peer
-    seq: int
-    level: int
+    seq: int = Field(ge=0)
+    level: int = Field(ge=0, le=MAX_ROW + 1)  # rows >= level; negative levels once broke the table
     payload: AppPayload
 
 

@@ -43,6 +43,7 @@ from common.config import StrictModel
 from common.overlay.ids import closeness, digit, shared_prefix_len
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import (
+    MAX_LEAF_SET,
     Broadcast,
     Direct,
     Hello,
@@ -66,7 +67,7 @@ class OverlayParams(StrictModel):
     """Protocol parameters; the `[overlay]` section of a daemon's config."""
 
     b: int = Field(4, description="bits per digit: rows of 2^b columns")
-    leaf_set_size: int = Field(16, ge=2, description="l: l/2 neighbours on each side")
+    leaf_set_size: int = Field(16, ge=2, le=MAX_LEAF_SET, description="l: l/2 neighbours on each side")
     keepalive_interval: float = Field(10.0, gt=0)
     leaf_timeout: float = Field(30.0, gt=0, description="silence after which a leaf member is dead")
     probe_timeout: float = Field(3.0, gt=0)
@@ -150,7 +151,8 @@ class Output:
 
 ForwardHook = Callable[[int, Message, Peer], Message | None]
 """Sees a routed payload at each hop (key, payload, next hop); returns it (possibly changed) or
-None to stop it here."""
+None to stop it here. Over UDP a payload carries its origin's signature (common.overlay.claims):
+a hook there may stop a payload, but one it changes fails the next hop's check."""
 
 
 PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry is declared dead

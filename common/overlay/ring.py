@@ -1,4 +1,5 @@
-"""The `[ring]` section of poolD's and faultD's config: how a daemon joins its ring.
+"""The `[ring]` section of poolD's and faultD's config: how a daemon joins its ring, and the key
+material it proves who it is with (common.overlay.certs).
 
 Apart from the driver, so that configuration models load without the trio driver."""
 
@@ -11,7 +12,9 @@ from pydantic import Field, field_validator
 from common.config import ConfigError, StrictModel
 from common.hostport import parse_address
 from common.overlay.auth import KeyFileError, load_ring_key
-from common.overlay.ids import node_id_from_name, parse_id
+from common.overlay.certs import CertificateError
+from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
+from common.overlay.ids import id_hex, node_id_from_name, parse_id
 from common.overlay.node import OverlayParams
 
 
@@ -27,6 +30,14 @@ class RingConfig(StrictModel):
     advertise: str | None = Field(None, description="host:port others reach us at; default bind:port")
     bootstrap: str | None = Field(None, description="host:port of any ring member; none founds a ring")
     key_file: Path = Field(description="the ring's shared key (hex), readable only by the daemon's user")
+    node_key_file: Path | None = Field(
+        None, description="this node's private key; default node.key beside key_file"
+    )
+    node_cert_file: Path | None = Field(
+        None, description="this node's certificate; default node.cert beside key_file"
+    )
+    ca_file: Path | None = Field(None, description="the ring CA's public key; default ca.pub beside key_file")
+    revoked_file: Path | None = Field(None, description="serials of revoked certificates, one per line")
     replay_window: float = Field(30.0, gt=0, description="seconds a message's timestamp may be off")
     overlay: OverlayParams = OverlayParams()
 
@@ -48,9 +59,46 @@ class RingConfig(StrictModel):
         """This node's 128-bit id: `node_id` if given, else derived from `node_name`."""
         return parse_id(self.node_id) if self.node_id else node_id_from_name(self.node_name)
 
-    def check_key(self, config_path: Path) -> None:
-        """A daemon's config is only good with a usable key: report it as a config error."""
+    def identity_files(self) -> IdentityFiles:
+        """Where this node's key, certificate, CA key and revocation list are."""
+        here = self.key_file.parent
+        return IdentityFiles(
+            node_key=self.node_key_file or here / "node.key",
+            node_cert=self.node_cert_file or here / "node.cert",
+            ca=self.ca_file or here / "ca.pub",
+            revoked=self.revoked_file,
+        )
+
+    def load_identity(self, *, same_pool: bool = False) -> NodeIdentity:
+        """This node's identity, checked against this section (ConfigError naming file and key)."""
+        try:
+            identity = load_identity(self.identity_files(), same_pool=same_pool)
+        except (KeyFileError, CertificateError) as e:
+            raise ConfigError(f"ring: {e} (see 'keys' in the README's install steps)") from None
+        cert = identity.cert
+        if cert.node_name != self.node_name:
+            raise ConfigError(
+                f"ring.node_name: {self.node_name!r}, but the certificate is for {cert.node_name!r}"
+            )
+        if cert.node_id != self.identity():
+            theirs, ours = id_hex(cert.node_id), id_hex(self.identity())
+            raise ConfigError(f"ring: the certificate's node id {theirs} is not this node's {ours}")
+        host = parse_address(self.advertise)[0] if self.advertise else self.bind
+        if host != "0.0.0.0" and not cert.allows_host(host):
+            listed = ", ".join(cert.hosts)
+            raise ConfigError(
+                f"ring: this node speaks from {host}, which its certificate does not list ({listed})"
+            )
+        return identity
+
+    def check_key(self, config_path: Path, *, same_pool: bool = False) -> NodeIdentity:
+        """A daemon's config is only good with a usable ring key and identity: report either as
+        a config error naming the config file and the key file."""
         try:
             load_ring_key(self.key_file)
         except KeyFileError as e:
             raise ConfigError(f"{config_path}: ring.key_file: {e}") from None
+        try:
+            return self.load_identity(same_pool=same_pool)
+        except ConfigError as e:
+            raise ConfigError(f"{config_path}: {e}") from None

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from common.condor import DaemonKind, DaemonRef
-from common.overlay.auth import generate_key_file
 from common.service import query_control
+from deploy.harness.ring_keys import RingKeys
 from deploy.harness.sandbox import (
     Sandbox,
     SandboxPool,
@@ -39,9 +39,8 @@ class FaultPool:
         self.name = name
         self.nhosts = hosts
         self.slots = slots
-        self.key = workdir / "ring.key"
-        if not self.key.exists():
-            generate_key_file(self.key)
+        self.keys = RingKeys(workdir / f"faultd-keys-{name}", ring=f"faultd:{name}")
+        self.key = self.keys.key_file
         self.pool: SandboxPool = sandbox.up(name, slots=slots, hosts=hosts)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -73,6 +72,8 @@ class FaultPool:
         local = self.local_dir(j)
         bootstrap = "" if j == 0 else f'bootstrap = "{self.address(0)}:{PORT}"'
         token_dir = self.pool.token_dir("faultd")
+        node = str(self.host(j)["name"])
+        self.keys.node(node, hosts=[self.address(j)], pool=self.name)
         path = self.workdir / f"faultd-{j}.toml"
         path.write_text(f"""
 [fault]
@@ -93,8 +94,7 @@ node_name = "{self.host(j)["name"]}"
 bind = "{self.address(j)}"
 port = {PORT}
 {bootstrap}
-key_file = "{self.key}"
-
+{self.keys.toml(node)}
 [ring.overlay]
 keepalive_interval = 2.0
 leaf_timeout = 6.0

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from common.overlay.auth import generate_key_file
 from common.service import query_control
+from deploy.harness.ring_keys import RingKeys
 from deploy.harness.sandbox import (
     Sandbox,
     SandboxPool,
@@ -51,9 +51,8 @@ class Federation:
     def __init__(self, sandbox: Sandbox, workdir: Path, names: list[str], *, slots: int = 3) -> None:
         self.workdir = workdir
         self.names = names
-        self.key = workdir / "ring.key"
-        if not self.key.exists():
-            generate_key_file(self.key)
+        self.keys = RingKeys(workdir / "poold-keys", ring="poold")
+        self.key = self.keys.key_file
         self.pools: dict[str, SandboxPool] = {name: sandbox.up(name, slots=slots) for name in names}
         self.policies: dict[str, str] = {}
         self.flocking: dict[str, str] = {}  # pool -> extra [flocking] lines for its poold
@@ -78,6 +77,8 @@ class Federation:
             policy_path.write_text(self.policies[name])
             policy = f'policy_file = "{policy_path}"'
         token_dir = pool.token_dir("poold")
+        hosts = sorted({self.address(name), pool.collector.rpartition(":")[0]})
+        self.keys.node(name, hosts=hosts, pool=name)
         path = self.workdir / f"{name}.toml"
         path.write_text(f"""
 [pool]
@@ -91,7 +92,7 @@ node_name = "{name}"
 bind = "{self.address(name)}"
 port = 7640
 {bootstrap}
-key_file = "{self.key}"
+{self.keys.toml(name)}
 {FAST_SETTINGS}{self.flocking.get(name, "")}
 [daemon]
 control_socket = "{self.socket(name)}"

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway
+from common.install import FILES as DEPLOY_FILES
 
 T = TypeVar("T")
 
@@ -85,7 +86,8 @@ def _poll_timeout(what: str, last: Any, logs: Iterable[Path]) -> TimeoutError:
     return TimeoutError(f"timed out waiting for {what}; last={last!r}\n" + json.dumps(tails, indent=1))
 
 
-UNITS = {"poolD": REPO / "deploy" / "poold.service", "faultD": REPO / "deploy" / "faultd.service"}
+# The units as the package carries them (what `condor-selforg install` puts in /etc/systemd/system).
+UNITS = {"poolD": DEPLOY_FILES / "systemd/poold.service", "faultD": DEPLOY_FILES / "systemd/faultd.service"}
 
 
 def start_in_netns(netns: str, module: str, config: Path, log_file: Path) -> subprocess.Popen[bytes]:

@@ -1,6 +1,7 @@
 """Run a command under what a systemd unit's [Service] section asks for, without systemd.
 
-    python -m deploy.harness.unit_jail deploy/poold.service -- python -m poolD run --config ...
+    python -m deploy.harness.unit_jail common/deploy_files/systemd/poold.service -- \\
+        python -m poolD run --config ...
 
 This machine (and CI) has no systemd to start units, yet the daemons must keep working under
 their hardened units. The harness starts poold and faultd through this jail in the

@@ -1,5 +1,8 @@
 """`python3 agent.pyz HOST PORT AGENT_ID INPUT_FILE`: the agent's command line.
 
+PORT is the master's port, or FIRST-LAST: a range the agent tries in turn until its master
+answers (agents submitted with their master, before it has chosen its port).
+
 Exit status: 0 when the master said no more tasks and every result was delivered; 1 on a fatal
 error (master unreachable, handshake failed, connection lost, protocol violation), reported as one
 `llic-agent: fatal: ...` line on stderr; 2 on a bad command line or input file; 128+N when stopped
@@ -20,7 +23,7 @@ import sys
 from typing import Any
 
 from .. import protocol
-from .communicator import Agent, AgentFatal
+from .communicator import Agent, AgentFatal, parse_ports
 from .inputfile import InputFileError, load_input
 from .workspace import Workspace
 
@@ -52,7 +55,7 @@ def self_check() -> dict[str, Any]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llic-agent", description="Run an llic master's tasks here.")
     parser.add_argument("host", nargs="?", help="the master's host")
-    parser.add_argument("port", nargs="?", type=int, help="the master's port")
+    parser.add_argument("port", nargs="?", help="the master's port, or a range FIRST-LAST")
     parser.add_argument("agent_id", nargs="?", help="this agent's id, as its chef knows it")
     parser.add_argument("input_file", nargs="?", help="the input file (JSON) the chef wrote")
     parser.add_argument("--self-check", action="store_true", help="print the runtime as JSON and exit")
@@ -71,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         print("llic-agent: HOST PORT AGENT_ID INPUT_FILE are required", file=sys.stderr)
         return 2
     try:
+        ports = parse_ports(args.port)
+    except ValueError:
+        parser.print_usage(sys.stderr)
+        print(f"llic-agent: PORT: expected a port or FIRST-LAST, got {args.port!r}", file=sys.stderr)
+        return 2
+    try:
         config = load_input(args.input_file)
     except InputFileError as exc:
         print(f"llic-agent: {exc}", file=sys.stderr)
@@ -78,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     home = os.path.dirname(os.path.abspath(args.input_file))
     scratch = os.environ.get("_CONDOR_SCRATCH_DIR") or os.getcwd()
     workspace = Workspace(config, home=home, scratch=scratch, base_env=os.environ)
-    agent = Agent(args.host, args.port, args.agent_id, config, workspace)
+    agent = Agent(args.host, ports, args.agent_id, config, workspace)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_signal)
     try:

@@ -1,8 +1,9 @@
 """The communicator: talks to the master, prepares tasks, returns results (seed §3.9.2, §3.9.4).
 
-It runs in the agent's main thread. One `select` loop watches the master's socket and a wake-up
-socket the launcher pokes when a task finishes, so tasks arrive while others run and results go
-back as soon as they exist. The agent asks for nothing: the master keeps up to `window` tasks
+It runs in the agent's one thread, with the launcher (llic/agent/launcher.py). One `select` loop
+watches the master's socket and the launcher's wake-up socket (a task ended), so tasks arrive
+while others run, the next task starts as soon as one ends, and results go back as soon as they
+exist. The agent asks for nothing: the master keeps up to `window` tasks
 here (initial tasks included) and the agent only checks that it never sends more. After
 `no_more_tasks`, once every task it holds has been reported, the agent is done.
 
@@ -12,16 +13,22 @@ memory) until the master's `bulk_go`; the agent meanwhile goes on running tasks 
 smaller results. A `bulk_go` with `rate_bps` (a limited subnet) is sent at no more than that rate,
 paced as the master paces its inputs. A master that names no threshold gets every result at
 once, as before.
+
+Batches (protocol version 2): a master that says `batch` in its welcome gets the results that
+carry no files in `results` messages, several at a time while tasks are short: they wait while
+more than a third of the window is still queued here (the master refills it no later than when it
+runs low) and for at most FLUSH_AFTER seconds, so a long task's result goes back as soon as it
+exists. The master's `tasks` batches are taken as its single tasks would be.
 """
 
 from __future__ import annotations
 
 import errno
-import queue
 import selectors
 import socket
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,11 +38,31 @@ from .launcher import Launcher
 from .workspace import Job, PrepareError, Workspace
 
 HANDSHAKE_TIMEOUT = 60.0
+SCAN_HANDSHAKE_TIMEOUT = 10.0  # a port of a range that accepts but does not answer is skipped after this
+RETRY_FIRST = 0.1  # seconds between attempts to reach a master that is not listening yet, at first
+RETRY_MOST = 1.0  # ... growing to this
 RECV_SIZE = 1 << 18
+FLUSH_AFTER = 0.05  # seconds a result may wait for others to share its message, at most
 
 
 class AgentFatal(Exception):
     """An error the agent cannot go on after (seed §3.9.5): it stops its task and exits non-zero."""
+
+
+class _NotHere(Exception):
+    """The port answered, but not as this agent's master (another master's refusal, or nothing
+    llic-like while scanning a range): try the next port."""
+
+
+def parse_ports(text: str) -> list[int]:
+    """`PORT` or `FIRST-LAST` (the range an agent submitted with its master scans): the ports, in
+    order; ValueError when it is neither."""
+    first, sep, last = text.partition("-")
+    low = int(first)
+    high = int(last) if sep else low
+    if not 0 < low <= high <= 65535 or high - low >= 1024:
+        raise ValueError(f"not a port or a range of ports: {text!r}")
+    return list(range(low, high + 1))
 
 
 class Agent:
@@ -44,14 +71,14 @@ class Agent:
     def __init__(
         self,
         host: str,
-        port: int,
+        port: int | list[int],
         agent_id: str,
         config: AgentInput,
         workspace: Workspace,
         hostname: str | None = None,
     ) -> None:
         self.host = host
-        self.port = port
+        self.ports = [port] if isinstance(port, int) else list(port)
         self.agent_id = agent_id
         self.config = config
         self.workspace = workspace
@@ -63,11 +90,11 @@ class Agent:
         self.granted: list[tuple[int, int]] = []  # parked results the master said to send, in order
         self.grant_rate: dict[tuple[int, int], int] = {}  # their rate limits (bps), when given
         self.no_more = False
-        self.jobs: queue.Queue[Job | None] = queue.Queue()
-        self.results: queue.Queue[Job] = queue.Queue()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_w.setblocking(False)
-        self.launcher = Launcher(self.jobs, self._finished, self.hostname)
+        self.batch = False  # the master takes `results` batches (its welcome says so)
+        self.results: deque[Job] = deque()  # finished (or not preparable), not sent yet
+        self.unsent: list[Job] = []  # results for the next `results` batch
+        self.unsent_since = 0.0  # when the first of them was ready
+        self.launcher = Launcher(self.hostname)
         self.sock: socket.socket | None = None
 
     def log(self, text: str) -> None:
@@ -84,34 +111,25 @@ class Agent:
                 self.workspace.setup()
             except (OSError, ValueError) as exc:
                 raise AgentFatal(f"cannot set up the agent: {exc}") from None
-            self.launcher.start()
+            self.launcher.start(self.workspace.work)
             for initial in self.config.initial_tasks:  # they start while we reach the master
                 self._accept(initial.task, [], initial.files)
-            self.sock = self._connect()
-            decoder = self._handshake(self.sock)
+            self.sock, decoder = self._reach_master()
             self._serve(self.sock, decoder)
         finally:
             self.close()
 
     def close(self) -> None:
         """Stop the launcher (killing a running task), drop the connection, remove the work files."""
-        self.launcher.abort()  # harmless if it never started
-        if self.launcher.is_alive():
-            self.launcher.join(5)
+        self.launcher.close()  # harmless if it never started
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self._wake_r.close()
-        self._wake_w.close()
         self.workspace.cleanup()
 
-    def _finished(self, job: Job) -> None:
-        """Called by the launcher thread."""
-        self.results.put(job)
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:
-            pass  # full means a wake-up is pending already; closed means we are stopping
+    def _run_tasks(self) -> None:
+        """Take what the launcher finished (it starts the next one first)."""
+        self.results.extend(self.launcher.poll())
 
     # -- tasks --------------------------------------------------------------------------------
 
@@ -136,10 +154,10 @@ class Agent:
                 host=self.hostname,
                 error=str(exc),
             )
-            self.results.put(job)
+            self.results.append(job)
             return
         self.log(f"task {task.process}.{task.attempt}: queued ({len(self.held)} held)")
-        self.jobs.put(job)
+        self.results.extend(self.launcher.submit(job))
 
     def _result_message(self, job: Job) -> tuple[dict[str, Any], list[bytes]]:
         result = job.result
@@ -161,11 +179,8 @@ class Agent:
             job = self.parked.pop(key)
             msg, blobs = self._result_message(job)
             self._send_result(sock, job, msg, blobs, self.grant_rate.pop(key, None))
-        while True:
-            try:
-                job = self.results.get_nowait()
-            except queue.Empty:
-                return
+        while self.results:
+            job = self.results.popleft()
             msg, blobs = self._result_message(job)
             size = sum(len(blob) for blob in blobs)
             if self.bulk_threshold is not None and size > self.bulk_threshold:
@@ -177,7 +192,39 @@ class Agent:
                 )
                 self.log(f"task {process}.{attempt}: {size} bytes of outputs, waiting for its turn")
                 continue
+            if self.batch and not blobs:
+                if not self.unsent:
+                    self.unsent_since = time.monotonic()
+                self.unsent.append(job)
+                continue
+            self._flush(sock)  # the batched ones first: results go back in the order they came
             self._send_result(sock, job, msg, blobs)
+        if self.unsent and self._flush_wait() == 0:
+            self._flush(sock)
+
+    def _flush_wait(self) -> float | None:
+        """Seconds the batched results may still wait (0: send them now; None: nothing waits)."""
+        if not self.unsent:
+            return None
+        launcher = self.launcher
+        if (
+            self.no_more
+            or launcher.running is None
+            or 3 * len(launcher.waiting) < self.window
+            or len(self.unsent) >= protocol.MAX_BATCH
+        ):
+            return 0.0
+        return max(0.0, self.unsent_since + FLUSH_AFTER - time.monotonic())
+
+    def _flush(self, sock: socket.socket) -> None:
+        """Send the batched results in one `results` message."""
+        if not self.unsent:
+            return
+        jobs, self.unsent = self.unsent, []
+        for frame in protocol.encode_frames({"t": protocol.RESULTS, "results": [j.result for j in jobs]}):
+            sock.sendall(frame)
+        for job in jobs:
+            self._sent(job)
 
     def _send_result(
         self, sock: socket.socket, job: Job, msg: dict[str, Any], blobs: list[bytes], bps: int | None = None
@@ -199,6 +246,9 @@ class Agent:
                 if wait > 0:
                     time.sleep(wait)
                 sock.sendall(chunk)
+        self._sent(job)
+
+    def _sent(self, job: Job) -> None:
         del self.held[job.key]
         self.workspace.discard(job)
         result = job.result
@@ -210,36 +260,69 @@ class Agent:
 
     # -- the master ---------------------------------------------------------------------------
 
-    def _connect(self) -> socket.socket:
-        """Reach the master, retrying for `connect_timeout` seconds (it may be restarting)."""
+    def _reach_master(self) -> tuple[socket.socket, protocol.Decoder]:
+        """Connect and authenticate, trying the master's ports in turn for `connect_timeout`
+        seconds: it may not have started yet (an agent submitted with its master), it may be
+        restarting, and on a range of ports other masters may answer first (they refuse naming
+        themselves, and the next port is tried)."""
         deadline = time.monotonic() + self.config.connect_timeout
-        delay = 0.2
+        delay = RETRY_FIRST
+        scanning = len(self.ports) > 1
+        why = "nothing tried"
         while True:
-            try:
-                sock = socket.create_connection((self.host, self.port), timeout=10)
-                break
-            except OSError as exc:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    reason = exc.strerror or str(exc) or type(exc).__name__
-                    raise AgentFatal(
-                        f"cannot connect to the master at {self.host}:{self.port}: {reason}"
-                    ) from None
-                time.sleep(min(delay, left))
-                delay = min(delay * 2, 5.0)
+            for port in self.ports:
+                try:
+                    sock = socket.create_connection((self.host, port), timeout=10)
+                except OSError as exc:
+                    why = exc.strerror or str(exc) or type(exc).__name__
+                    continue
+                try:
+                    self._tune(sock)
+                    decoder = self._handshake(sock, SCAN_HANDSHAKE_TIMEOUT if scanning else HANDSHAKE_TIMEOUT)
+                except _NotHere as exc:
+                    sock.close()
+                    why = str(exc)
+                    continue
+                except BaseException:
+                    sock.close()
+                    raise
+                self.log(f"connected to {self.host}:{port}")
+                return sock, decoder
+            left = deadline - time.monotonic()
+            if left <= 0:
+                where = f"{self.ports[0]}-{self.ports[-1]}" if scanning else str(self.ports[0])
+                raise AgentFatal(f"cannot connect to the master at {self.host}:{where}: {why}") from None
+            self._wait_running(min(delay, left))
+            delay = min(delay * 1.5, RETRY_MOST)
+
+    def _wait_running(self, seconds: float) -> None:
+        """Sleep `seconds` while initial tasks go on: one that ends lets the next start."""
+        end = time.monotonic() + seconds
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.launcher.fileno(), selectors.EVENT_READ)
+            while (left := end - time.monotonic()) > 0:
+                if selector.select(left):
+                    self._run_tasks()
+
+    @staticmethod
+    def _tune(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 8)):
             if hasattr(socket, name):  # a vanished master is noticed within minutes, not hours
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
-        self.log(f"connected to {self.host}:{self.port}")
-        return sock
 
-    def _handshake(self, sock: socket.socket) -> protocol.Decoder:
-        sock.settimeout(HANDSHAKE_TIMEOUT)
+    def _handshake(self, sock: socket.socket, first_answer: float = HANDSHAKE_TIMEOUT) -> protocol.Decoder:
+        """hello, challenge, auth, welcome (protocol.py). _NotHere when the port is not this
+        agent's master: another master refused naming itself, or, while scanning a range,
+        whatever answered was not a master (silence for `first_answer` seconds, garbage, a
+        hang-up)."""
+        sock.settimeout(first_answer)
         decoder = protocol.Decoder({protocol.CHALLENGE, protocol.REFUSED})
         secret = self.config.secret
         nonce_a = protocol.make_nonce()
+        scanning = len(self.ports) > 1
+        port = sock.getpeername()[1]
         try:
             protocol.send_message(
                 sock,
@@ -251,7 +334,17 @@ class Agent:
                     "nonce_a": nonce_a,
                 },
             )
-            challenge = self._expect(sock, decoder)
+            try:
+                challenge = self._expect(sock, decoder)
+            except (protocol.ProtocolError, OSError) as exc:
+                if not scanning:
+                    raise
+                raise _NotHere(f"port {port} answered no llic master: {exc}") from None
+            except AgentFatal as exc:
+                if scanning and "closed the connection" in str(exc):
+                    raise _NotHere(f"port {port} hung up: {exc}") from None
+                raise
+            sock.settimeout(HANDSHAKE_TIMEOUT)
             if not protocol.check_master_mac(secret, nonce_a, self.agent_id, challenge.body["mac_m"]):
                 raise AgentFatal("the master failed to authenticate (wrong secret?); not talking to it")
             mac_a = protocol.agent_mac(secret, challenge.body["nonce_m"], self.agent_id)
@@ -264,10 +357,13 @@ class Agent:
             ) from None
         self.window = welcome.body["window"]
         self.bulk_threshold = welcome.body.get("bulk_threshold")
+        self.batch = welcome.body.get("batch", False)
         if self.window != self.config.window:
             self.log(f"the master set the window to {self.window} (input file: {self.config.window})")
         sock.settimeout(None)
-        decoder.allowed = frozenset({protocol.TASK, protocol.NO_MORE_TASKS, protocol.BULK_GO})
+        decoder.allowed = frozenset(
+            {protocol.TASK, protocol.TASKS, protocol.NO_MORE_TASKS, protocol.BULK_GO, protocol.CANCEL}
+        )
         self.log(f"authenticated; window {self.window}, bulk threshold {self.bulk_threshold}")
         return decoder
 
@@ -276,13 +372,16 @@ class Agent:
         if msg is None:
             raise AgentFatal("the master closed the connection during the handshake")
         if msg.type == protocol.REFUSED:
+            other = msg.body.get("master")
+            if other is not None and other != self.config.master:
+                raise _NotHere(f"port {sock.getpeername()[1]} is master {other}'s")
             raise AgentFatal(f"the master refused this agent: {msg.body['reason'] or 'no reason given'}")
         return msg
 
     def _serve(self, sock: socket.socket, decoder: protocol.Decoder) -> None:
         selector = selectors.DefaultSelector()
         selector.register(sock, selectors.EVENT_READ, "master")
-        selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        selector.register(self.launcher.fileno(), selectors.EVENT_READ, "launcher")
         try:
             while True:
                 for msg in decoder:  # the handshake may have read tasks already
@@ -291,9 +390,9 @@ class Agent:
                 if self.no_more and not self.held:
                     self.log("no more tasks and all results sent: done")
                     return
-                for key, _events in selector.select():
-                    if key.data == "wake":
-                        self._wake_r.recv(4096)
+                for key, _events in selector.select(self._flush_wait()):
+                    if key.data == "launcher":
+                        self._run_tasks()
                         continue
                     try:
                         data = sock.recv(RECV_SIZE)
@@ -311,6 +410,13 @@ class Agent:
             selector.close()
 
     def _handle(self, msg: protocol.Message) -> None:
+        if msg.type == protocol.CANCEL:
+            key = (msg.body["process"], msg.body["attempt"])
+            self.log(f"master: cancel {key[0]}.{key[1]}")
+            if key in self.held:
+                # its result still comes back, as `held` expects: now if it had not started
+                self.results.extend(self.launcher.cancel(key))
+            return
         if msg.type == protocol.BULK_GO:
             key = (msg.body["process"], msg.body["attempt"])
             if key in self.parked and key not in self.granted:
@@ -326,6 +432,7 @@ class Agent:
             return
         if self.no_more:
             raise protocol.ProtocolError("a task after no_more_tasks")
-        if len(self.held) >= self.window:
-            raise protocol.ProtocolError(f"the master sent more than the window of {self.window} tasks")
-        self._accept(msg.task(), msg.file_pairs(), [])
+        for task in msg.tasks():
+            if len(self.held) >= self.window:
+                raise protocol.ProtocolError(f"the master sent more than the window of {self.window} tasks")
+            self._accept(task, msg.file_pairs(), [])

@@ -1,25 +1,29 @@
-"""The launcher thread: runs prepared tasks one at a time, in the order they came (seed §3.9.3).
+"""The launcher: runs prepared tasks one at a time, in the order they came (seed §3.9.3).
+
+It runs in the agent's one thread, beside the communicator: a task is started with
+`os.posix_spawn` (no thread, no fork of the Python process), and its end is noticed through
+SIGCHLD, which Python writes to a wake-up socket the communicator's `select` watches next to the
+master's socket (`fileno`). So a task is started, and the next one after it, without a hand-off
+between threads, which cost more than the spawn itself in a flood of short tasks.
 
 Each task runs in its own session (process group) with stdin/stdout/stderr on its files, so the
 agent can kill everything it started: the leftovers of a task that exits (condor kills the job's
-processes too), and the running task when the agent must stop.
+processes too), and the running task when the agent must stop. A stream that only feeds the
+result's tail (no output/error file of its own, `workspace.CAPTURE`) goes to one of two capture
+files the launcher keeps for the agent's life, emptied before each task.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import signal
-import subprocess
-import threading
+import socket
 import time
-from collections.abc import Callable
-from typing import IO
+from collections import deque
 
 from .. import protocol
 from ..files import DirInfo
-from .workspace import Job
+from .workspace import CAPTURE, Job
 
 
 def tail(path: str | None, size: int = protocol.TAIL_SIZE) -> str:
@@ -36,6 +40,16 @@ def tail(path: str | None, size: int = protocol.TAIL_SIZE) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _tail_fd(fd: int, size: int = protocol.TAIL_SIZE) -> tuple[str, int]:
+    """The tail of a capture file, and how long the file is."""
+    try:
+        end = os.fstat(fd).st_size
+        data = os.pread(fd, size, max(0, end - size)) if end else b""
+    except OSError:
+        return "", 1
+    return data.decode("utf-8", errors="replace"), end
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -43,121 +57,267 @@ def _kill_group(pid: int) -> None:
         pass  # nothing left, or not ours
 
 
+def _on_child(signum: int, frame: object) -> None:
+    """SIGCHLD: nothing to do here; Python's wake-up fd tells the communicator's select."""
+
+
 class _LaunchError(Exception):
     """The task could not be started; the text goes into the result's `error`."""
 
 
-class Launcher(threading.Thread):
-    """Takes Jobs from `jobs` (None stops it), hands each finished Job to `done`."""
+class _Running:
+    """The task being run: its process and when it started."""
 
-    def __init__(self, jobs: queue.Queue[Job | None], done: Callable[[Job], None], host: str) -> None:
-        super().__init__(name="llic-launcher", daemon=True)
-        self.jobs = jobs
-        self.done = done
+    def __init__(self, job: Job, pid: int) -> None:
+        self.job = job
+        self.pid = pid
+        self.started = time.time()
+        self.clock = time.monotonic()
+
+
+class Launcher:
+    """Runs the Jobs given to `submit`, one at a time; `poll` returns those that finished."""
+
+    def __init__(self, host: str) -> None:
         self.host = host
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.waiting: deque[Job] = deque()
+        self.running: _Running | None = None
         self._aborted = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._old_wakeup = -1
+        self._old_handler: object = None
+        self._devnull = -1
+        self._captures: tuple[int, int] = (-1, -1)
+        self._written = [False, False]  # a capture file holds something: empty it before reuse
+        self._home = -1
+        self._started = False
 
-    def run(self) -> None:
-        """Run queued jobs until told to stop; a job that raises is still reported, as a failed launch."""
-        while True:
-            job = self.jobs.get()
-            if job is None or self._aborted:
-                return
-            try:
-                self.run_job(job)
-            except Exception as exc:  # never leave a task unreported: the agent would wait forever
-                result = protocol.TaskResult(
-                    job.task.process, job.task.attempt, protocol.STATUS_LAUNCH_FAILED
+    # -- life ---------------------------------------------------------------------------------
+
+    def start(self, capture_dir: str) -> None:
+        """Be told of children's ends (SIGCHLD; main thread only) and keep the capture files
+        in `capture_dir`."""
+        self._old_handler = signal.signal(signal.SIGCHLD, _on_child)
+        self._old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        self._started = True
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        self._captures = (
+            os.open(os.path.join(capture_dir, "capture.stdout"), flags, 0o600),
+            os.open(os.path.join(capture_dir, "capture.stderr"), flags, 0o600),
+        )
+        self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._home = os.open(".", os.O_RDONLY | os.O_CLOEXEC)
+
+    def fileno(self) -> int:
+        """Readable when a child may have ended: then call `poll`."""
+        return self._wake_r.fileno()
+
+    def close(self) -> None:
+        """Stop (killing a running task) and let go of the signal, the wake-up socket, the files."""
+        self.abort()
+        if self._started:
+            signal.set_wakeup_fd(self._old_wakeup)
+            signal.signal(signal.SIGCHLD, self._old_handler)  # type: ignore[arg-type]
+            self._started = False
+        for fd in (*self._captures, self._devnull, self._home):
+            if fd >= 0:
+                os.close(fd)
+        self._captures, self._devnull, self._home = (-1, -1), -1, -1
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def cancel(self, key: tuple[int, int]) -> list[Job]:
+        """The master stopped this task: kill its process group if it runs (`poll` then reports
+        it, killed); if it is still waiting, drop it and return it, answered as launch-failed.
+        Either way its result goes back, as the agent's accounting expects."""
+        running = self.running
+        if running is not None and running.job.task.key == key:
+            _kill_group(running.pid)
+            return []
+        for job in self.waiting:
+            if job.task.key == key:
+                self.waiting.remove(job)
+                job.result = protocol.TaskResult(
+                    key[0],
+                    key[1],
+                    protocol.STATUS_LAUNCH_FAILED,
+                    host=self.host,
+                    error="cancelled by the master before it started",
                 )
-                result.host = self.host
-                result.error = f"agent error while running the task: {type(exc).__name__}: {exc}"
-                job.result = result
-            if self._aborted:
-                return
-            self.done(job)
+                self._finish(job, None)
+                return [job]
+        return []  # finished already: its result is on its way
 
     def abort(self) -> None:
         """Stop now: kill the running task and everything it started; run nothing more."""
-        with self._lock:
-            self._aborted = True
-            if self._proc is not None:
-                _kill_group(self._proc.pid)
-        self.jobs.put(None)
-
-    def run_job(self, job: Job) -> None:
-        """Run one task to its end and put its result on the communicator's queue."""
-        task = job.task
-        result = protocol.TaskResult(task.process, task.attempt, protocol.STATUS_OK, host=self.host)
-        started = time.time()
-        clock = time.monotonic()
-        try:
-            proc = self._start(job)
-        except _LaunchError as exc:
-            result.status = protocol.STATUS_LAUNCH_FAILED
-            result.error = str(exc)
-        else:
-            self._wait(proc)
-            code = proc.returncode
-            if code < 0:
-                result.signal = -code
-            else:
-                result.exit_code = code
-        result.started = started
-        result.finished = time.time()
-        result.run_time = max(0.0, time.monotonic() - clock)
-        result.stdout_tail = tail(job.stdout)
-        result.stderr_tail = tail(job.stderr)
-        if job.exec_dir is not None:
-            job.after = DirInfo.snapshot(job.exec_dir)
-        job.result = result
-
-    def _start(self, job: Job) -> subprocess.Popen[bytes]:
-        """The running task, its stdio on its files; _LaunchError says which file or exec failed."""
-        with contextlib.ExitStack() as files:
-
-            def open_(path: str, mode: str, what: str) -> IO[bytes]:
-                try:
-                    return files.enter_context(open(path, mode))
-                except OSError as exc:
-                    raise _LaunchError(f"cannot open {what} {path}: {exc.strerror or exc}") from None
-
-            stdin = open_(job.stdin or os.devnull, "rb", "input")
-            stdout = open_(job.stdout, "wb", "output")
-            stderr: IO[bytes] | int = (
-                subprocess.STDOUT if job.stderr is None else open_(job.stderr, "wb", "error")
-            )
-            with self._lock:
-                if self._aborted:
-                    raise _LaunchError("the agent is stopping")
-                try:
-                    self._proc = subprocess.Popen(
-                        job.argv,
-                        cwd=job.cwd,
-                        env=job.env,
-                        stdin=stdin,
-                        stdout=stdout,
-                        stderr=stderr,
-                        close_fds=True,
-                        start_new_session=True,
-                    )
-                except (OSError, ValueError) as exc:
-                    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                    raise _LaunchError(f"cannot start {job.argv[0]!r}: {reason}") from None
-                return self._proc
-
-    def _wait(self, proc: subprocess.Popen[bytes]) -> None:
-        """Wait for the task, kill what it left running in its group, then reap it."""
-        if hasattr(os, "waitid"):
+        self._aborted = True
+        self.waiting.clear()
+        running, self.running = self.running, None
+        if running is not None:
+            _kill_group(running.pid)
             try:
-                # WNOWAIT keeps the pid (and so the group id) ours until the group is killed
-                os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                os.waitpid(running.pid, 0)
             except ChildProcessError:
                 pass
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running and nothing waiting."""
+        return self.running is None and not self.waiting
+
+    def submit(self, job: Job) -> list[Job]:
+        """Queue a prepared job (started at once when nothing runs); the jobs that could not be
+        started meanwhile, with their results (launch_failed)."""
+        self.waiting.append(job)
+        return self._start_next()
+
+    def poll(self) -> list[Job]:
+        """The jobs that finished since the last call (with their results), in order; the next
+        waiting job is started first, so the slot is not idle while results go back."""
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        running = self.running
+        if running is None:
+            return self._start_next()
+        if not _ended(running.pid):
+            return []
+        _kill_group(running.pid)
+        try:
+            _, status = os.waitpid(running.pid, 0)
+        except ChildProcessError:
+            status = None
+        self.running = None
+        job = running.job
+        result = job.result = protocol.TaskResult(
+            job.task.process, job.task.attempt, protocol.STATUS_OK, host=self.host
+        )
+        if status is None:
+            result.status = protocol.STATUS_LAUNCH_FAILED
+            result.error = "the task's process could not be waited for"
+        elif os.WIFSIGNALED(status):
+            result.signal = os.WTERMSIG(status)
         else:
-            proc.wait()
-        _kill_group(proc.pid)
-        proc.wait()
-        with self._lock:
-            self._proc = None
+            result.exit_code = os.WEXITSTATUS(status)
+        self._finish(job, running)
+        return [job, *self._start_next()]
+
+    def _finish(self, job: Job, running: _Running | None) -> None:
+        result = job.result
+        assert result is not None
+        result.started = running.started if running else time.time()
+        result.finished = time.time()
+        result.run_time = max(0.0, time.monotonic() - running.clock) if running else 0.0
+        result.stdout_tail = self._tail(job.stdout, 0)
+        result.stderr_tail = "" if job.stderr is None else self._tail(job.stderr, 1)
+        if job.exec_dir is not None:
+            job.after = DirInfo.snapshot(job.exec_dir)
+
+    def _tail(self, path: str, which: int) -> str:
+        if path != CAPTURE:
+            return tail(path)
+        text, size = _tail_fd(self._captures[which])
+        self._written[which] = size > 0
+        return text
+
+    def _start_next(self) -> list[Job]:
+        """Start waiting jobs until one runs; those that cannot start are returned, failed."""
+        failed: list[Job] = []
+        while self.running is None and self.waiting and not self._aborted:
+            job = self.waiting.popleft()
+            try:
+                self.running = _Running(job, self._spawn(job))
+            except _LaunchError as exc:
+                job.result = protocol.TaskResult(
+                    job.task.process,
+                    job.task.attempt,
+                    protocol.STATUS_LAUNCH_FAILED,
+                    host=self.host,
+                    error=str(exc),
+                )
+                self._finish(job, None)
+                failed.append(job)
+        return failed
+
+    def _open(self, path: str, flags: int, what: str, opened: list[int]) -> int:
+        try:
+            fd = os.open(path, flags | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise _LaunchError(f"cannot open {what} {path}: {exc.strerror or exc}") from None
+        opened.append(fd)
+        return fd
+
+    def _spawn(self, job: Job) -> int:
+        """The running task's pid, its stdio on its files; _LaunchError says which file or exec failed."""
+        opened: list[int] = []
+        try:
+            write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            stdin = self._open(job.stdin, os.O_RDONLY, "input", opened) if job.stdin else self._devnull
+            streams = []
+            for path, which, what in ((job.stdout, 0, "output"), (job.stderr, 1, "error")):
+                if path is None:  # merged into stdout, as condor does when both name one file
+                    streams.append(streams[0])
+                elif path == CAPTURE:
+                    fd = self._captures[which]
+                    if self._written[which]:  # a silent task (most) leaves nothing to empty
+                        os.ftruncate(fd, 0)
+                        os.lseek(fd, 0, os.SEEK_SET)
+                        self._written[which] = False
+                    streams.append(fd)
+                else:
+                    streams.append(self._open(path, write, what, opened))
+            program = _program(job.argv[0], job.env)
+            try:
+                os.chdir(job.cwd)
+            except OSError as exc:
+                raise _LaunchError(f"cannot enter {job.cwd}: {exc.strerror or exc}") from None
+            try:
+                return os.posix_spawn(
+                    program,
+                    job.argv,
+                    job.env,
+                    file_actions=[
+                        (os.POSIX_SPAWN_DUP2, stdin, 0),
+                        (os.POSIX_SPAWN_DUP2, streams[0], 1),
+                        (os.POSIX_SPAWN_DUP2, streams[1], 2),
+                    ],
+                    setsid=True,
+                )
+            except (OSError, ValueError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise _LaunchError(f"cannot start {job.argv[0]!r}: {reason}") from None
+            finally:
+                os.fchdir(self._home)
+        finally:
+            for fd in opened:
+                os.close(fd)
+
+
+def _ended(pid: int) -> bool:
+    """Has the task's process ended? It stays unreaped (waitid's WNOWAIT), so its pid, and with
+    it the group id, stays ours until the group is killed; without waitid it is reaped here."""
+    try:
+        if hasattr(os, "waitid"):
+            return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+        return True
+
+
+def _program(name: str, env: dict[str, str]) -> str:
+    """What to execute: a name with a slash as it is (relative to the task's directory), else
+    the first file of that name on the task's PATH (as execvp looks, and Popen did); not found:
+    the name itself, which then fails to start with ENOENT."""
+    if "/" in name:
+        return name
+    for directory in os.get_exec_path(env):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            return path
+    return name

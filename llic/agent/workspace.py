@@ -27,6 +27,7 @@ from .inputfile import AgentInput
 
 STDOUT_NAME = "_condor_stdout"
 STDERR_NAME = "_condor_stderr"
+CAPTURE = ""  # a stream with no file of its own: the launcher's capture file, for the result's tail
 
 
 class PrepareError(Exception):
@@ -42,8 +43,8 @@ class Job:
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     stdin: str | None = None  # None: /dev/null
-    stdout: str = ""
-    stderr: str | None = None  # None: merged into stdout (output == error)
+    stdout: str = CAPTURE
+    stderr: str | None = None  # None: merged into stdout (output == error); CAPTURE: for the tail only
     exec_dir: str | None = None  # TRANSFER modes only
     executable_name: str | None = None  # the linked executable, never sent back
     before: DirInfo | None = None
@@ -171,12 +172,12 @@ class Workspace:
         return path
 
     def _streams(self, job: Job, out: str | None, err: str | None) -> None:
-        """stdout/stderr files; `out`/`err` are resolved paths or None (capture for the tails only)."""
-        job.stdout = out if out is not None else self._capture(job, "stdout")
+        """stdout/stderr files; `out`/`err` are paths or None (captured for the tails only)."""
+        job.stdout = out if out is not None else CAPTURE
         if err is not None and err == out:
             job.stderr = None  # condor merges the two streams when they name one file
         else:
-            job.stderr = err if err is not None else self._capture(job, "stderr")
+            job.stderr = err if err is not None else CAPTURE
 
     def _prepare_nfs(self, task: protocol.Task) -> Job:
         iwd = task.initialdir
@@ -250,8 +251,13 @@ class Workspace:
             job.stdin = os.path.join(exec_dir, posixpath.basename(task.input))
             if not os.path.isfile(job.stdin):
                 raise PrepareError(f"input {task.input!r} was not transferred")
-        out = self._capture(job, "stdout")
-        self._streams(job, out, out if task.error and task.error == task.output else None)
+        # captured next to the execution directory when they go back as files, else for the tails
+        out = self._capture(job, "stdout") if task.output else None
+        if task.error and task.error == task.output:
+            err = out
+        else:
+            err = self._capture(job, "stderr") if task.error else None
+        self._streams(job, out, err)
         job.before = DirInfo.snapshot(exec_dir)
         return job
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llic.submit import dispatch, master_copy
+from llic.submit.commands import check_commands
 from llic.submit.macros import Expander, Macro, job_builtins, macro_lookup, shared_builtins
 from llic.submit.queue import QueueArgs, assign_item
 from llic.submit.resolve import JobCommands, PathChecks, check_universe, resolve_task
@@ -151,7 +152,13 @@ class QueueBlock:
                 )
                 yield (
                     process,
-                    JobCommands(self.path, self._macros, Expander(lookup, self._ctx.environ), self.line),
+                    JobCommands(
+                        self.path,
+                        self._macros,
+                        Expander(lookup, self._ctx.environ),
+                        self.line,
+                        dict(values) if values else None,
+                    ),
                 )
                 process += 1
                 made += 1
@@ -186,20 +193,28 @@ class QueueBlock:
         return base
 
     def tasks(self, cluster: int) -> list[Task]:
-        """Every job of this queue statement, with `$(Cluster)` = cluster, in process order."""
+        """Every job of this queue statement, with `$(Cluster)` = cluster, in process order (kept
+        once made: dispatch.py asks again and again)."""
         if cluster not in self._tasks:
-            first = self.first_job()
-            if first is not None:
-                check_universe(first)
-            base = self.cluster_ad(cluster)
-            out: list[Task] = []
-            for process, job in self.jobs(cluster):
-                task = self._resolve(job, process, cluster, base)
-                if base is None:
-                    base = task
-                out.append(task)
-            self._tasks[cluster] = out
+            self._tasks[cluster] = list(self.iter_tasks(cluster))
         return list(self._tasks[cluster])
+
+    def iter_tasks(self, cluster: int) -> Iterator[Task]:
+        """The same jobs one at a time, none kept: a 100,000-task block costs one task's memory
+        (what `master_submitter --dry-run` and the submission read)."""
+        if cluster in self._tasks:
+            yield from self._tasks[cluster]
+            return
+        first = self.first_job()
+        if first is not None:
+            check_universe(first)
+            check_commands(self)
+        base = self.cluster_ad(cluster)
+        for process, job in self.jobs(cluster):
+            task = self._resolve(job, process, cluster, base)
+            if base is None:
+                base = task
+            yield task
 
     # -- what llic needs beyond the tasks (dispatch.py) and the master's copy (master_copy.py)
 

@@ -8,26 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from llic.submit.commands import Handling, command
 from llic.submit.errors import SubmitFileError
 from llic.submit.resolve import should_transfer
 from llic.task import Mode, Task
 
 if TYPE_CHECKING:
     from llic.submit.block import QueueBlock
-
-
-# submit commands an agent job carries over from the user's job (besides request_* and MY.*)
-_AGENT_KEYS = {
-    "requirements",
-    "rank",
-    "accounting_group",
-    "accounting_group_user",
-    "concurrency_limits",
-    "priority",
-    "nice_user",
-    "job_machine_attrs",
-    "universe",
-}
 
 
 def transfer_mode(block: QueueBlock) -> Mode:
@@ -43,14 +30,11 @@ def transfer_mode(block: QueueBlock) -> Mode:
 
 
 def agent_attributes(block: QueueBlock) -> dict[str, str]:
-    """The commands an agent job inherits from the user's jobs: requirements, rank, request_*,
-    +Attr/MY.Attr, accounting and priority settings (expanded; they must be the same for every
-    task, since one agent runs many of them)."""
-    keys = [
-        m
-        for low, m in block.macros.items()
-        if low in _AGENT_KEYS or low.startswith("request_") or low.startswith("my.")
-    ]
+    """The commands an agent job inherits from the user's jobs (commands.py's AGENT ones:
+    requirements, rank, request_*, +Attr/MY.Attr, accounting and priority settings) and the
+    universe (expanded; they must be the same for every task, since one agent runs many of
+    them)."""
+    keys = [m for low, m in block.macros.items() if low == "universe" or _for_agent(low)]
     out: dict[str, str] = {}
     first: dict[str, str | None] = {}
     for n, (_, job) in enumerate(block.jobs(1 + block.cluster_offset)):
@@ -68,6 +52,11 @@ def agent_attributes(block: QueueBlock) -> dict[str, str]:
                     "an llic agent runs them all, so it must be the same",
                 )
     return out
+
+
+def _for_agent(name: str) -> bool:
+    found = command(name)
+    return found is not None and found.handling is Handling.AGENT
 
 
 def common_input_files(block: QueueBlock, cluster: int) -> list[str]:

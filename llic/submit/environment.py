@@ -4,7 +4,7 @@ New syntax: the value is in double quotes, entries `NAME=value` separated by whi
 grouped by single quotes as arguments are (arguments.py). Old syntax: entries separated by `;`
 (or by the value's first character when it is one of condor's delimiter characters) or a
 newline. `environment2` takes the new syntax only. `getenv = true` adds the submitter's
-variables the job does not set itself.
+variables the job does not set itself, `getenv = LIST` those LIST names.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 
 from llic.submit.arguments import split_args, v2_quoted_to_raw
-from llic.submit.values import WHITESPACE
+from llic.submit.values import WHITESPACE, split_list
 
 
 def _env_entry(entry: str, env: dict[str, str]) -> None:
@@ -62,9 +62,43 @@ def parse_environment(
     return parse_v1_environment(value, delim, env)
 
 
-def import_environment(env: dict[str, str], environ: Mapping[str, str], *, old_syntax: bool) -> None:
-    """`getenv = true`: add to env each variable of environ it does not set; when the job's
-    environment is in the old syntax only, not those whose value holds a `;` or a newline."""
+def import_environment(
+    env: dict[str, str], environ: Mapping[str, str], *, old_syntax: bool, names: str | None = None
+) -> None:
+    """`getenv = true` (names None) or `getenv = LIST`: add to env each variable of environ it
+    does not set, never one whose value holds a newline, and, when the job's environment is in
+    the old syntax only, not one whose value holds a `;` (condor's SubmitHashEnvFilter). LIST
+    (separated by `,`, `;` or blanks) names the variables to take, `*` standing for any text,
+    any case; a name after `!` is never taken (WhiteBlackEnvFilter)."""
+    white: list[str] = []
+    black: list[str] = []
+    if names is not None:
+        for item in split_list(names, ",; \t\r\n"):
+            if item.startswith("!"):
+                if item[1:].strip(WHITESPACE):
+                    black.append(item[1:].strip(WHITESPACE))
+            else:
+                white.append(item)
     for k, v in environ.items():
-        if k not in env and (not old_syntax or (";" not in v and "\n" not in v)):
-            env[k] = v
+        if k in env or "\n" in v or (old_syntax and ";" in v):
+            continue
+        if black and any(matches_wildcard(pattern, k) for pattern in black):
+            continue
+        if white and not any(matches_wildcard(pattern, k) for pattern in white):
+            continue
+        env[k] = v
+
+
+def matches_wildcard(pattern: str, name: str) -> bool:
+    """condor's matches_anycase_withwildcard: no `*`: equal (any case); `A*`: starts with A;
+    `*B`, `A*B`: starts with A and holds B after it (23.9 does not check that B ends it)."""
+    p, n = pattern.lower(), name.lower()
+    star = p.find("*")
+    if star < 0:
+        return p == n
+    start, end = p[:star], p[star + 1 :]
+    if end.endswith("*"):
+        end = end[:-1]
+    if not n.startswith(start):
+        return False
+    return not end or end in n[len(start) :]

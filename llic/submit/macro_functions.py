@@ -1,11 +1,12 @@
 """The macro functions of a submit file (config.cpp: evaluate_macro_func): `$ENV()`, `$F...()`,
-`$BASENAME()`, `$DIRNAME()`, `$SUBSTR()`, `$CHOICE()`, `$INT()`.
+`$BASENAME()`, `$DIRNAME()`, `$SUBSTR()`, `$CHOICE()`, `$INT()`, `$REAL()`, `$EVAL()`,
+`$STRING()` (the last two with HTCondor's ClassAd library, classad_values.py).
 
 Each takes the expander (whose lookup and environment its arguments are read from) and the
 reference as found (`MacroReference`: kind, name as written, body). A function that macros.py
-recognises but FUNCTIONS lacks (`$RANDOM_CHOICE()`, `$RANDOM_INTEGER()`, `$REAL()`,
-`$STRING()`, `$EVAL()`) is refused by the expander; supporting one is a function here and an
-entry in FUNCTIONS.
+recognises but FUNCTIONS lacks (`$RANDOM_CHOICE()`, `$RANDOM_INTEGER()`: a master given its
+block's text would draw other values than master_submitter did) is refused by the expander;
+supporting one is a function here and an entry in FUNCTIONS.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llic.submit.classad_values import evaluate_to_string, evaluate_to_text, submit_integer
 from llic.submit.errors import ExpandError
-from llic.submit.values import WHITESPACE, parse_integer, split_list
+from llic.submit.values import WHITESPACE, parse_real, split_list
 
 if TYPE_CHECKING:
     from llic.submit.macros import Expander, MacroReference
@@ -39,7 +41,7 @@ def _file_name(ex: Expander, ref: MacroReference) -> str:
         mval = ref.body
     if "$" in mval:
         mval = ex.expand(mval)
-    return _filename_parts(_file_name_flags(ref.kind, ref.func), mval)
+    return _filename_parts(_file_name_flags(ref.kind, ref.func), mval, ex.cwd)
 
 
 @dataclass
@@ -51,6 +53,7 @@ class _FileNameFlags:
     quote: str = ""  # the quote to put around the result ("" for none)
     bare: bool = False  # no "." before the extension, no "/" after the path
     to_path: str = ""  # the separator to convert the name's separators to
+    full_path: bool = False  # made absolute first (relative to the job's initialdir)
 
 
 def _file_name_flags(kind: str, func: str) -> _FileNameFlags:
@@ -77,7 +80,7 @@ def _file_name_flags(kind: str, func: str) -> _FileNameFlags:
         elif ch == "b":
             flags.bare = True
         elif ch == "f":
-            raise ExpandError(f"${func}(): the f (full path) flag is not supported by llic")
+            flags.full_path = True
         elif ch == "w":
             flags.to_path = "\\"
         elif ch == "u":
@@ -88,8 +91,9 @@ def _file_name_flags(kind: str, func: str) -> _FileNameFlags:
     return flags
 
 
-def _filename_parts(flags: _FileNameFlags, mval: str) -> str:
-    """The parts of file name mval that flags select, quoted as they ask."""
+def _filename_parts(flags: _FileNameFlags, mval: str, cwd: str | None = None) -> str:
+    """The parts of file name mval that flags select, quoted as they ask; with the f flag a
+    relative name is first put under `cwd` (condor's strdup_full_path_quoted; no cwd: as is)."""
     s = mval
     if len(s) > 1 and s[0] == s[-1] and s[0] in "\"'":
         s = s[1:-1]
@@ -98,6 +102,11 @@ def _filename_parts(flags: _FileNameFlags, mval: str) -> str:
         s = s[1:]
         if s and s[-1] == q:
             s = s[:-1]
+    if flags.full_path and cwd and not s.startswith("/"):
+        base = cwd[:-1] if cwd.endswith("/") or (flags.to_path and cwd.endswith(flags.to_path)) else cwd
+        if len(s) > 2 and s[0] == "." and (s[1] == "/" or (flags.to_path and s[1] == flags.to_path)):
+            s = s[2:]
+        s = f"{base}{flags.to_path or '/'}{s}"
     if flags.to_path:
         s = s.replace("/" if flags.to_path == "\\" else "\\", flags.to_path)
     start, end = _selected_span(s, flags.parts, flags.num_dirs, flags.bare)
@@ -146,12 +155,12 @@ def _substr(ex: Expander, ref: MacroReference) -> str:
     if not comma:
         raise ExpandError("$SUBSTR() macro: no length specified")
     start_arg, comma2, len_arg = rest.partition(",")
-    start = parse_integer(ex.lookup_expanded(start_arg))
+    start = submit_integer(ex.lookup_expanded(start_arg))
     if start is None:
         raise ExpandError(f"$SUBSTR() macro: {start_arg} is invalid start index")
     length = 2**30
     if comma2:
-        got = parse_integer(ex.lookup_expanded(len_arg))
+        got = submit_integer(ex.lookup_expanded(len_arg))
         if got is None:
             raise ExpandError(f"$SUBSTR() macro: {len_arg} is invalid length")
         length = got
@@ -176,7 +185,7 @@ def _choice(ex: Expander, ref: MacroReference) -> str:
     entries = [e.strip(WHITESPACE) for e in ref.body.split(",")]
     if len(entries) < 2:
         raise ExpandError("$CHOICE() macro: no index")
-    index = parse_integer(ex.lookup_expanded(entries[0]))
+    index = submit_integer(ex.lookup_expanded(entries[0]))
     if index is None or index < 0:
         raise ExpandError(f"$CHOICE() macro: {entries[0]} is invalid index")
     items = entries[1:]
@@ -196,10 +205,63 @@ def _int(ex: Expander, ref: MacroReference) -> str:
     """`$INT(X[,fmt])`: X's integer value, printf-formatted when a format is given."""
     name, comma, fmt = ref.body.partition(",")
     mval = ex.lookup_expanded(name)
-    value = parse_integer(mval)
+    value = submit_integer(mval)
     if value is None:
         raise ExpandError(f"$INT() macro: {mval} does not evaluate to an integer")
     return _c_int_format(fmt, value) if comma else str(value)
+
+
+def _real(ex: Expander, ref: MacroReference) -> str:
+    """`$REAL(X[,fmt])`: X's value as a real, `%.16G` or printf-formatted (then always with a `.`)."""
+    name, comma, fmt = ref.body.partition(",")
+    mval = ex.lookup_expanded(name)
+    value = parse_real(mval)
+    if value is None:
+        raise ExpandError(f"$REAL() macro: {mval} does not evaluate to an real")
+    if not comma:
+        return _c_float_format("%.16G", value)
+    out = _c_float_format(fmt, value)
+    return out if "." in out else out + ".0"
+
+
+def _eval(ex: Expander, ref: MacroReference) -> str:
+    """`$EVAL(X)`: X (a macro, else the text itself), expanded, evaluated as a ClassAd expression
+    with no ad (attributes are undefined); the expansion itself when it does not parse."""
+    mval = ex.lookup(ref.body)
+    expanded = False
+    if mval is None:
+        mval = ref.body
+    if "$" in mval:
+        mval = ex.expand(mval)
+        expanded = True
+    value = evaluate_to_text(mval)
+    if value is not None:
+        return value
+    return mval if expanded else ""
+
+
+def _string(ex: Expander, ref: MacroReference) -> str:
+    """`$STRING(X[,fmt])`: the string X evaluates to (X itself when it is no string expression),
+    printf-formatted with a %s format when one is given."""
+    name, comma, fmt = ref.body.partition(",")
+    mval = ex.lookup_expanded(name)
+    value = evaluate_to_string(mval)
+    text = mval if value is None else value
+    if not comma:
+        return text
+    if len(re.findall(r"%[-+ #0]*\d*(?:\.\d+)?s", fmt)) != 1 or len(re.findall(r"%[^%]", fmt)) != 1:
+        raise ExpandError(f"$STRING macro: '{fmt}' is not a valid format specifier")
+    return fmt % text
+
+
+def _c_float_format(fmt: str, value: float) -> str:
+    """printf a double with a C format (one conversion, of a floating-point kind)."""
+    conversions = re.findall(r"%[-+ #0]*\d*(?:\.\d+)?(?:L|l)?([a-zA-Z%])", fmt)
+    kinds = [c for c in conversions if c != "%"]
+    if len(kinds) != 1 or kinds[0] not in "eEfFgG":
+        raise ExpandError(f"$REAL() macro: '{fmt}' is not a valid format specifier")
+    py = re.sub(r"%([-+ #0]*\d*(?:\.\d+)?)(?:L|l)?([eEfFgG])", r"%\1\2", fmt)
+    return py % value
 
 
 def _c_int_format(fmt: str, value: int) -> str:
@@ -220,5 +282,8 @@ FUNCTIONS: dict[str, Callable[[Expander, MacroReference], str]] = {
     "SUBSTR": _substr,
     "CHOICE": _choice,
     "INT": _int,
+    "REAL": _real,
+    "EVAL": _eval,
+    "STRING": _string,
 }
 """The macro functions llic evaluates, by MacroReference.kind."""

@@ -145,9 +145,10 @@ def next_reference(text: str, pos: int, skip: Callable[[str, str], bool]) -> Mac
 class Expander:
     """Expands macro references against one set of macros (a lookup function) and an environment."""
 
-    def __init__(self, lookup: Lookup, environ: Mapping[str, str]) -> None:
+    def __init__(self, lookup: Lookup, environ: Mapping[str, str], cwd: str | None = None) -> None:
         self.lookup = lookup
         self.environ = environ
+        self.cwd = cwd  # what `$Ff()` makes relative names absolute with (condor's mctx.cwd)
         self._count = 0
 
     def expand(self, text: str, *, self_name: str | None = None) -> str:
@@ -210,7 +211,8 @@ class Expander:
 # the table a job's values are looked up in
 
 _ARCH = {"x86_64": "X86_64", "amd64": "X86_64", "i686": "INTEL", "i386": "INTEL", "aarch64": "aarch64"}
-_CONFIG_MACROS = {"opsysver", "opsysandver", "opsysmajorver", "spool"}
+# built-in macros that come from the submit machine's HTCondor configuration
+CONFIG_MACROS = {"opsysver", "opsysandver", "opsysmajorver", "spool"}
 
 
 def macro_lookup(
@@ -235,7 +237,7 @@ def macro_lookup(
             value = table.get(low)
             if value is not None:
                 return value
-        if refuse_config and low in _CONFIG_MACROS:
+        if refuse_config and low in CONFIG_MACROS:
             raise ExpandError(
                 f"$({name}) comes from the submit machine's HTCondor configuration; not supported"
             )

@@ -49,6 +49,13 @@ def block_submit_text(block: QueueBlock) -> str:
         if low in ("cluster", "process"):
             continue
         value = m.value
+        if "\n" in value:  # from `name @= TAG`: written the same way
+            body = value.split("\n")
+            tag = "LLIC_END"
+            while any(line == "@" + tag for line in body):
+                tag += "_"
+            lines += [f"{m.name} @= {tag}", *body, "@" + tag]
+            continue
         if value != value.strip(WHITESPACE):  # blanks a line would lose: keep them behind an empty macro
             value = f"{NOTHING}{value}{NOTHING}"
         lines.append(f"{m.name} = {value}")

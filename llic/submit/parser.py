@@ -3,9 +3,14 @@ handling): logical lines into submit commands and queue statements into QueueBlo
 naming file:line.
 
 A command is `name = value` with a case-insensitive name (macro references in a name are
-expanded), `+Attr = value` / `MY.Attr = value` (stored as `MY.Attr`) or `-Attr =`. Directives
-condor_submit knows and llic refuses are refused in `_Parser._line`: `if`/`elif`/`else`/`endif`,
-`include`, `use`, `error :`/`warning :`, `name @= TAG` multi-line values. The numbering follows
+expanded), `+Attr = value` / `MY.Attr = value` (stored as `MY.Attr`), `-Attr =`, or `name @= TAG`
+followed by the lines of its value and a line `@TAG`. Directives (`_Parser._line`):
+`if`/`elif`/`else`/`endif` (conditionals.py; a `:` before a line inside an `if`, or before
+`if`, is dropped, as condor does for old parsers' sake), `include [ifexist] : FILE`,
+`include [ifexist] command|output [into FILE] : CMD` and `include : CMD |` (sources.py; an
+included source is read like the file, with its own `if` stack, and may not hold a queue
+statement), `warning : TEXT` (a warning) and `error [CODE] : TEXT` (the file is refused);
+`use` (HTCondor's configuration templates) is refused. The numbering follows
 condor_submit: several queue statements form one cluster and process numbers continue, until the
 raw `executable` changes: then a new cluster starts and process numbers restart at 0. After a
 queue statement with variables, those variables are `<Queue_item>` for later statements.
@@ -16,14 +21,22 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llic.submit.block import QueueBlock, SubmitContext
+from llic.submit.conditionals import ConditionError, IfStack, conditional_keyword, evaluate_condition
 from llic.submit.errors import ExpandError, SubmitFileError
 from llic.submit.lines import LogicalLines
-from llic.submit.macros import Expander, Macro, is_identifier_char, macro_lookup
+from llic.submit.macros import (
+    CONFIG_MACROS,
+    Expander,
+    Macro,
+    is_identifier_char,
+    macro_lookup,
+    shared_builtins,
+)
 from llic.submit.master_copy import read_directive
 from llic.submit.queue import (
     QUEUE_ITEM_UNUSED,
@@ -33,8 +46,23 @@ from llic.submit.queue import (
     load_items,
     parse_queue_args,
 )
+from llic.submit.sources import SourceError, is_command, read_source, write_into
 from llic.submit.values import WHITESPACE
 from llic.task import Task
+
+MAX_INCLUDE_DEPTH = 20  # condor's CONFIG_MAX_NESTING_DEPTH
+_IF_WITH_COLON = re.compile(r":if(?:[ \t\n\v\f\r]|$)")
+
+
+@dataclass
+class _Source:
+    """One source of lines being read: the submit file, or an included file or command."""
+
+    where: str  # its name in messages
+    lines: LogicalLines
+    depth: int  # 0: the submit file itself
+    ifs: IfStack = field(default_factory=IfStack)
+    here: tuple[str, str, int, list[str]] | None = None  # an open `name @= TAG`: name, tag, line, lines
 
 
 @dataclass
@@ -82,15 +110,17 @@ class _Parser:
         self.resume = resume  # a block's own text: its first queue statement keeps the given numbering
         self.fixed_base = base
         self.last_exe: tuple[str, str] | None = None
+        self._source: _Source | None = None  # the source being read
+        self._shared = shared_builtins(ctx.submit_file, ctx.submit_time)
         self.base_blocks: list[QueueBlock] = []
         self.last_live = {"process": str(max(first_process - 1, 0)), "row": "0", "step": "0"}
 
     def fail(self, line: int, message: str) -> SubmitFileError:
-        """An error at line of the file being read."""
-        return SubmitFileError(self.ctx.where, line, message)
+        """An error at line of the source being read."""
+        return SubmitFileError(self._source.where if self._source else self.ctx.where, line, message)
 
-    def _expander(self) -> Expander:
-        """Expansion while reading the file: the values condor_submit has at that moment."""
+    def _lookup(self, *, refuse_config: bool = False) -> Callable[[str], str | None]:
+        """A macro's raw value as condor_submit has it at this line of the file."""
         cluster = str(1 + self.cluster_offset)
         live = {"cluster": cluster, "process": self.last_live["process"]}
         defaults = {
@@ -99,38 +129,69 @@ class _Parser:
             "row": self.last_live["row"],
             "itemindex": self.last_live["row"],
             "step": self.last_live["step"],
-            "node": "",
-            "jobid": "$(ClusterId).$(ProcId)",
-            "submit_file": self.ctx.submit_file,
         }
-        lookup = macro_lookup(self.macros, live, defaults, refuse_config=False)
-        return Expander(lookup, self.ctx.environ)
+        return macro_lookup(self.macros, live, defaults, self._shared, refuse_config=refuse_config)
+
+    def _expander(self) -> Expander:
+        """Expansion while reading the file: the values condor_submit has at that moment."""
+        return Expander(self._lookup(), self.ctx.environ)
 
     def parse(self) -> SubmitFile:
         """Every line, then the file's blocks."""
-        while (got := self.lines.next()) is not None:
-            lineno, line = got
-            if not line or line.startswith("#") or not line.strip(WHITESPACE):
-                continue
-            self._line(lineno, line)
+        self._read(_Source(self.ctx.where, self.lines, 0))
         return SubmitFile(path=self.ctx.where, cwd=self.ctx.cwd, blocks=self.blocks, warnings=self.warnings)
 
+    def _read(self, source: _Source) -> None:
+        """Every line of one source (the file, or an included one), each with its own `if` stack."""
+        outer, self._source = self._source, source
+        try:
+            while (got := source.lines.next()) is not None:
+                lineno, line = got
+                if not line or line.startswith("#") or not line.strip(WHITESPACE):
+                    continue
+                if source.here is not None:
+                    self._here_line(source, lineno, line)
+                    continue
+                self._line(lineno, line)
+            if source.here is not None:
+                raise self.fail(source.here[2], f"end of file while looking for '@{source.here[1]}'")
+        finally:
+            self._source = outer
+
+    def _here_line(self, source: _Source, lineno: int, line: str) -> None:
+        """A line of a `name @= TAG` value, or its end `@TAG`."""
+        assert source.here is not None
+        name, tag, start, lines = source.here
+        if line[:1] == "@" and line[1:] == tag:
+            source.here = None
+            self._set(name, "\n".join(lines), start, expand_self=True)
+        else:
+            lines.append(line)
+
     def _line(self, lineno: int, line: str) -> None:
-        """One logical line: a command, a queue statement, or a directive llic refuses."""
-        word = re.match(r"[^ \t\n\v\f\r]*", line)
-        first_word = word.group(0).lower() if word else ""
-        if first_word in ("if", "elif", "else", "endif") or line.startswith(":"):
-            raise self.fail(
-                lineno, f"'{first_word or line}' (conditional submit files) is not supported by llic"
-            )
+        """One logical line: a conditional, a command, a queue statement or a directive."""
+        source = self._source
+        assert source is not None
+        if line.startswith(":") and (source.ifs.inside or _IF_WITH_COLON.match(line)):
+            line = line[1:]
+        keyword = conditional_keyword(line)
+        if keyword is not None:
+            try:
+                source.ifs.line(keyword, line[len(keyword) :].lstrip(WHITESPACE), self._condition)
+            except ConditionError as e:
+                raise self.fail(lineno, str(e)) from None
+            return
+        if not source.ifs.enabled:
+            return
         statement = _split_statement(line)
         if statement is None:
             self._queue(lineno, line)
             return
-        name, op, rhs, word_before_op = statement
-        keyword = name.lstrip("@").lower()
-        if op == ":" and keyword in ("include", "use", "error", "warning"):
-            raise self.fail(lineno, f"'{keyword}' is not supported by llic")
+        name, op, rhs, word_before_op, between = statement
+        directive = name[1:].lower() if name.startswith("@") else name.lower()
+        if op == ":" and directive in ("include", "use", "error", "warning"):
+            self._directive(lineno, directive, between, rhs)
+            return
         if word_before_op and op != "@":
             self._queue(lineno, line)
             return
@@ -138,17 +199,96 @@ class _Parser:
             name = self._expander().expand(name)
         except ExpandError as e:
             raise self.fail(lineno, str(e)) from None
-        if op == "@":
-            raise self.fail(lineno, f"'{name} @=' (multi-line values) is not supported by llic")
         if op == "=" and name[:1] in ("+", "-"):
             self._set(f"MY.{name[1:]}", rhs if name[0] == "+" else "", lineno, expand_self=False)
             return
-        if op != "=" or name.lower() == "queue":
+        if op not in ("=", "@") or name.lower() == "queue":
             self._queue(lineno, line)
             return
         if not name or not all(is_identifier_char(c) for c in name):
             raise self.fail(lineno, f"Illegal Identifier: <{name}>")
+        if op == "@":
+            source.here = (name, rhs, lineno, [])
+            return
         self._set(name, rhs, lineno, expand_self=True)
+
+    def _condition(self, condition: str) -> bool:
+        """An `if`/`elif` condition's truth, as at this line."""
+        lookup = self._lookup()
+
+        def raw(name: str) -> str | None:
+            value = lookup(name)
+            return "(configured)" if value is None and name.lower() in CONFIG_MACROS else value
+
+        def expand(text: str) -> str:
+            try:
+                return self._expander().expand(text)
+            except ExpandError as e:
+                raise ConditionError(str(e)) from None
+
+        return evaluate_condition(condition, expand, raw)
+
+    def _directive(self, lineno: int, directive: str, between: str, rhs: str) -> None:
+        """`include`, `error`, `warning` (and `use`, refused)."""
+        try:
+            text = self._expander().expand(rhs)
+        except ExpandError as e:
+            raise self.fail(lineno, str(e)) from None
+        if directive == "warning":
+            self.warnings.append(f"{self.fail(lineno, text)}")
+            return
+        if directive == "error":
+            raise self.fail(lineno, text or "error")
+        if directive == "use":
+            raise self.fail(lineno, "'use' (HTCondor's configuration templates) is not supported by llic")
+        self._include(lineno, between, text)
+
+    def _include(self, lineno: int, options: str, target: str) -> None:
+        """`include [ifexist] [command|output [into FILE]] : TARGET`: read the file, or the
+        command's output, as part of the submit file."""
+        words = options.split()
+        must_exist = True
+        command = False
+        into: str | None = None
+        if words and words[0] in ("ifexist", "ifexists"):
+            must_exist = False
+            words = words[1:]
+        if words:
+            if words[0] not in ("output", "command"):
+                raise self.fail(lineno, f"unexpected keyword(s) '{options.strip(WHITESPACE)}' after include")
+            command = True
+            if len(words) > 1 and words[1] == "into":
+                if len(words) < 3:
+                    raise self.fail(
+                        lineno,
+                        f"unexpected keyword(s) '{options.strip(WHITESPACE)}' after include "
+                        "expected filename after keyword 'into'",
+                    )
+                try:
+                    into = self._expander().expand(words[2])
+                except ExpandError as e:
+                    raise self.fail(lineno, str(e)) from None
+                if into.endswith("|"):
+                    raise self.fail(lineno, "destination for 'include into' may not be a script")
+                if not into:
+                    raise self.fail(lineno, "destination for 'include into' expanded to ''")
+        source = self._source
+        assert source is not None
+        if source.depth + 1 >= MAX_INCLUDE_DEPTH:
+            raise self.fail(lineno, f"include {target}: includes nested too deep")
+        try:
+            if into is not None and (self.ctx.cwd / into).is_file():
+                text = read_source(into, self.ctx.cwd, self.ctx.environ)
+            else:
+                text = read_source(target, self.ctx.cwd, self.ctx.environ, command=command)
+                if into is not None:
+                    write_into(into, text, self.ctx.cwd)
+        except SourceError as e:
+            if not must_exist:
+                return
+            raise self.fail(lineno, f"include {target}: {e}") from None
+        name = target if not (command or is_command(target)) else target.rstrip(WHITESPACE)
+        self._read(_Source(name, LogicalLines(text), source.depth + 1))
 
     def _set(self, name: str, rhs: str, lineno: int, *, expand_self: bool) -> None:
         """Set a command (the first spelling of its name is kept); a self reference is expanded now."""
@@ -163,6 +303,9 @@ class _Parser:
 
     def _queue(self, lineno: int, line: str) -> None:
         """A queue statement: a QueueBlock when it makes jobs, numbered as condor_submit numbers them."""
+        if self._source is not None and self._source.depth > 0:
+            if re.match(r"queue(?:[ \t\n\v\f\r]|$)", line, re.IGNORECASE):
+                raise self.fail(lineno, "Queue statement not allowed in include file or command")
         raw_args, qa = self._queue_args(lineno, line)
         exe = (self._raw("executable"), self._raw("cmd"))
         new_exe = exe != self.last_exe
@@ -215,7 +358,8 @@ class _Parser:
         except ValueError as e:
             raise self.fail(lineno, f"invalid Queue statement: {e}") from None
         try:
-            load_items(qa, self.lines, self.ctx.cwd)
+            assert self._source is not None
+            load_items(qa, self._source.lines, self.ctx.cwd, self.ctx.environ)
         except QueueItemsError as e:
             raise self.fail(lineno, str(e)) from None
         if self.forced_items is not None and qa.mode is not Foreach.NOT:
@@ -242,10 +386,10 @@ class _Parser:
         return m.value if m is not None else ""
 
 
-def _split_statement(line: str) -> tuple[str, str, str, bool] | None:
+def _split_statement(line: str) -> tuple[str, str, str, bool, str] | None:
     """config.cpp's reading of a line as (name, operator, value, a second word stands before the
-    operator); the operator is `=`, `:`, `@` (for `@=`) or "" (none). None for a line that is one
-    word (a bare `queue`)."""
+    operator, the text between name and operator); the operator is `=`, `:`, `@` (for `@=`) or
+    "" (none). None for a line that is one word (a bare `queue`)."""
     n = len(line)
     i = 0
     while i < n and line[i] not in WHITESPACE and line[i] not in "=:":
@@ -255,6 +399,7 @@ def _split_statement(line: str) -> tuple[str, str, str, bool] | None:
     name = line[:i]
     op = line[i]
     ptr = i + 1
+    op_at = i
     word_before_op = False
     if op not in "=:":
         while ptr < n and line[ptr] in WHITESPACE:
@@ -263,6 +408,7 @@ def _split_statement(line: str) -> tuple[str, str, str, bool] | None:
             word_before_op = True
         while ptr < n and line[ptr] not in "=:@":
             ptr += 1
+        op_at = ptr
         op = line[ptr] if ptr < n else ""
         if op:
             ptr += 1
@@ -273,7 +419,7 @@ def _split_statement(line: str) -> tuple[str, str, str, bool] | None:
                     op = ""
     while ptr < n and line[ptr] in WHITESPACE:
         ptr += 1
-    return name, op, line[ptr:], word_before_op
+    return name, op, line[ptr:], word_before_op, line[i:op_at]
 
 
 def parse_submit_text(

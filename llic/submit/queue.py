@@ -8,7 +8,8 @@ a trailing `/`, duplicates across patterns are dropped). An item with several va
 as condor_submit does (at the first `,`, space or tab; the last variable takes the rest; a
 variable an item has no field for keeps its previous value).
 
-A new item source (`from CMD |`, `from -`) belongs in `_read_item_source`.
+`from CMD |` runs the command (sources.py); `from -` (standard input) is refused: a master could
+not read it again.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llic.submit.classad_values import submit_integer
 from llic.submit.lines import LogicalLines
-from llic.submit.values import WHITESPACE, parse_integer, split_list
+from llic.submit.sources import SourceError, read_source
+from llic.submit.values import WHITESPACE, split_list
 
 QUEUE_ITEM_UNUSED = "<Queue_item>"  # what condor_submit leaves in the variables of a finished queue
 
@@ -243,7 +246,7 @@ def _variables_span(s: str, keyword_start: int) -> tuple[int, int]:
 
 
 def _parse_count(text: str) -> int:
-    count = parse_integer(text)
+    count = submit_integer(text)
     if count is None:
         raise ValueError(f"invalid queue count '{text}'")
     if count < 0 or count >= 2**31 - 1:
@@ -259,13 +262,14 @@ class QueueItemsError(Exception):
     """The items of a queue statement cannot be read; the parser adds the statement's file:line."""
 
 
-def load_items(qa: QueueArgs, lines: LogicalLines, cwd: Path) -> None:
+def load_items(qa: QueueArgs, lines: LogicalLines, cwd: Path, environ: Mapping[str, str]) -> None:
     """Fill qa.items from where the statement says they are: the lines that follow (up to a
-    line starting with `)`), a file, and for `matching` the files the patterns match."""
+    line starting with `)`), a file or a command's output, and for `matching` the files the
+    patterns match."""
     if qa.items_source == "<":
         _read_item_lines(qa, lines)
     elif qa.items_source:
-        qa.items = _read_item_source(qa.items_source, cwd)
+        qa.items = _read_item_source(qa.items_source, cwd, environ)
     if qa.mode.is_matching:
         qa.items = _expand_globs(qa.items, qa.mode, cwd)
 
@@ -288,16 +292,15 @@ def _read_item_lines(qa: QueueArgs, lines: LogicalLines) -> None:
             qa.items.extend(split_list(text))
 
 
-def _read_item_source(source: str, cwd: Path) -> list[str]:
-    """Items of `queue ... from SOURCE`: every logical line of the file (blank ones too),
-    continuations joined."""
-    if source == "-" or source.endswith("|"):
-        raise QueueItemsError(f"queue from '{source}' (standard input or a command) is not supported by llic")
-    path = Path(source) if source.startswith("/") else cwd / source
+def _read_item_source(source: str, cwd: Path, environ: Mapping[str, str]) -> list[str]:
+    """Items of `queue ... from SOURCE`: every logical line of the file or of the command's
+    output (blank ones too), continuations joined."""
+    if source == "-":
+        raise QueueItemsError("queue from - (standard input) is not supported by llic")
     try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError as e:
-        raise QueueItemsError(f"cannot read queue items from {source}: {e.strerror}") from None
+        text = read_source(source, cwd, environ)
+    except SourceError as e:
+        raise QueueItemsError(f"cannot read queue items from {source}: {e}") from None
     lines = LogicalLines(text)
     items = []
     while (got := lines.next()) is not None:

@@ -3,9 +3,10 @@ SetExecutable, SetArguments, SetEnvironment, SetStdin/out/err and SetTransferFil
 
 A job sees its block's commands through a JobCommands (the commands, expanded with that job's
 queue variables and built-in macros). What a job leaves empty (`input`, `output`, `error`,
-`arguments`, `transfer_input_files`, `transfer_output_files`, `executable`) it takes from
-`base`, the first job of the submission's cluster (condor_submit's cluster ad), and its
-environment is merged over that job's. `initialdir` must be a directory and a transferred
+`arguments`, `transfer_input_files`, `transfer_output_files`, `executable`, `log`,
+`transfer_output_remaps`, each policy attribute) it takes from `base`, the first job of the
+submission's cluster (condor_submit's cluster ad), and its environment is merged over that
+job's. `initialdir` must be a directory and a transferred
 executable must exist (condor_submit refuses the submission otherwise); input files are not
 checked (condor_submit 23.9 skips that check).
 
@@ -18,49 +19,81 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from llic.submit.arguments import parse_arguments
+from llic.submit.classad_values import submit_bool
 from llic.submit.environment import import_environment, parse_environment
 from llic.submit.errors import ExpandError, SubmitFileError
 from llic.submit.macros import Expander, Macro
-from llic.submit.values import WHITESPACE, parse_bool, split_list
+from llic.submit.policy import job_policy
+from llic.submit.values import WHITESPACE, split_list
 from llic.task import Task
 
 NULL_FILE = "/dev/null"
+T = TypeVar("T")
 _INITIALDIR_NAMES = (("initialdir", "Iwd"), ("initial_dir", "job_iwd"))
 
 
 class JobCommands:
     """The submit commands as one job sees them: values expanded with that job's macros; errors
-    name the line that set the command (else the queue statement's line)."""
+    name the line that set the command (else the queue statement's line). A queue variable
+    named like a command (`queue input in (a, b)`) is that command for the job, as condor's
+    submit_param reads the loop's live values first."""
 
-    def __init__(self, path: str, commands: Mapping[str, Macro], expander: Expander, line: int) -> None:
+    def __init__(
+        self,
+        path: str,
+        commands: Mapping[str, Macro],
+        expander: Expander,
+        line: int,
+        variables: Mapping[str, str] | None = None,
+    ) -> None:
         self.path = path
         self._commands = commands
         self._expander = expander
         self._line = line
+        self._variables = variables or {}
+
+    @property
+    def expander(self) -> Expander:
+        """The expander this job's values are expanded with (its macros and environment)."""
+        return self._expander
 
     def param(self, name: str, alt: str | None = None) -> tuple[str | None, str]:
         """condor's submit_param: (expanded value or None if undefined/empty, the name found)."""
+        for key in (name, alt):
+            if key is None:
+                continue
+            low = key.lower()
+            if low in self._variables:
+                return self._expanded(key, self._variables[low], self._line), key
+            m = self._commands.get(low)
+            if m is not None:
+                return self._expanded(m.name, m.value, m.line), key
+        return None, name
+
+    def defined(self, name: str) -> bool:
+        """Whether the job sees a value for `name` (a command or a queue variable), empty or not."""
+        low = name.lower()
+        return low in self._variables or low in self._commands
+
+    def line_of(self, name: str) -> int:
+        """The line that set `name` (the queue statement's when a queue variable or nothing did)."""
         m = self._commands.get(name.lower())
-        used = name
-        if m is None and alt is not None:
-            m = self._commands.get(alt.lower())
-            used = alt
-        if m is None:
-            return None, name
+        return m.line if m is not None and name.lower() not in self._variables else self._line
+
+    def _expanded(self, name: str, value: str, line: int) -> str | None:
         try:
-            value = self._expander.expand(m.value)
+            return self._expander.expand(value) or None
         except ExpandError as e:
-            raise SubmitFileError(self.path, m.line, f"{m.name}: {e}") from None
-        return (value or None), used
+            raise SubmitFileError(self.path, line, f"{name}: {e}") from None
 
     def fail(self, message: str, *names: str) -> SubmitFileError:
         """An error at the line of the first of names that is set (else the queue statement's)."""
         for name in names:
-            m = self._commands.get(name.lower())
-            if m is not None:
-                return SubmitFileError(self.path, m.line, message)
+            if self.defined(name):
+                return SubmitFileError(self.path, self.line_of(name), message)
         return SubmitFileError(self.path, self._line, message)
 
     def sets_initialdir(self) -> bool:
@@ -69,10 +102,13 @@ class JobCommands:
 
 
 class PathChecks:
-    """Each check of a path asked once (a block's jobs often share a directory or an executable)."""
+    """Each check of a path asked once (a block's jobs often share a directory or an executable),
+    and one object for equal values the block's tasks keep (`share`): their paths, environments
+    and policies are mostly the same, and a 100,000-task master holds every task."""
 
     def __init__(self) -> None:
         self._results: dict[tuple[str, Callable[[str], bool]], bool] = {}
+        self._shared: dict[object, Any] = {}
 
     def __call__(self, path: str, check: Callable[[str], bool]) -> bool:
         """check(path), from the first time it was asked."""
@@ -80,6 +116,10 @@ class PathChecks:
         if key not in self._results:
             self._results[key] = check(path)
         return self._results[key]
+
+    def share(self, value: T, key: object = None) -> T:
+        """The first value seen equal to this one (compared by `key`, default the value)."""
+        return self._shared.setdefault(value if key is None else key, value)
 
 
 def check_universe(job: JobCommands) -> None:
@@ -91,31 +131,85 @@ def check_universe(job: JobCommands) -> None:
         )
 
 
+# condor's getShouldTransferFilesNum (enum_utils.cpp): its table, any case. NULL maps to 0, which
+# is neither YES, NO nor IF_NEEDED: files are transferred, and ShouldTransferFiles says "NULL".
+_SHOULD_VALUES = {
+    "YES": "YES",
+    "TRUE": "YES",
+    "ALWAYS": "YES",
+    "NO": "NO",
+    "FALSE": "NO",
+    "NEVER": "NO",
+    "IF_NEEDED": "IF_NEEDED",
+    "AUTO": "IF_NEEDED",
+    "NULL": "NULL",
+}
+# condor's getFileTransferOutputNum. Its table has no end marker, so in 23.9 a value it does not
+# hold is looked up in the table that follows it in memory, ShouldTransferFiles's: YES/TRUE read
+# as ON_EXIT_OR_EVICT (2), NO/FALSE/NEVER as ON_EXIT (1), IF_NEEDED/AUTO as ON_SUCCESS (3). Seen
+# with condor_submit -dry-run 23.9.6; reproduced because it decides which files are accepted.
+_WHEN_VALUES = {
+    "ON_EXIT_OR_EVICT": "ON_EXIT_OR_EVICT",
+    "ALWAYS": "ON_EXIT_OR_EVICT",
+    "ON_EXIT": "ON_EXIT",
+    "ONEXIT": "ON_EXIT",
+    "NONE": "NEVER",
+    "NULL": "NEVER",
+    "ON_SUCCESS": "ON_SUCCESS",
+    "ONSUCCESS": "ON_SUCCESS",
+    "YES": "ON_EXIT_OR_EVICT",
+    "TRUE": "ON_EXIT_OR_EVICT",
+    "NO": "ON_EXIT",
+    "FALSE": "ON_EXIT",
+    "NEVER": "ON_EXIT",
+    "IF_NEEDED": "ON_SUCCESS",
+    "AUTO": "ON_SUCCESS",
+}
+
+
+def when_value(when: str) -> str | None:
+    """What condor_submit 23.9 reads a when_to_transfer_output value as (None: invalid)."""
+    return _WHEN_VALUES.get(when.upper())
+
+
 def should_transfer(job: JobCommands) -> tuple[str, str]:
-    """(should_transfer_files, when_to_transfer_output) after condor's checks and defaults."""
+    """(should_transfer_files, when_to_transfer_output) after condor's checks and defaults
+    (submit_utils.cpp SetTransferFiles): should is YES, NO, IF_NEEDED or NULL; when is ON_EXIT,
+    ON_EXIT_OR_EVICT, ON_SUCCESS or NEVER (condor's FTO_NONE)."""
     should, _ = job.param("ShouldTransferFiles", "should_transfer_files")
     when, _ = job.param("WhenToTransferOutput", "when_to_transfer_output")
     default_should = should is None
-    should_v = "IF_NEEDED" if should is None else should.upper()
-    if should_v not in ("YES", "NO", "IF_NEEDED"):
-        raise job.fail(
-            f"invalid value ({should}) for should_transfer_files: specify YES, NO or IF_NEEDED",
-            "ShouldTransferFiles",
-            "should_transfer_files",
-        )
-    when_v = "ON_EXIT" if when is None else when.upper()
-    if when_v not in ("ON_EXIT", "ON_EXIT_OR_EVICT", "NEVER"):
-        raise job.fail(
-            f"invalid value ({when}) for WhenToTransferOutput.  Please either specify ON_EXIT, "
-            "or ON_EXIT_OR_EVICT",
-            "WhenToTransferOutput",
-            "when_to_transfer_output",
-        )
+    if should is None:
+        should_v = "IF_NEEDED"
+    else:
+        got = _SHOULD_VALUES.get(should.upper())
+        if got is None:
+            raise job.fail(
+                f"invalid value ({should}) for ShouldTransferFiles.  Please either specify YES, NO, "
+                "or IF_NEEDED and try again.",
+                "ShouldTransferFiles",
+                "should_transfer_files",
+            )
+        should_v = got
+    when_text = "ON_EXIT" if when is None else when
+    if when is None:
+        when_v = "ON_EXIT"
+    else:
+        got = _WHEN_VALUES.get(when.upper())
+        if got is None:
+            raise job.fail(
+                f"invalid value ({when}) for WhenToTransferOutput.  Please either specify ON_EXIT, "
+                "or ON_EXIT_OR_EVICT and try again.",
+                "WhenToTransferOutput",
+                "when_to_transfer_output",
+            )
+        when_v = got
     if not default_should and when is None and should_v == "NO":
-        when_v = "NEVER"
+        when_v, when_text = "NEVER", "NEVER"
     if (should_v == "NO") != (when_v == "NEVER"):
         raise job.fail(
-            f"WhenToTransferOutput specified as {when_v} yet ShouldTransferFiles defined as {should_v}",
+            f"WhenToTransferOutput specified as {when_text} yet ShouldTransferFiles defined as "
+            f"{should or should_v}.  Please remove this contradiction from your submit file and try again.",
             "WhenToTransferOutput",
             "when_to_transfer_output",
         )
@@ -143,12 +237,24 @@ def resolve_task(
 ) -> Task:
     """One job's Task; `cwd` is condor_submit's working directory, `environ` its environment."""
     cwd_text = str(cwd)
-    initialdir = _initialdir(job, cwd_text, checks)
-    executable = _executable(job, cwd_text, base, checks)
+    initialdir = checks.share(_initialdir(job, cwd_text, checks))
+    job.expander.cwd = initialdir  # condor's SetIWD: `$Ff()` in every later command is relative to it
+    executable = checks.share(_executable(job, cwd_text, base, checks))
     arguments = _arguments(job, base)
     environment = _environment(job, base, environ)
+    environment = checks.share(environment, ("env", *environment.items()))
+    policy = job_policy(job)
+    if base is not None and base.policy:  # the cluster ad's attributes a job does not set stay
+        policy = {**base.policy, **policy}
+    policy = checks.share(policy, ("policy", *policy.items()))
     stdin, stdout, stderr = _streams(job, base)
     transfer_input, transfer_output = _transfer_files(job, base)
+    log, _ = job.param("log", "UserLog")
+    hold, _ = job.param("hold")
+    remaps, _ = job.param("transfer_output_remaps", "TransferOutputRemaps")
+    if base is not None:  # as in the cluster ad, when the job sets none of its own
+        log = base.log if log is None else log
+        remaps = base.output_remaps if remaps is None else remaps
     return Task(
         process=process,
         cluster=cluster,
@@ -161,6 +267,10 @@ def resolve_task(
         initialdir=initialdir,
         transfer_input_files=transfer_input,
         transfer_output_files=transfer_output,
+        log=log,
+        hold=hold is not None and submit_bool(hold) is True,
+        policy=policy,
+        output_remaps=None if remaps is None else remaps.strip('"') or None,
     )
 
 
@@ -210,7 +320,7 @@ def _old_and_new_syntax(job: JobCommands, what: str, alt: str) -> tuple[str | No
     new, _ = job.param(f"{what}2")
     if old is not None and new is not None:
         allow, _ = job.param(f"allow_{what}_v1")
-        if not (allow and parse_bool(allow)):
+        if not (allow and submit_bool(allow)):
             raise job.fail(
                 f"If you wish to specify both '{what}' and '{what}2' for maximal compatibility "
                 f"with different versions of Condor, then you must also specify allow_{what}_v1=true.",
@@ -248,13 +358,12 @@ def _environment(job: JobCommands, base: Task | None, environ: Mapping[str, str]
         raise job.fail(f"{name1 if env2 is None else 'environment2'}: {e}", name1, "environment2") from None
     getenv, _ = job.param("getenv", "get_env")
     if getenv is not None:
-        flag = parse_bool(getenv)
+        flag = submit_bool(getenv)
+        old_syntax = env2 is None and env1 is not None
         if flag is None:
-            raise job.fail(
-                "getenv with a list of variables is not supported by llic (use true or false)", "getenv"
-            )
-        if flag:
-            import_environment(env, environ, old_syntax=env2 is None and env1 is not None)
+            import_environment(env, environ, old_syntax=old_syntax, names=getenv)
+        elif flag:
+            import_environment(env, environ, old_syntax=old_syntax)
     return env
 
 

@@ -61,12 +61,12 @@ def test_recommended_keeps_the_package_default_and_adds_no_weak_method_or_open_g
                 assert value.upper() == "REQUIRED", (knob, value)
         assert not re.search(r"^\s*use\s+security\s*:\s*host_based", text, re.I | re.M)
         assert "poold@$(TRUST_DOMAIN)" in text and "faultd@$(TRUST_DOMAIN)" in text  # the shipped snippets
-        assert (
-            not {k for k in values if k.startswith("ALLOW_")} & {"ALLOW_CONFIG"}
-            or values["ALLOW_CONFIG"] == "admin@$(TRUST_DOMAIN)"
-        )
-    settable = knobs(sandbox.common_config(p))["SETTABLE_ATTRS_CONFIG"]
-    assert "ALLOW_" not in settable and "SETTABLE_ATTRS_ADMINISTRATOR" not in sandbox.common_config(p)
+        # CONFIG: poold's identity (the shipped snippet's plain assignment), then the sandbox's
+        # administrator added after it; nobody else.
+        assert "\nALLOW_CONFIG = $(POOLD_IDENTITY)\n" in text
+        assert values["ALLOW_CONFIG"] == "$(ALLOW_CONFIG) admin@$(TRUST_DOMAIN)"
+        assert values["SETTABLE_ATTRS_CONFIG"] == ", ".join(sandbox.SETTABLE_SECURE)
+        assert "ALLOW_" not in values["SETTABLE_ATTRS_CONFIG"] and "SETTABLE_ATTRS_ADMINISTRATOR" not in text
 
 
 def test_open_mode_is_what_it_was(sandbox: ModuleType) -> None:

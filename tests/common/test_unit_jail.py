@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from common.install import FILES as DEPLOY_FILES
 from deploy.harness.unit_jail import allowed_syscalls, read_service
 
 pytestmark = pytest.mark.htcondor
@@ -69,7 +70,7 @@ def probe(unit: str, tmp_path: Path) -> dict:
         pytest.fail("the unit jail needs root (cgroups, capabilities, mounts); the suite runs as root")
     target = tmp_path / "owned-by-root"
     target.write_text("x")
-    jail = [sys.executable, "-m", "deploy.harness.unit_jail", str(REPO / "deploy" / unit), "--"]
+    jail = [sys.executable, "-m", "deploy.harness.unit_jail", str(DEPLOY_FILES / "systemd" / unit), "--"]
     env = os.environ | {"PROBE_FILE": str(target)}
     out = subprocess.run(
         [*jail, sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=REPO, env=env, check=True
@@ -96,10 +97,10 @@ def test_faultd_keeps_chown_and_dac_override_only(tmp_path: Path) -> None:
 
 
 def test_syscall_filter_lines_read_as_systemd_reads_them() -> None:
-    settings = read_service(REPO / "deploy" / "faultd.service")
+    settings = read_service(DEPLOY_FILES / "systemd" / "faultd.service")
     allowed = allowed_syscalls(settings)
     assert allowed is not None
     assert {"chown", "fchown", "openat", "execve", "socket"} <= allowed  # @chown added back last
     assert not {"setuid", "setresuid", "setpriority", "setrlimit", "capset"} & allowed
-    poold = allowed_syscalls(read_service(REPO / "deploy" / "poold.service"))
+    poold = allowed_syscalls(read_service(DEPLOY_FILES / "systemd" / "poold.service"))
     assert poold is not None and "chown" not in poold and "fchownat" not in poold

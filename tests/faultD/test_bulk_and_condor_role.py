@@ -11,10 +11,12 @@ import trio
 
 import faultD.condor_role
 from common.condor import DaemonRef, Gateway
-from common.overlay.auth import Sealer
 from common.overlay.bulk import BulkChannel
+from common.overlay.envelope import SignedSealer
+from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
 from common.overlay.messages import Peer
 from common.wire import HEADER, Message, MessageCodec
+from deploy.harness.ring_keys import RingKeys
 from deploy.harness.sandbox import poll_until_async
 from faultD.condor_role import ACCOUNTANT, CondorRole, RoleRefused, daemon_answers
 from faultD.config import CondorSection
@@ -39,14 +41,22 @@ async def send_raw(port: int, data: bytes) -> None:
         await stream.send_all(data)
 
 
-async def test_bulk_channel_delivers_sealed_messages_and_drops_the_rest() -> None:
+def identity(tmp_path: Path) -> NodeIdentity:
+    """ME's key and certificate (node id 5, speaking from 127.0.0.1), in a ring of its own."""
+    keys = RingKeys(tmp_path, ring="faultd:t")
+    files = keys.node("me", hosts=["127.0.0.1"], pool="t", node_id=ME.id)
+    return load_identity(IdentityFiles(files.key, files.cert, keys.ca_file, None), same_pool=True)
+
+
+async def test_bulk_channel_delivers_sealed_messages_and_drops_the_rest(tmp_path: Path) -> None:
     got: list[Message] = []
 
     async def on_message(msg: Message, peer: str) -> None:
         got.append(msg)
 
     codec = MessageCodec(list(BULK_TYPES), name="t", max_size=1 << 20)
-    channel = BulkChannel(KEY, codec, on_message)
+    me = identity(tmp_path)
+    channel = BulkChannel(KEY, me, codec, on_message)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(channel.serve, "127.0.0.1", 0)
         port = listeners[0].socket.getsockname()[1]
@@ -56,8 +66,8 @@ async def test_bulk_channel_delivers_sealed_messages_and_drops_the_rest() -> Non
         assert got == [big]
 
         # A stranger's key, garbage, a lying header, a truncated frame: all dropped and counted.
-        stranger = Sealer(bytes(32), window=30.0, name="x").seal(
-            codec.encode(push()), time.time(), os.urandom(16)
+        stranger = SignedSealer(bytes(32), me, context="bulk", name="x").seal(
+            codec.encode(push()), f"127.0.0.1:{port}", time.time(), os.urandom(16)
         )
         await send_raw(port, HEADER.pack(len(stranger)) + stranger)
         await send_raw(port, HEADER.pack(5) + b"hello")
@@ -76,10 +86,57 @@ async def test_bulk_channel_delivers_sealed_messages_and_drops_the_rest() -> Non
         nursery.cancel_scope.cancel()
 
 
-async def test_send_to_nobody_fails_softly() -> None:
+@pytest.mark.hostile
+async def test_one_address_cannot_take_every_unauthenticated_slot(tmp_path: Path) -> None:
+    """Idle connections (which may wait header_timeout before they are dropped) from one source
+    take at most its own slots; a member's message still gets through beside them, and the
+    global cap still holds against several sources."""
+    got: list[Message] = []
+
+    async def on_message(msg: Message, peer: str) -> None:
+        got.append(msg)
+
+    codec = MessageCodec(list(BULK_TYPES), name="t", max_size=1 << 20)
+    channel = BulkChannel(
+        KEY, identity(tmp_path), codec, on_message,
+        header_timeout=120, max_unauthenticated=4, max_unauthenticated_per_peer=2,
+    )  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(channel.serve, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        idle: list[trio.SocketStream] = []
+
+        async def hold(source: str, held: int) -> None:
+            idle.append(await trio.open_tcp_stream("127.0.0.1", port, local_address=source))
+            await poll_until_async(f"{held} connections held", lambda: channel.unauthenticated >= held)
+
+        await hold("127.0.0.2", 1)
+        await hold("127.0.0.2", 2)
+        idle.append(await trio.open_tcp_stream("127.0.0.1", port, local_address="127.0.0.2"))
+        await poll_until_async(
+            "the third from 127.0.0.2 refused", lambda: channel.drops.get("too_many_from_peer") == 1
+        )
+        assert await channel.send(f"127.0.0.1:{port}", push(b"beside them"))
+        await poll_until_async("the member's push delivered", lambda: got)
+        assert got == [push(b"beside them")]
+        await hold("127.0.0.3", 3)
+        await hold("127.0.0.4", 4)
+        idle.append(await trio.open_tcp_stream("127.0.0.1", port, local_address="127.0.0.5"))
+        await poll_until_async(
+            "a fifth source over the cap refused", lambda: channel.drops.get("too_many_connections") == 1
+        )
+        assert channel.drops.get("too_many_from_peer") == 1 and channel.unauthenticated == 4
+        for stream in idle:
+            await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_send_to_nobody_fails_softly(tmp_path: Path) -> None:
     async def ignore(msg: Message, peer: str) -> None: ...
 
-    channel = BulkChannel(KEY, MessageCodec(list(BULK_TYPES), name="t"), ignore, timeout=2)
+    channel = BulkChannel(
+        KEY, identity(tmp_path), MessageCodec(list(BULK_TYPES), name="t"), ignore, timeout=2
+    )
     assert not await channel.send("127.0.0.1:9", push())
     assert channel.send_failures == 1
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import random
 
+import pytest
+from pydantic import ValidationError
+
 from common.overlay.messages import Peer
+from common.wire import pack
 from faultD.messages import (
+    COUNTER_LIMIT,
+    MAX_EPOCH,
     Alive,
     Handover,
     ManagerMissing,
@@ -22,15 +28,23 @@ C = Peer(id=30, addr="c:1")
 
 
 def machine(me: Peer, *, original: bool = False) -> RoleMachine:
-    m = RoleMachine(me, f"{me.addr.split(':')[0]}:9618", RoleParams(), random.Random(1), original=original)
+    """A machine of a pool whose configured original manager (`manager_name`) is A."""
+    m = RoleMachine(
+        me,
+        f"{me.addr.split(':')[0]}:9618",
+        RoleParams(),
+        random.Random(1),
+        original=original,
+        manager_hint=A.id,
+    )
     m.start(0.0)
     return m
 
 
-def alive(mgr: Peer, epoch: int, seq: int, incarnation: int = 1) -> Alive:
+def alive(mgr: Peer, epoch: int, seq: int, incarnation: int = 1, state_version: int = 0) -> Alive:
     return Alive(
         manager=mgr, collector=f"{mgr.addr.split(':')[0]}:9618", epoch=epoch, seq=seq, interval=1.0,
-        incarnation=incarnation,
+        incarnation=incarnation, state_version=state_version,
     )  # fmt: skip
 
 
@@ -85,13 +99,28 @@ def test_listener_that_still_hears_the_manager_does_not_take_over() -> None:
 
 def test_takeover_restores_the_replica_with_a_higher_epoch() -> None:
     m = machine(B)
-    m.on_message(alive(A, 1, 1), 0.0)
+    m.on_message(alive(A, 1, 1, state_version=4), 0.0)  # a replica is kept only up to what A announced
     m.on_message(ReplicaPush(sender=A, state=state(A.id, 4)), 0.1)
     out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 5.0)
     assert m.role is Role.MANAGER
     start = next(a for a in out.condor if isinstance(a, StartManager))
     assert start.epoch == 2 and start.state is not None and start.state.version == 4
     assert any(isinstance(b, Alive) and b.epoch == 2 for b in out.broadcasts)
+
+
+def test_a_takeover_is_one_structured_event() -> None:
+    """The decision as a log event with fields (event=takeover epoch=2 manager=b:1 ...) and a
+    sentence for faultd status; the core still does no I/O."""
+    m = machine(B)
+    m.on_message(alive(A, 1, 1, state_version=4), 0.0)  # a replica is kept only up to what A announced
+    m.on_message(ReplicaPush(sender=A, state=state(A.id, 4)), 0.1)
+    out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 5.0)
+    (takeover,) = [n for n in out.notes if n.event == "takeover"]
+    assert takeover.fields == {
+        "epoch": 2, "manager": "b:1", "collector": "b:9618", "previous": "a:1", "silent_s": 5.0,
+        "state_version": 4,
+    }  # fmt: skip
+    assert str(takeover) == "manager_missing from c:1: taking over as the closest live node (epoch 2)"
 
 
 def test_corrupt_replica_is_dropped() -> None:
@@ -132,3 +161,90 @@ def test_original_preempts_and_resumes_with_the_handed_over_state() -> None:
     new_alive = next(b for b in out.broadcasts if isinstance(b, Alive))
     repl.on_message(new_alive, 10.3)
     assert repl.manager == A and repl.best == (3, A.id)
+
+
+E = Peer(id=40, addr="e:1")  # a ring member with a valid certificate, not a manager
+
+
+def test_a_member_cannot_take_the_role_from_a_manager_that_is_still_heard() -> None:
+    """Security review of issue 14: one signed Alive(manager=itself) with a high epoch took the pool."""
+    real = machine(A, original=True)
+    real.on_timer(3.0)  # nobody heard: the original manages
+    listener = machine(C)
+    listener.on_message(real._alive(), 3.5)
+    forged = alive(E, 1 << 61, 1)
+    out_real = real.on_message(forged, 4.0)
+    out_listener = listener.on_message(forged, 4.0)
+    assert real.role is Role.MANAGER and out_real.condor == [] and real.refused == {"alive": 1}
+    assert [(addr, type(msg)) for addr, msg in out_real.directs] == [("e:1", PreemptReplacement)]
+    assert out_listener.condor == [] and listener.manager == A and listener.refused == {"alive": 1}
+    # nor can it plant a replica, and the real manager's next alive is still followed
+    files = [StateFile(name="accountant", data=b"evil")]
+    planted = PoolState(manager=E.id, epoch=1 << 61, version=1, taken_at=0.0, files=files,
+                        checksum=PoolState.digest(files))  # fmt: skip
+    listener.on_message(ReplicaPush(sender=E, state=planted), 4.5)
+    assert listener.replica is None
+    real.on_timer(5.0)
+    listener.on_message(real._alive(), 5.0)
+    assert listener.manager == A and listener.fenced == 0
+
+
+def test_a_silent_manager_is_still_replaced_by_whoever_the_pool_elects() -> None:
+    listener = machine(C)
+    listener.on_message(alive(B, 1, 1), 0.0)
+    out = listener.on_message(alive(E, 2, 1), 10.0)  # B silent for longer than 3 intervals
+    assert listener.manager == E and out.condor == [PointTo("e:9618")]
+
+
+def test_the_original_manager_cannot_jump_epochs_while_another_manager_is_heard() -> None:
+    listener = machine(C)
+    listener.on_message(alive(B, 2, 1), 0.0)
+    out = listener.on_message(alive(A, 9, 1), 0.5)
+    assert out.condor == [] and listener.manager == B and listener.refused == {"alive": 1}
+    assert listener.on_message(alive(A, 3, 1), 0.6).condor == [PointTo("a:9618")]
+
+
+def test_the_managing_original_reclaims_the_pool_from_a_replacement_it_hears() -> None:
+    """After a partition heals, the original (still managing its side) preempts the other side's
+    replacement instead of yielding, then rises above its epoch so the replacement's listeners follow."""
+    orig = machine(A, original=True)
+    orig.on_timer(3.0)
+    repl = machine(B)
+    repl.on_message(ManagerMissing(manager=A.id, epoch=0, sender=C), 5.0)  # epoch 1
+    listener = machine(C)
+    listener.on_message(repl._alive(), 5.5)
+    out = orig.on_message(repl._alive(), 6.0)
+    assert orig.role is Role.MANAGER
+    preempt = next(msg for addr, msg in out.directs if addr == "b:1")
+    out = repl.on_message(preempt, 6.1)
+    assert repl.role is Role.LISTENER and StopManager() in out.condor
+    handover = next(msg for _, msg in out.directs if isinstance(msg, Handover))
+    out = orig.on_message(handover, 6.2)
+    assert orig.role is Role.MANAGER and orig.epoch == handover.epoch == 2
+    assert not any(isinstance(a, StartManager) for a in out.condor)
+    new_alive = next(b for b in out.broadcasts if isinstance(b, Alive))
+    assert listener.on_message(new_alive, 6.3).condor == [PointTo("a:9618")]
+
+
+def test_preempt_is_refused_when_no_original_manager_is_configured() -> None:
+    m = RoleMachine(B, "b:9618", RoleParams(), random.Random(1), original=False)  # no manager_name
+    m.start(0.0)
+    m.on_message(ManagerMissing(manager=A.id, epoch=0, sender=C), 5.0)
+    assert m.role is Role.MANAGER
+    out = m.on_message(PreemptReplacement(original=E, collector="e:9618"), 6.0)
+    assert m.role is Role.MANAGER and out.condor == [] and out.directs == [] and m.refused == {"preempt": 1}
+
+
+def test_epochs_near_the_encoding_limit_are_rejected_and_a_successor_still_encodes() -> None:
+    with pytest.raises(ValidationError):
+        alive(E, 2**63, 1)
+    with pytest.raises(ValidationError):
+        alive(E, 2**64 - 1, 1)
+    m = machine(C)
+    m.on_message(alive(E, COUNTER_LIMIT - 1, 1), 1.0)  # encodable, but no pool gets there
+    assert m.manager is None and m.refused == {"alive": 1}
+    m.on_message(alive(E, MAX_EPOCH - 1, 1), 1.0)
+    m.on_message(ManagerMissing(manager=E.id, epoch=MAX_EPOCH - 1, sender=B), 1000.0)
+    assert m.role is Role.MANAGER and m.epoch == MAX_EPOCH
+    out = m.on_timer(1002.0)
+    assert pack(out.broadcasts[0].model_dump(mode="python"))

@@ -115,9 +115,12 @@ class FakeMaster:
     # outstanding result is in (so the test sees the small ones pass it), one at a time
     bulk_threshold: int | None = None
     bulk_rate: int | None = None  # rate_bps in bulk_go, as on a limited subnet
+    listener: socket.socket | None = None  # where to listen (default: a free port)
+    batch: bool = False  # protocol version 2: tasks in `tasks` batches, results taken in batches
 
     def __post_init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        if self.listener is None:
+            self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(30)
         self.port = self.listener.getsockname()[1]
         self.results: dict[tuple[int, int], p.TaskResult] = {}
@@ -179,8 +182,10 @@ class FakeMaster:
         welcome: dict[str, Any] = {"t": "welcome", "window": self.window}
         if self.bulk_threshold is not None:
             welcome["bulk_threshold"] = self.bulk_threshold
+        if self.batch:
+            welcome["batch"] = True
         p.send_message(conn, welcome)
-        decoder.allowed = frozenset({p.RESULT, p.BULK_READY})
+        decoder.allowed = frozenset({p.RESULT, p.RESULTS, p.BULK_READY})
         parked: list[tuple[int, int]] = []
         going: tuple[int, int] | None = None
         by_key = {t.key: t for t in [*self.initial, *self.tasks]}
@@ -194,6 +199,13 @@ class FakeMaster:
             if self.hang_up_after is not None and sent >= self.hang_up_after:
                 self.outcome = "hung up"
                 return
+            if self.batch and pending and len(outstanding) < self.window and not self.transfer:
+                room = self.window - len(outstanding)
+                batch = [pending.popleft() for _ in range(min(room, len(pending)))]
+                p.send_message(conn, {"t": "tasks", "tasks": batch})
+                outstanding.update(t.key for t in batch)
+                sent += len(batch)
+                continue
             if pending and (len(outstanding) < self.window or self.over_window):
                 task = pending.popleft()
                 entries, blobs = self._task_files(task)
@@ -223,6 +235,14 @@ class FakeMaster:
             if msg_in is None:
                 self.outcome = f"agent closed with {len(outstanding)} outstanding"
                 return
+            if msg_in.type == p.RESULTS:
+                for result in msg_in.results():
+                    self.arrivals.append((p.RESULTS, result.process))
+                    assert result.key in outstanding, result
+                    outstanding.discard(result.key)
+                    self.results[result.key] = result
+                    self.files[result.key] = []
+                continue
             if msg_in.type == p.BULK_READY:
                 key = (msg_in.body["process"], msg_in.body["attempt"])
                 assert key in outstanding and msg_in.body["size"] > (self.bulk_threshold or 0)
@@ -268,23 +288,43 @@ def agent_input(mode: str, style: str, **over: Any) -> AgentInput:
 def run_agent(
     pyz: Path,
     home: Path,
-    port: int,
+    port: int | str,
     config: AgentInput | dict[str, Any],
     python: Sequence[str] = (SYSTEM_PYTHON,),
     timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
+    return finish_agent(start_agent(pyz, home, port, config, python), timeout)
+
+
+def start_agent(
+    pyz: Path,
+    home: Path,
+    port: int | str,
+    config: AgentInput | dict[str, Any],
+    python: Sequence[str] = (SYSTEM_PYTHON,),
+) -> subprocess.Popen[str]:
     home.mkdir(parents=True, exist_ok=True)
     input_file = home / "agent.in"
     input_file.write_text(json.dumps(config.to_json() if isinstance(config, AgentInput) else config))
     input_file.chmod(0o600)
-    return subprocess.run(
+    return subprocess.Popen(
         [*python, "-I", str(pyz), "127.0.0.1", str(port), "a1", str(input_file)],
         cwd=home,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
     )
+
+
+def finish_agent(proc: subprocess.Popen[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Wait for an agent started with start_agent (killed after `timeout`, which then raises)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,6 +584,105 @@ def test_agent_refused_by_the_master(pyz: Path, tmp_path: Path, python: list[str
     assert master.outcome == "refused"
 
 
+def free_port_pair() -> tuple[socket.socket, socket.socket]:
+    """Two listening sockets on consecutive loopback ports: a range of ports to scan."""
+    for _ in range(200):
+        first = socket.create_server(("127.0.0.1", 0))
+        port = first.getsockname()[1]
+        if port >= 65535:
+            first.close()
+            continue
+        try:
+            return first, socket.create_server(("127.0.0.1", port + 1))
+        except OSError:
+            first.close()
+    raise AssertionError("no two consecutive free ports on loopback")
+
+
+class OtherMaster(threading.Thread):
+    """A master of another id on a port of the range: it refuses every hello, naming itself."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        super().__init__(daemon=True)
+        self.listener = listener
+        self.listener.settimeout(30)
+        self.hellos: list[str] = []
+        self.start()
+
+    def run(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+            with conn:
+                hello = p.recv_message(conn, p.Decoder({p.HELLO}))
+                assert hello is not None
+                self.hellos.append(hello.body["master"])
+                p.send_message(conn, {"t": "refused", "reason": "this is master m2", "master": "m2"})
+        finally:
+            self.listener.close()
+
+
+def test_agent_sends_results_in_batches_to_a_master_that_takes_them(
+    pyz: Path, tmp_path: Path, python: list[str]
+) -> None:
+    """Protocol version 2: offered batches, the agent answers every result without files in
+    `results` messages (none alone), each task's result exactly once."""
+    tasks = [sh(i, f"exit {i % 4}", tmp_path) for i in range(24)]
+    master = FakeMaster(tasks, window=4, batch=True)
+    proc = run_agent(
+        pyz, tmp_path / "agent", master.port, agent_input("NFS", "condor", window=4), python=python
+    )
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert master.outcome == "done"
+    assert {kind for kind, _ in master.arrivals} == {p.RESULTS}
+    assert sorted(process for _, process in master.arrivals) == list(range(24))
+    assert {key: r.exit_code for key, r in master.results.items()} == {(i, 0): i % 4 for i in range(24)}
+
+
+def test_agent_finds_its_master_on_a_range_of_ports_past_another_master(
+    pyz: Path, tmp_path: Path, python: list[str]
+) -> None:
+    """Agents submitted with their master get a range of ports: another master on the first one
+    refuses naming itself, and the agent goes on to the next, where its own master is."""
+    low, high = free_port_pair()
+    other = OtherMaster(low)
+    master = FakeMaster([sh(0, "touch ran", tmp_path)], window=1, listener=high)
+    ports = f"{master.port - 1}-{master.port}"
+    proc = run_agent(pyz, tmp_path / "agent", ports, agent_input("NFS", "condor"), python=python)
+    master.join()
+    other.join(30)
+    assert proc.returncode == 0, proc.stderr
+    assert other.hellos == ["m1"] and master.outcome == "done"
+    assert (tmp_path / "ran").exists()
+
+
+def test_agent_started_before_its_master_reaches_it_once_it_listens(
+    pyz: Path, tmp_path: Path, python: list[str]
+) -> None:
+    """An agent that starts before its master (both submitted at once) keeps trying the range
+    until the master listens on one of its ports."""
+    low, high = free_port_pair()
+    ports = f"{low.getsockname()[1]}-{high.getsockname()[1]}"
+    low.close()
+    high.close()  # nobody listens on the range when the agent starts
+    agent = start_agent(
+        pyz, tmp_path / "agent", ports, agent_input("NFS", "condor", connect_timeout=60), python
+    )
+    second = int(ports.split("-")[1])
+    master = FakeMaster(
+        [sh(0, "touch ran", tmp_path)], window=1, listener=socket.create_server(("127.0.0.1", second))
+    )
+    proc = finish_agent(agent)
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert master.outcome == "done" and (tmp_path / "ran").exists()
+
+
+def test_a_bad_port_argument_exits_2(pyz: Path, tmp_path: Path) -> None:
+    proc = run_agent(pyz, tmp_path / "agent", "70000-70001", agent_input("NFS", "condor"))
+    assert proc.returncode == 2 and "expected a port or FIRST-LAST" in proc.stderr
+
+
 def test_unreachable_master(pyz: Path, tmp_path: Path, python: list[str]) -> None:
     with socket.create_server(("127.0.0.1", 0)) as placeholder:
         port = placeholder.getsockname()[1]
@@ -585,6 +724,32 @@ def test_master_exceeding_the_window_is_a_protocol_error(
     master.join()
     assert "more than the window of 1" in line
     assert master.outcome.startswith("agent closed with"), master.outcome
+
+
+def test_cancel_kills_the_running_task_and_answers_a_waiting_one_unstarted(
+    pyz: Path, tmp_path: Path, python: list[str]
+) -> None:
+    """The master's `cancel` (issue 20), right after the second task: the first, running, is
+    killed; the second, still waiting behind it, comes back launch_failed without running."""
+    tasks = [sh(0, "sleep 300", tmp_path), sh(1, "touch ran", tmp_path)]
+
+    def frames(task: p.Task) -> bytes:
+        out = p.encode_frames({"t": p.TASK, "task": task})
+        if task.process == 1:
+            for process in (1, 0):
+                out += p.encode_frames({"t": p.CANCEL, "process": process, "attempt": 0})
+        return b"".join(out)
+
+    master = FakeMaster(tasks, window=2, extra_frames=frames)
+    proc = run_agent(pyz, tmp_path / "agent", master.port, agent_input("NFS", "condor"), python=python)
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert master.outcome == "done"
+    r = master.results
+    assert (r[0, 0].status, r[0, 0].signal) == (p.STATUS_OK, signal.SIGKILL)
+    assert r[1, 0].status == p.STATUS_LAUNCH_FAILED
+    assert r[1, 0].error == "cancelled by the master before it started"
+    assert not (tmp_path / "ran").exists()
 
 
 def test_connection_lost(pyz: Path, tmp_path: Path, python: list[str]) -> None:

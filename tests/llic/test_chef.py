@@ -20,6 +20,8 @@ from llic.events import (
     AgentSubmitted,
     CloseConnection,
     ConnectionBroken,
+    CountSlots,
+    LetAgentsLeave,
     Output,
     PollQueue,
     QueuePollFailed,
@@ -31,11 +33,12 @@ from llic.events import (
     SaveState,
     SendNoMoreTasks,
     SendTasks,
+    SlotsCounted,
     SubmitAgent,
     SubmitFailed,
     WelcomeAgent,
 )
-from llic.master_core import MasterCore, MasterStatus
+from llic.master_core import AGENT_EXIT_GRACE, AGENT_STARTUP_GUESS, MasterCore, MasterStatus
 from llic.state import MasterInfo, restore, snapshot
 from llic.task import TaskResult
 from llic.taskbook import Assignment, TaskState
@@ -414,6 +417,7 @@ class Sim:
 
 
 STEPS = [
+    "count",
     "submit",
     "submit_fail",
     "connect",
@@ -441,12 +445,24 @@ def simulate(data: st.DataObject, restart_via: object = None) -> Sim:
     core = MasterCore.new(range(n), config)
     sim = Sim(core, MasterInfo("sim", "tester", 1, "job.sub", 0), restart_via)
     sim.save()
-    sim.apply(core.start(slots, 0.0))
+    begin = data.draw(st.sampled_from(["fresh", "adopt", "moved"]), label="begin")
+    if begin == "fresh":
+        sim.apply(core.start(slots, 0.0))
+    else:  # master_submitter prelaunches agents; the master's first run adopts or replaces them
+        sim.apply(core.prelaunch(slots, 0.0))
+        while sim.pending:
+            sim.answer_submission(0, True)
+        sim.save()
+        sim.core = restore(sim.saved)  # type: ignore[arg-type]
+        sim.apply(sim.core.start(None, 1.0, adopt=begin == "adopt"))
+        sim.check()
     for step in data.draw(st.lists(st.sampled_from(STEPS), max_size=120), label="steps"):
         k = data.draw(st.integers(0, 100))
         if sim.core.over:
             break
-        if step in ("submit", "submit_fail") and sim.pending:
+        if step == "count":
+            sim.feed(SlotsCounted(k % 7 if k % 7 < 6 else None))
+        elif step in ("submit", "submit_fail") and sim.pending:
             sim.answer_submission(k, step == "submit")
         elif step == "connect" and sim.startable():
             sim.connect(sim.startable()[k % len(sim.startable())])
@@ -566,3 +582,141 @@ def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered(
     core.handle(ResultReceived(sub.agent, ok_result(0, 1)), 2.0)
     assert not core.wants_result(sub.agent, 0, 1)  # a duplicate: its files must not be placed again
     assert not core.wants_result("9.0.1", 1, 1)  # not one of ours
+
+
+# ----------------------------------------------------------------------------- growing and shrinking
+
+
+def connect_all(core: MasterCore, subs: list[SubmitAgent], now: float, first_job: int = 1) -> None:
+    for i, sub in enumerate(subs):
+        core.handle(AgentSubmitted(sub.agent, f"{first_job + i}.0"), now)
+        core.handle(AgentConnected(sub.agent), now)
+
+
+def test_agents_grow_when_more_slots_match_and_the_queue_is_worth_it() -> None:
+    core, subs = started(100, 2, window_size=2, queue_poll_interval=5.0)
+    assert [s.agent for s in subs] == ["1.0.1", "1.1.1"]
+    connect_all(core, subs, 1.0)
+    assert of(core.on_timer(5.0), CountSlots) == [CountSlots()]
+    assert of(core.on_timer(6.0), CountSlots) == []  # one count at a time
+    out = core.handle(SlotsCounted(5), 7.0)
+    grown = of(out, SubmitAgent)
+    assert [(s.chef, s.agent) for s in grown] == [(2, "1.2.1"), (3, "1.3.1"), (4, "1.4.1")]
+    assert core.matching_slots == 5 and len(core.chefs) == 5
+    assert of(core.handle(SlotsCounted(5), 8.0), SubmitAgent) == []  # nothing new
+    assert of(core.on_timer(12.9), CountSlots) == []
+    assert of(core.on_timer(13.0), CountSlots) == [CountSlots()]  # counted again an interval later
+
+
+def test_growth_stops_at_max_chefs_and_at_the_queue() -> None:
+    core, subs = started(100, 1, window_size=2, max_chefs_number=3)
+    connect_all(core, subs, 1.0)
+    assert len(of(core.handle(SlotsCounted(50), 2.0), SubmitAgent)) == 2
+    core2, subs2 = started(3, 1, window_size=2)
+    connect_all(core2, subs2, 1.0)  # holds 2 of 3: one task left in the queue
+    assert len(of(core2.handle(SlotsCounted(50), 2.0), SubmitAgent)) == 1  # one agent, not 49
+
+
+def test_no_growth_when_the_running_agents_drain_the_queue_before_a_new_one_could_start() -> None:
+    core, [sub] = started(30, 1, window_size=2)
+    core.handle(AgentSubmitted(sub.agent, "1.0"), 0.0)
+    core.handle(AgentConnected(sub.agent), 4.0)
+    assert core.agent_startup == 4.0  # submitted at 0, connected at 4
+    for p in range(2):  # 2 tasks of 10 ms: 28 queued x 10 ms on one agent is 0.28 s, well under 4 s
+        core.handle(ResultReceived(sub.agent, TaskResult(p, 1, "ok", exit_code=0, run_time=0.01)), 5.0)
+    assert core.book.queued == 26
+    assert of(core.handle(SlotsCounted(10), 6.0), SubmitAgent) == []
+    core2, [sub2] = started(30, 1, window_size=2)
+    core2.handle(AgentSubmitted(sub2.agent, "1.0"), 0.0)
+    core2.handle(AgentConnected(sub2.agent), 4.0)
+    for p in range(2):  # the same with tasks of 10 s: 26 x 10 s is worth more agents
+        core2.handle(ResultReceived(sub2.agent, TaskResult(p, 1, "ok", exit_code=0, run_time=10.0)), 25.0)
+    assert len(of(core2.handle(SlotsCounted(10), 26.0), SubmitAgent)) == 9
+
+
+def test_agents_waiting_for_a_slot_are_dismissed_once_nothing_is_queued() -> None:
+    core, subs = started(4, 3, window_size=2, queue_poll_interval=5.0)
+    a, b, c = subs
+    connect_all(core, [a, b], 1.0)  # they hold all 4 tasks
+    core.handle(AgentSubmitted(c.agent, "3.0"), 1.0)
+    assert core.book.queued == 0 and core.chefs[2].state is ChefState.LAUNCHED
+    assert of(core.on_timer(5.0), PollQueue) == [PollQueue()]
+    out = core.handle(QueueSnapshot(frozenset({"1.0", "2.0", "3.0"})), 6.0)
+    assert of(out, RemoveAgents) == [RemoveAgents(("3.0",), f"agent {c.agent}: nothing queued for it")]
+    assert core.chefs[2].state is ChefState.TERMINATED and core.chefs[2].rec.recoveries == 0
+    assert of(core.handle(AgentConnected(c.agent), 7.0), RefuseAgent)  # too late: it was let go
+    out = core.handle(ConnectionBroken(a.agent, "reset"), 8.0)  # its 2 tasks come back
+    relaunched = [s.chef for s in of(out, SubmitAgent)]
+    assert sorted(relaunched) == [0, 2]  # the broken one's chef, and the dismissed one again
+    out = core.finish(9.0, "stop")
+    assert "3.0" in {j for r in of(out, RemoveAgents) for j in r.job_ids}
+
+
+def test_finish_gives_agents_that_finished_time_to_leave_before_removing_them() -> None:
+    core, subs = started(3, 3, window_size=2)
+    a, b, c = subs
+    connect_all(core, [a, b], 1.0)  # a holds 0 and 1, b holds 2
+    core.handle(AgentSubmitted(c.agent, "3.0"), 1.0)  # still waiting for a slot
+    for process, agent in ((0, a), (1, a), (2, b)):
+        core.handle(ResultReceived(agent.agent, ok_result(process, 1)), 2.0)
+    assert core.over and core.status is MasterStatus.DONE
+    out = core.finish(3.0)
+    kinds = [type(x) for x in out.actions]
+    assert kinds == [RemoveAgents, LetAgentsLeave, RemoveAgents, SaveState]
+    first, leave, last, _ = out.actions
+    assert first.job_ids == ("3.0",)  # the one still waiting goes at once
+    assert leave == LetAgentsLeave(("1.0", "2.0"), AGENT_EXIT_GRACE)
+    assert last.job_ids == ("1.0", "2.0")
+    stopped, [s] = started(5, 1)
+    connect_all(stopped, [s], 1.0)
+    out = stopped.finish(2.0, "stopped by signal SIGTERM")  # not done: no grace for anyone
+    assert of(out, LetAgentsLeave) == [] and of(out, RemoveAgents)[0].job_ids == ("1.0",)
+
+
+def test_prelaunched_agents_are_adopted_by_the_first_run() -> None:
+    config = LlicConfig(window_size=2, initial_jobs_number=2)
+    core = MasterCore.new(range(10), config)
+    out = core.prelaunch(3, 0.0)
+    subs = of(out, SubmitAgent)
+    assert [(s.agent, s.initial) for s in subs] == [("1.0.1", ()), ("1.1.1", ()), ("1.2.1", ())]
+    for i, sub in enumerate(subs):
+        core.handle(AgentSubmitted(sub.agent, f"70.{i}"), 0.5)
+    info = MasterInfo("m", "tester", 1, "job.sub", 0)
+    saved = snapshot(core, info, 1.0)
+    assert saved.run == 0 and saved.status is MasterStatus.RUNNING and core.book.queued == 10
+    master = restore(saved)
+    out = master.start(None, 5.0)
+    assert out.actions[0] == SaveState() and of(out, SubmitAgent) == [] and of(out, RemoveAgents) == []
+    assert master.run == 1 and [c.rec.job_id for c in master.chefs] == ["70.0", "70.1", "70.2"]
+    assert of(master.on_timer(5.0), CountSlots) == [CountSlots()]  # not counted yet: at once
+    out = master.handle(AgentConnected("1.1.1"), 6.0)
+    assert WelcomeAgent("1.1.1", 2, 0) in out.actions and len(tasks_sent(out, "1.1.1")) == 2
+    try:
+        master.prelaunch(3, 7.0)
+        raise AssertionError("prelaunch after a start")
+    except ValueError:
+        pass
+
+
+def test_prelaunched_agents_that_cannot_reach_the_master_are_replaced_without_a_recovery() -> None:
+    core = MasterCore.new(range(10), LlicConfig())
+    subs = of(core.prelaunch(2, 0.0), SubmitAgent)
+    for i, sub in enumerate(subs):
+        core.handle(AgentSubmitted(sub.agent, f"70.{i}"), 0.5)
+    master = restore(snapshot(core, MasterInfo("m", "tester", 1, "job.sub", 0), 1.0))
+    out = master.start(None, 5.0, adopt=False)
+    assert of(out, RemoveAgents) == [RemoveAgents(("70.0", "70.1"), "told another port")]
+    assert [s.agent for s in of(out, SubmitAgent)] == ["1.0.2", "1.1.2"]
+    assert [c.rec.recoveries for c in master.chefs] == [0, 0]
+    assert of(master.handle(AgentConnected("1.0.1"), 6.0), RefuseAgent)
+
+
+def test_agent_startup_is_learned_from_submission_to_connection() -> None:
+    core, [a, b] = started(20, 2)
+    assert core.agent_startup == AGENT_STARTUP_GUESS
+    core.handle(AgentSubmitted(a.agent, "1.0"), 0.2)
+    core.handle(AgentConnected(a.agent), 3.0)
+    assert core.agent_startup == 3.0
+    core.handle(AgentSubmitted(b.agent, "2.0"), 0.2)
+    core.handle(AgentConnected(b.agent), 5.0)
+    assert core.agent_startup == 4.0

@@ -3,6 +3,7 @@ file, line and key."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,27 @@ def test_seed_defaults() -> None:
 
 def test_no_argument_no_environment_gives_defaults() -> None:
     assert load_llic_config(None, environ={}) == LlicConfig()
+
+
+def test_the_submit_hosts_site_file_comes_after_argument_and_environment(tmp_path: Path) -> None:
+    site = write(tmp_path, "WINDOW_SIZE = 4\n")
+    assert load_llic_config(None, environ={}, site=site).window_size == 4
+    other = tmp_path / "other"
+    other.write_text("WINDOW_SIZE = 9\n")
+    assert load_llic_config(None, environ={CONFIG_ENV: str(other)}, site=site).window_size == 9
+    assert load_llic_config(None, environ={}, site=tmp_path / "absent") == LlicConfig()
+
+
+def test_the_packaged_example_names_every_key_with_its_default() -> None:
+    """common/deploy_files/config/llic_config (condor-selforg install llic): every line, uncommented,
+    is a valid key with its default value, and every key is there."""
+    text = (Path(__file__).resolve().parents[2] / "common/deploy_files/config/llic_config").read_text()
+    settings = [line[2:] for line in text.splitlines() if re.match(r"# [A-Z_]+ =", line)]
+    keys = {line.split(" =")[0].lower() for line in settings}
+    assert keys == set(LlicConfig.model_fields)
+    defaults = [line for line in settings if not line.startswith(("NETWORK_CAPACITY", "CONDOR_EXECUTABLES"))]
+    parsed = parse_llic_config("\n".join(defaults), source="example", environ={})
+    assert parsed == LlicConfig()
 
 
 def test_environment_names_the_file(tmp_path: Path) -> None:

@@ -4,7 +4,11 @@ Every submit file of tests/llic/corpus is copied into a directory the sandbox sh
 bind-mounted into its root, so the path is the same inside and out) and run there through
 `condor_submit -dry-run -` on the pool's host, with a known environment (`env -i`), and through
 `llic.submit` (and the `master_submitter --dry-run` command line) with the same working
-directory and environment. The two must agree job by job and field by field.
+directory and environment. The two must agree job by job and field by field, and on the job
+policy attributes (compared after classad2 unparses both), the log and submission on hold.
+The files of tests/llic/corpus/refused must be refused by both; those of corpus/nonvanilla are
+accepted by condor_submit and refused by llic (another universe, or a command llic cannot
+honour); both name, in their first line, the line llic's error must name.
 
 How condor_submit -dry-run prints jobs (23.9): each cluster starts with the full ad of its first
 job (`ClusterId=...` ... `ProcId=0`), then every further job prints only the attributes that
@@ -28,6 +32,7 @@ Mapping from job ad to TaskSpec (a job's ad = its cluster's first ad updated wit
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import classad2
 import pytest
 
 from deploy.harness.sandbox import Sandbox, SandboxPool
@@ -52,11 +58,26 @@ pytestmark = pytest.mark.htcondor
 
 CORPUS = Path(__file__).parent / "corpus"
 SUBMIT_FILES = sorted(p.name for p in CORPUS.glob("*.sub"))
+REFUSED = sorted(f"refused/{p.name}" for p in (CORPUS / "refused").glob("*.sub"))
+NON_VANILLA = sorted(f"nonvanilla/{p.name}" for p in (CORPUS / "nonvanilla").glob("*.sub"))
+POLICY = (
+    "OnExitRemove",
+    "OnExitHold",
+    "OnExitHoldReason",
+    "OnExitHoldSubCode",
+    "PeriodicHold",
+    "PeriodicHoldReason",
+    "PeriodicHoldSubCode",
+    "PeriodicRelease",
+    "PeriodicRemove",
+    "JobMaxRetries",
+    "JobSuccessExitCode",
+)
 SANDBOX_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def test_the_corpus_is_big_enough() -> None:
-    assert len(SUBMIT_FILES) >= 15
+    assert len(SUBMIT_FILES) >= 34 and len(REFUSED) >= 20 and len(NON_VANILLA) >= 15
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +104,14 @@ def condor_environ(pool: SandboxPool) -> dict[str, str]:
     }
 
 
-def run_condor_submit(pool: SandboxPool, workdir: Path, name: str) -> str:
+def condor_submit(pool: SandboxPool, workdir: Path, name: str) -> subprocess.CompletedProcess[str]:
     env = " ".join(f"{k}={v}" for k, v in condor_environ(pool).items())
     script = f'cd "$1" && exec env -i {env} condor_submit -dry-run - "$2"'
-    res = pool.exec("sh", "-c", script, "sh", str(workdir), name, check=False)
+    return pool.exec("sh", "-c", script, "sh", str(workdir), name, check=False)
+
+
+def run_condor_submit(pool: SandboxPool, workdir: Path, name: str) -> str:
+    res = condor_submit(pool, workdir, name)
     assert res.returncode == 0, f"condor_submit -dry-run {name} failed:\n{res.stdout}\n{res.stderr}"
     return res.stdout
 
@@ -96,22 +121,27 @@ def classad_string(value: str) -> str:
     return value[1:-1].replace('\\"', '"')
 
 
-def parse_dry_run(text: str) -> list[dict[str, Any]]:
-    """Jobs of `condor_submit -dry-run -` output as TaskSpec-like dicts (mapping in the docstring)."""
-    jobs: list[dict[str, Any]] = []
+def job_ads(text: str) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """(its cluster's first ad, its own lines) of each job of `condor_submit -dry-run -` output."""
+    jobs: list[tuple[dict[str, str], dict[str, str]]] = []
     cluster_ad: dict[str, str] = {}
     own: dict[str, str] = {}
     for line in text.splitlines():
         if line == ".":
             if "ClusterId" in own:
                 cluster_ad, own = own, {}
-            jobs.append(job_from_ads(cluster_ad, own))
+            jobs.append((cluster_ad, own))
             own = {}
             continue
         name, eq, value = line.partition("=")
         if eq and name.isidentifier():
             own[name] = value
     return jobs
+
+
+def parse_dry_run(text: str) -> list[dict[str, Any]]:
+    """Jobs of `condor_submit -dry-run -` output as TaskSpec-like dicts (mapping in the docstring)."""
+    return [job_from_ads(cluster_ad, own) for cluster_ad, own in job_ads(text)]
 
 
 def job_from_ads(cluster_ad: dict[str, str], own: dict[str, str]) -> dict[str, Any]:
@@ -217,3 +247,53 @@ def test_master_submitter_dry_run_prints_the_same(pool: SandboxPool, workdir: Pa
         keys += ["transfer_input_files", "process"]
         for want, have in zip(expected, printed, strict=True):
             assert {k: have[k] for k in keys} == {k: want[k] for k in keys}
+
+
+def unparsed(expression: str) -> str:
+    """A ClassAd expression as classad2 writes it (condor_submit writes them unparsed)."""
+    return str(classad2.ExprTree(expression))
+
+
+@pytest.mark.parametrize("name", SUBMIT_FILES)
+def test_policy_log_and_hold_match_condor_submit(pool: SandboxPool, workdir: Path, name: str) -> None:
+    """What the master honours per job (llic/task.py's log, hold, policy) is what the job ad says."""
+    ads = [{**cluster_ad, **own} for cluster_ad, own in job_ads(run_condor_submit(pool, workdir, name))]
+    tasks = llic_jobs(workdir, name, condor_environ(pool))
+    assert len(ads) == len(tasks)
+    for ad, task in zip(ads, tasks, strict=True):
+        want = {k: unparsed(ad[k]) for k in POLICY if k in ad}
+        have = {k: unparsed(v) for k, v in task.policy.items() if k in POLICY}
+        assert have == want, f"{name} {task.process}"
+        assert task.policy.get("SubmitEventNotes") == (
+            classad_string(ad["SubmitEventNotes"]) if "SubmitEventNotes" in ad else None
+        )
+        log = None if task.log is None else os.path.join(task.initialdir, task.log)
+        assert log == (classad_string(ad["UserLog"]) if "UserLog" in ad else None), f"{name} {task.process}"
+        assert task.hold == (ad.get("JobStatus") == "5"), f"{name} {task.process}"
+
+
+def refusal_line(path: Path) -> int:
+    """The line llic must name, from the file's first line (`# llic refuses: line N`)."""
+    head = path.read_text().splitlines()[0]
+    assert head.startswith("# llic refuses: line "), head
+    return int(head.rsplit(" ", 1)[1])
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_files_condor_submit_refuses_llic_refuses(pool: SandboxPool, workdir: Path, name: str) -> None:
+    res = condor_submit(pool, workdir, name)
+    assert res.returncode != 0, f"condor_submit -dry-run {name} accepted it:\n{res.stdout}"
+    with pytest.raises(SubmitFileError) as info:
+        llic_jobs(workdir, name, condor_environ(pool))
+    assert info.value.line == refusal_line(workdir / name), str(info.value)
+
+
+@pytest.mark.parametrize("name", NON_VANILLA)
+def test_non_vanilla_files_are_refused_naming_the_line(pool: SandboxPool, workdir: Path, name: str) -> None:
+    """condor_submit accepts them (another universe, a container, a command llic cannot honour);
+    llic refuses them, naming the file and line."""
+    run_condor_submit(pool, workdir, name)
+    with pytest.raises(SubmitFileError) as info:
+        llic_jobs(workdir, name, condor_environ(pool))
+    assert info.value.line == refusal_line(workdir / name), str(info.value)
+    assert str(info.value).startswith(f"{name}:{info.value.line}: ")

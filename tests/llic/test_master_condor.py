@@ -196,6 +196,13 @@ def _pids(match: str) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def _slow_nfs(sandbox: Sandbox, name: str, seconds: float) -> Path:
     work = shared(sandbox, name)
     (work / "job.sub").write_text(
@@ -204,6 +211,48 @@ def _slow_nfs(sandbox: Sandbox, name: str, seconds: float) -> Path:
         f"should_transfer_files = NO\noutput = out.$(Process)\nqueue {N}\n"
     )
     return work
+
+
+def test_agents_come_with_the_master_and_leave_by_themselves_when_the_queue_drains(
+    sandbox: Sandbox, pool: SandboxPool
+) -> None:
+    """master_submitter submits the master's first agents with it: they are in the queue (on
+    their way to slots) before the master job starts, one per matching slot, and the master
+    adopts them instead of submitting its own. When the queue drains, each agent that connected
+    leaves by itself (it is never stopped by a signal: the master's removal comes after its
+    grace), and none is left in the queue."""
+    work = _slow_nfs(sandbox, "prelaunch", 0.1)
+    (state_path,) = submit(pool, work)
+    state = wait_done(pool, state_path)
+    assert state.status is MasterStatus.DONE
+    assert all(t.state is TaskState.DONE for t in state.tasks)
+    agents = state.extra["prelaunch"]["cluster"]
+    assert len(state.chefs) == 6  # 3 hosts x 2 slots match
+    # each chef's only agent is the one master_submitter submitted: the master submitted none
+    assert [(c.launches, c.job_ids) for c in state.chefs] == [(1, [f"{agents}.{i}"]) for i in range(6)]
+    poll_until("the master to leave the queue", lambda: master_history(pool, state)[:1] == ["0"], timeout=60)
+    wait_agents_gone(pool, state.info.master_id)
+    master = pool.exec(
+        "condor_history", "-constraint", f"ClusterId == {state.info.cluster}", "-af", "QDate", "JobStartDate"
+    ).stdout.split()
+    rows = pool.exec(
+        "condor_history", "-constraint", f"ClusterId == {agents}", "-af", "ProcId", "QDate", "JobStartDate"
+    ).stdout.splitlines()
+    assert len(rows) == 6, rows
+    master_started = int(master[1])
+    assert all(int(row.split()[1]) <= master_started for row in rows)  # queued before the master ran
+    # every agent that connected was told no_more_tasks and left by itself (one that had not
+    # connected by the end, on a slow machine, is removed at once, as it should be)
+    finished = [c.index for c in state.chefs if c.no_more_sent]
+    assert finished
+    for i in finished:
+        err = (state_path.parent / "agents" / f"1.{i}.1" / "agent.err").read_text()
+        assert "stopped by signal" not in err and "fatal" not in err, (i, err)
+    first_agent = min(int(row.split()[2]) for row in rows if row.split()[2] != "undefined")
+    print(
+        f"master queued {master[0]}, started {master_started}; first agent started {first_agent}"
+        f" ({first_agent - master_started:+d} s from the master's start)"
+    )
 
 
 def test_an_agent_killed_mid_run_costs_nothing(sandbox: Sandbox, pool: SandboxPool) -> None:
@@ -219,7 +268,8 @@ def test_an_agent_killed_mid_run_costs_nothing(sandbox: Sandbox, pool: SandboxPo
         port = state.extra.get("port")
         if port is None or state.counts().done < 30:
             return None
-        pids = _pids(f" {port} 1.0.1 input.json")
+        # its port, or the range it scanned for it (agents submitted with the master)
+        pids = [pid for pid in _pids(" 1.0.1 input.json") if str(port) in _cmdline(pid)]
         return pids[0] if pids else None
 
     pid = poll_until("agent 1.0.1 at work", an_agent_at_work, timeout=120, poll=0.2)
@@ -323,4 +373,64 @@ def test_a_corrupt_or_missing_state_file_is_an_error_and_the_job_is_held(
     assert state_path.read_bytes() == b"llic-master-state 1 sha256:00\n{}\n"
     assert json.dumps(sorted(p.name for p in work.iterdir())) == json.dumps(
         ["master.err", "master.log", "master.out", "master.x.state"]
+    )
+
+
+def _master_tool(pool: SandboxPool, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """master_q or master_rm as a user on the submit host runs them (the pool's client config)."""
+    env = dict(os.environ, CONDOR_CONFIG=pool.client_config)
+    return subprocess.run(
+        [str(REPO / ".venv/bin" / tool), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_master_q_lists_masters_from_the_schedd_and_master_rm_cancels_one(
+    sandbox: Sandbox, pool: SandboxPool
+) -> None:
+    """The master keeps its progress in its own job ad, so master_q answers from the schedd, as
+    condor_q would (-constraint, -af), without the state file; master_rm removes the master and
+    its agents and keeps the state."""
+    work = _slow_nfs(sandbox, "master-rm", 2.0)
+    (state_path,) = submit(pool, work)
+    master_id = load_state(state_path).info.master_id
+
+    def listed() -> str | None:
+        res = _master_tool(pool, "master_q", "-constraint", f'LlicMasterId == "{master_id}" && LlicDone > 0',
+                           "-af", "LlicMasterId", "LlicTotal", "LlicStatus", "LlicStateFile")  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        return res.stdout or None
+
+    assert poll_until("the master's progress in its job ad", listed, timeout=180, poll=1.0) == (
+        f"{master_id} {N} running {state_path}\n"
+    )
+    # The same attributes through HTCondor's own tool.
+    q = pool.exec(
+        "condor_q", "-constraint", f'LlicMasterId == "{master_id}"', "-af", "LlicTotal", "LlicStatus"
+    )
+    assert q.stdout == f"{N} running\n"
+    none = _master_tool(pool, "master_q", "-constraint", 'LlicMasterId == "no-such"', "-af", "LlicMasterId")
+    assert (none.returncode, none.stdout) == (0, "")
+    assert poll_until("agents at work", lambda: agent_jobs_left(pool, master_id), timeout=120)
+
+    rm = _master_tool(pool, "master_rm", master_id)
+    assert rm.returncode == 0, rm.stderr
+    assert (
+        rm.stdout.startswith(f"master {master_id}: master job ")
+        and f"state kept in {state_path}" in rm.stdout
+    )
+    wait_agents_gone(pool, master_id)
+    poll_until(  # a removed master leaves the queue once it has stopped (removing its agents, saving)
+        "the master job to leave the queue",
+        lambda: (
+            pool.exec("condor_q", "-constraint", f'LlicMasterId == "{master_id}"', "-af", "ClusterId").stdout
+            == ""
+        ),
+        timeout=120,
+    )
+    state = load_state(state_path)  # kept, and readable
+    assert state.info.master_id == master_id and state.counts().total == N
+    again = _master_tool(pool, "master_rm", master_id)
+    assert (
+        again.returncode == 1
+        and again.stderr == f"master_rm: no master {master_id} in the queue ({master_id})\n"
     )

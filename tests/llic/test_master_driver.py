@@ -15,13 +15,16 @@ import pytest
 import trio
 
 from llic import master as m
+from llic import master_core, submitter
 from llic import protocol as p
-from llic.agent_job import AGENT_ATTR, agent_job
+from llic.agent_build import build_agent
+from llic.agent_job import AGENT_ATTR, AgentSetup, agent_job, prepare_agent, write_secret
 from llic.config import LlicConfig
+from llic.events import AgentSubmitted, SubmitAgent
 from llic.master_core import MasterStatus
 from llic.plan import input_blobs
 from llic.runners import AgentRunner, agent_ip, request_attributes, usable_ip
-from llic.state import MasterInfo, initial_state, load_state, save_state
+from llic.state import MasterInfo, initial_state, load_state, restore, save_state, snapshot
 from llic.submit import parse_submit_file
 from llic.taskbook import TaskState
 
@@ -58,6 +61,13 @@ def make_state(tmp: Path, sub: str, *, cluster: int = 9, **config: Any) -> Path:
     return out / "master.m1.state"
 
 
+@pytest.fixture(autouse=True)
+def short_exit_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FakeRunner's agents never leave the queue by themselves: their final grace is cut short
+    (the test of the grace itself uses real local agents)."""
+    monkeypatch.setattr(master_core, "AGENT_EXIT_GRACE", 0.2)
+
+
 class FakeRunner:
     """Records agent submissions and removals; runs nothing (the test plays the agents)."""
 
@@ -67,6 +77,7 @@ class FakeRunner:
         self.removed: list[str] = []
         self.removed_all = 0
         self.reschedules = 0
+        self.published: dict[str, object] = {}  # the master's job ad, as it would be
 
     async def slots(self, plan: object) -> int:
         return self._slots
@@ -89,6 +100,9 @@ class FakeRunner:
 
     async def agent_host(self) -> str | None:
         return "127.0.0.1"
+
+    async def publish(self, master_id: str, cluster: int, attrs: dict[str, object]) -> None:
+        self.published.update(attrs)
 
     async def aclose(self) -> None:
         return None
@@ -159,9 +173,13 @@ class FakeAgent:
                 self.decoder.feed(data)
         return msg
 
-    async def handshake(self, agent: str, secret: bytes, master: str = "m1") -> p.Message | None:
+    async def handshake(
+        self, agent: str, secret: bytes, master: str = "m1", version: int = 1
+    ) -> p.Message | None:
         nonce_a = p.make_nonce()
-        await self.send({"t": "hello", "agent": agent, "master": master, "version": 1, "nonce_a": nonce_a})
+        await self.send(
+            {"t": "hello", "agent": agent, "master": master, "version": version, "nonce_a": nonce_a}
+        )
         challenge = await self.recv()
         if challenge is None or challenge.type != p.CHALLENGE:
             return challenge
@@ -218,6 +236,40 @@ async def test_a_wrong_secret_is_refused_and_counted_and_the_right_agent_is_serv
     assert state.extra["counters"]["auth_failures"] == 1
     assert [t.state for t in state.tasks] == [TaskState.DONE] * 5
     assert runner.removed_all == 2  # at the start (crash gap) and at the end
+    # The job ad's progress (what master_q lists masters by), as of the master's end.
+    assert {k: runner.published[k] for k in ("LlicStatus", "LlicTotal", "LlicDone", "LlicIdle")} == {
+        "LlicStatus": "done", "LlicTotal": 5, "LlicDone": 5, "LlicIdle": 0,
+    }  # fmt: skip
+    assert runner.published["LlicStateFile"] == str(state_path)
+    assert not {"Owner", "ClusterId", "LlicMasterId"} & set(runner.published)  # the job ad's own
+
+
+async def test_an_agent_of_version_2_gets_tasks_in_batches_and_may_answer_in_batches(tmp_path: Path) -> None:
+    """Protocol version 2: the welcome offers batches, the tasks without files come in `tasks`
+    messages (never one by one), and results may go back in `results` messages."""
+    state_path = make_state(tmp_path, NFS_SUB.format(n=9), window_size=3)
+    runner = FakeRunner()
+    async with trio.open_nursery() as nursery:
+        run = await start_master(nursery, state_path, runner)
+        (agent,) = await until("a submission", runner.agent_names)
+        fake = await FakeAgent.connect(run.port)
+        fake.real = secret_of(state_path, agent)
+        welcome = await fake.handshake(agent, fake.real, version=2)
+        assert welcome is not None and welcome.body == {"window": 3, "batch": True}
+        kinds, done = [], []
+        while (msg := await fake.recv()) is not None and msg.type != p.NO_MORE_TASKS:
+            kinds.append(msg.type)
+            tasks = msg.tasks()
+            results = [
+                p.TaskResult(t.process, t.attempt, p.STATUS_OK, exit_code=0, host="fake") for t in tasks
+            ]
+            await fake.send({"t": "results", "results": results})
+            done += [t.process for t in tasks]
+        await fake.stream.aclose()
+    assert run.rc == m.EXIT_DONE and sorted(done) == list(range(9))
+    assert set(kinds) == {p.TASKS}
+    state = load_state(state_path)
+    assert [t.state for t in state.tasks] == [TaskState.DONE] * 9 and state.extra["counters"]["results"] == 9
 
 
 async def test_malformed_frames_and_stalled_handshakes_are_dropped_and_counted(tmp_path: Path) -> None:
@@ -359,6 +411,107 @@ async def test_local_agents_run_a_transfer_block(tmp_path: Path, initial: int) -
     assert not any(n.endswith("in.0") for n in shipped) or initial
     final = load_state(state_path)
     assert final.status is MasterStatus.DONE and final.counts().done == 6
+
+
+@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
+async def test_finished_agents_leave_by_themselves_before_the_final_removal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The final grace: agents told no_more_tasks exit by themselves (status 0) once their
+    results are back; the master removes them only after they left or the grace ran out (a
+    grace longer than any test needs: LocalAgents.remove kills, and a killed agent fails this)."""
+    monkeypatch.setattr(master_core, "AGENT_EXIT_GRACE", 600.0)
+    state_path = make_state(tmp_path, NFS_SUB.format(n=40))
+    (tmp_path / "work").chmod(0o755)
+    state, plan = m.load_plan(state_path)
+    runner = m.LocalAgents(tmp_path / "scratch", slots=3)
+    master = m.Master(plan, state, runner, host="127.0.0.1")
+    rc = await master.run()
+    codes = {job: proc.returncode for job, proc in runner.procs.items()}
+    await runner.aclose()
+    assert rc == m.EXIT_DONE
+    # the agents that connected were told no_more_tasks and left by themselves; one that had not
+    # connected when the others had run everything is removed at once, as it should be
+    finished = [c.job_id for c in load_state(state_path).chefs if c.no_more_sent]
+    assert finished and [codes[job] for job in finished] == [0] * len(finished), codes
+
+
+def free_port_pair() -> int:
+    """The first of two consecutive free loopback ports."""
+    import socket
+
+    for _ in range(200):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no two consecutive free ports")
+
+
+@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
+async def test_agents_started_before_the_master_are_adopted_once_it_listens(tmp_path: Path) -> None:
+    """What master_submitter does, without HTCondor: the first agents are launched before the
+    master exists (prelaunch), told a range of ports and the run's secret, and named in the state
+    file; they start at once and keep looking. The master, started after them, listens on that
+    range, adopts them and submits none of its own; they run every task and exit 0."""
+    state_path = make_state(tmp_path, NFS_SUB.format(n=20))
+    (tmp_path / "work").chmod(0o755)
+    state, plan = m.load_plan(state_path)
+    core = restore(state, plan.config)
+    launches = [a for a in core.prelaunch(2, time.time()).actions if isinstance(a, SubmitAgent)]
+    secret = p.make_secret()
+    write_secret(plan.outdir, secret)
+    first = free_port_pair()
+    setup = AgentSetup(build_agent(plan.outdir), "127.0.0.1", f"{first}-{first + 1}", secret)
+    runner = m.LocalAgents(tmp_path / "scratch", slots=2)
+    for launch in launches:  # the agents run before there is any master
+        description, _ = prepare_agent(plan, launch, setup)
+        core.handle(AgentSubmitted(launch.agent, await runner.submit(description)), time.time())
+    extra = {"prelaunch": {"host": "127.0.0.1", "ports": [first, first + 1], "cluster": 1}}
+    save_state(state_path, snapshot(core, plan.info, time.time(), extra))
+    state, plan = m.load_plan(state_path)
+    master = m.Master(plan, state, runner, host="127.0.0.1")
+    with trio.fail_after(120):
+        rc = await master.run()
+    codes = {job: proc.returncode for job, proc in runner.procs.items()}
+    await runner.aclose()
+    assert rc == m.EXIT_DONE and master.port in (first, first + 1)
+    assert len(runner.submitted) == 2  # only the two prelaunched agents
+    final = load_state(state_path)
+    assert final.status is MasterStatus.DONE and final.counts().done == 20
+    assert [(c.launches, c.recoveries) for c in final.chefs] == [(1, 0), (1, 0)]
+    # those that connected ran the tasks and left by themselves (on a busy machine one of them
+    # may find everything done before it connects: it is removed at the end, as it should be)
+    finished = [c.job_id for c in final.chefs if c.no_more_sent]
+    assert finished and [codes[job] for job in finished] == [0] * len(finished), codes
+
+
+def test_prelaunched_agents_share_one_description_with_process_in_their_names(tmp_path: Path) -> None:
+    state_path = make_state(tmp_path, NFS_SUB.format(n=5))
+    state, plan = m.load_plan(state_path)
+    core = restore(state, plan.config)
+    launches = [a for a in core.prelaunch(3, 0.0).actions if isinstance(a, SubmitAgent)]
+    setup = AgentSetup(plan.outdir / "agent.pyz", "10.0.0.1", "2853-2868", b"s" * 32)
+    descriptions = [prepare_agent(plan, a, setup)[0] for a in launches]
+    generic = submitter._by_process(descriptions, [a.agent for a in launches])
+    assert generic is not None and "1.$(Process).1" in generic["arguments"]
+    assert " 2853-2868 " in generic["arguments"]
+    for i, description in enumerate(descriptions):
+        assert {k: v.replace("$(Process)", str(i)) for k, v in generic.items()} == description
+    odd = [descriptions[0], {**descriptions[1], "request_memory": "99"}, descriptions[2]]
+    assert submitter._by_process(odd, [a.agent for a in launches]) is None  # differs elsewhere
+
+
+def test_removing_the_master_removes_its_agents(tmp_path: Path) -> None:
+    desc = submitter.master_job(
+        tmp_path / "master.20261123.7.0.state", master="/x/llic-master", condor_config=None, batch_name="b"
+    )
+    assert json.loads(desc["MY.OtherJobRemoveRequirements"]) == 'LlicMaster =?= "20261123.7.0"'
+    assert json.loads(desc["MY.LlicMasterId"]) == "20261123.7.0"
 
 
 async def test_state_file_problems_are_one_line_and_touch_nothing(

@@ -11,7 +11,7 @@ from llic import cli
 from llic.chef import ChefRecord, ChefState
 from llic.config import CONFIG_ENV, LlicConfig
 from llic.master_core import MasterStatus
-from llic.master_q import main, render_table, summarize
+from llic.master_q import main, master_ad, render_table, row_of_ad, summarize
 from llic.state import (
     MasterInfo,
     MasterState,
@@ -101,6 +101,18 @@ def test_table_looks_like_condor_q() -> None:
     assert render_table([], "t").splitlines()[-1].startswith("Total for 0 masters: 0 tasks;")
 
 
+def test_a_master_listed_from_its_job_ad_shows_as_from_its_state_file() -> None:
+    """master_q without a state file reads the masters' job ads: the same table, held tasks counted."""
+    state = a_state("12.0")
+    state.tasks[70] = TaskRecord(70, TaskState.HELD)
+    row = summarize(state)
+    ad = master_ad(row)
+    assert ad["LlicHeld"] == 1 and ad["LlicRemoved"] == 0
+    from_ad = row_of_ad(ad)
+    assert render_table([from_ad], "t").splitlines()[2] == render_table([row], "t").splitlines()[2]
+    assert "1 held, " in render_table([from_ad], "t")
+
+
 def test_one_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "master.12.0.state"
     save_state(path, a_state())
@@ -173,3 +185,55 @@ def test_bad_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["ALL", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"master_q: error: {config}:1: WINDOW_SIZE: ") and err.count("\n") == 1
+
+
+def two_masters(tmp_path: Path) -> Path:
+    """A config whose output prefix holds masters 12.0 (running) and 13.0 (done)."""
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    config = tmp_path / "llic_config"
+    config.write_text(f"MASTER_OUTPUTS_DIR_PREFIX_PATH = {outputs}\n")
+    for mid, status in (("12.0", MasterStatus.RUNNING), ("13.0", MasterStatus.DONE)):
+        d = master_output_dir(str(outputs), mid)
+        d.mkdir()
+        save_state(d / state_file_name(mid), a_state(mid, status))
+    return config
+
+
+def test_constraint_and_autoformat_answer_as_condor_q_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(two_masters(tmp_path))
+    assert (
+        main(["ALL", config, "-constraint", 'LlicStatus == "running"', "-af", "LlicMasterId", "LlicDone"])
+        == 0
+    )
+    assert capsys.readouterr().out == "12.0 50\n"
+    assert (
+        main(["ALL", config, "-constraint", 'LlicDone >= 50 && Owner == "alice"', "-af", "LlicMasterId"]) == 0
+    )
+    assert capsys.readouterr().out == "12.0\n13.0\n"
+    assert main(["ALL", config, "-af", "LlicMasterId", "LlicAgentsRunning", "LlicNoSuchThing"]) == 0
+    assert capsys.readouterr().out == "12.0 2 undefined\n13.0 2 undefined\n"
+    assert main(["ALL", config, "-constraint", "LlicDone >>> (", "-af", "LlicMasterId"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "master_q: error: -constraint: not a ClassAd expression: 'LlicDone >>> ('\n"
+    )
+
+
+def test_long_totals_and_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(two_masters(tmp_path))
+    assert main(["ALL", config, "-long", "-constraint", 'LlicMasterId == "13.0"']) == 0
+    block = capsys.readouterr().out.splitlines()
+    assert block[0] == 'LlicMasterId = "13.0"' and 'LlicStatus = "done"' in block and "LlicDone = 50" in block
+    assert main(["ALL", config, "-totals"]) == 0
+    assert capsys.readouterr().out.startswith("Total for 2 masters: 200 tasks; 100 done")
+    assert main(["ALL", config, "-nobatch", "-constraint", "ProcId < 2 || ProcId == 52", "-af", "ProcId",
+                 "LlicTaskState", "ExitCode"]) == 0  # fmt: skip
+    assert capsys.readouterr().out == "0 done 0\n1 done 0\n52 failed undefined\n" * 2
+    assert main(["ALL", config, "-nobatch", "-totals", "-constraint", 'LlicMasterId == "12.0"']) == 0
+    assert capsys.readouterr().out == "Total for 100 tasks: 50 done, 6 running, 39 idle, 5 failed\n"
+    assert main(["ALL", config, "-nobatch", "-constraint", "ProcId == 3 && ClusterId == 12"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split() == ["12.3", "alice", "12.0", "done", "1", "0", "0+00:00:00", "n"]

@@ -26,12 +26,12 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from deploy.harness.sandbox import Sandbox, SandboxPool, sandbox_cli
+from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
 from llic.master_core import MasterStatus
 from llic.netadmit import IN, OUT
 from llic.taskbook import TaskState
 
-from .test_master_condor import MASTER, REPO, schedd_name, shared, wait_done
+from .test_master_condor import MASTER, REPO, master_history, schedd_name, shared, wait_agents_gone, wait_done
 
 pytestmark = pytest.mark.htcondor
 
@@ -230,6 +230,11 @@ def test_limited_subnet_stays_under_its_limit_while_the_other_runs_free(
     assert rows[free]["max_reserved_bps"] == 0, rows[free]
     free_rates = [8 * r[3] / (r[5] - r[4]) for r in ins if r[1] == free and r[5] > r[4]]
     assert any(r[2] == OUT for r in net["log"])
+
+    # the master finishes its cleanup (its agents' grace, their removal) and leaves the queue before
+    # the pool goes down: a master still at work then would outlive it in the root
+    poll_until("the master to leave the queue", lambda: master_history(pool, state)[:1] == ["0"], timeout=90)
+    wait_agents_gone(pool, state.info.master_id)
 
     # master_q -net shows both subnets' figures
     out = subprocess.run(

@@ -558,3 +558,54 @@ def test_paced_chunks_never_let_a_byte_ahead_of_the_rate() -> None:
         sent += len(chunk)
         assert due == 8 * sent / 8_000
     assert chunks[-1][1] == 170.0  # 170,000 bytes at 1,000 bytes per second
+
+
+# ---------------------------------------------------------------------------------------------
+# batches (version 2) and refusals that name another master: optional, compatible both ways
+
+
+def test_batches_round_trip_and_are_read_as_their_single_messages(impl: str) -> None:
+    tasks = [task(process=i, attempt=1, arguments=[str(i)]) for i in range(3)]
+    results = [result(process=i, attempt=1, exit_code=i) for i in range(3)]
+    stream = b"".join(
+        p.encode(msg)
+        for msg in (
+            {"t": "welcome", "window": 6, "batch": True},
+            {"t": "tasks", "tasks": tasks},
+            {"t": "results", "results": results},
+            {"t": "task", "task": tasks[0]},
+            {"t": "result", "result": results[0]},
+            {"t": "refused", "reason": "this is master m2", "master": "m2"},
+        )
+    )
+    welcome, many, back, one, single, refused = decode_all(stream)
+    assert welcome.body == {"window": 6, "batch": True}
+    assert many.tasks() == tasks and back.results() == results
+    assert one.tasks() == [tasks[0]] and single.results() == [results[0]]  # a single is a batch of one
+    assert many.body["tasks"] == [t.to_dict() for t in tasks]  # the maps, as for a single task
+    assert refused.body == {"reason": "this is master m2", "master": "m2"}
+    assert p.TASKS in p.FROM_MASTER and p.RESULTS in p.FROM_AGENT and p.PROTOCOL_VERSION >= 2
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        {"t": "tasks", "tasks": []},
+        {"t": "tasks", "tasks": {"process": 1}},
+        {"t": "tasks", "tasks": [{"process": 1, "executable": "x", "initialdir": "relative"}]},
+        {"t": "tasks", "tasks": [{"process": i, "executable": "x", "initialdir": "/d"} for i in range(1025)]},
+        {"t": "results", "results": [{"process": 1, "attempt": 1, "status": "ok"}]},
+        {
+            "t": "results",
+            "results": [{"process": 1, "attempt": 1, "status": "ok", "exit_code": 0}],
+            "files": [],
+        },
+        {"t": "welcome", "window": 6, "batch": 1},
+        {"t": "refused", "reason": "no", "master": ""},
+    ],
+)
+def test_malformed_batches_are_protocol_errors(impl: str, msg: dict[str, Any]) -> None:
+    decoder = p.Decoder()
+    decoder.feed(raw(msg))
+    with pytest.raises(p.ProtocolError):
+        decoder.next()

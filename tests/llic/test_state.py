@@ -14,12 +14,20 @@ from hypothesis import strategies as st
 
 from llic.chef import ChefState
 from llic.config import LlicConfig
-from llic.events import AgentConnected, AgentSubmitted, RemoveAgents, ResultReceived, SaveState
+from llic.events import (
+    AgentConnected,
+    AgentSubmitted,
+    ConnectionBroken,
+    RemoveAgents,
+    ResultReceived,
+    SaveState,
+)
 from llic.master_core import MasterCore, MasterStatus
 from llic.state import (
     MasterInfo,
     MasterState,
     StateFileError,
+    StateWriter,
     find_state_files,
     initial_state,
     load_state,
@@ -71,6 +79,31 @@ def test_round_trip(tmp_path: Path) -> None:
     recorded = {r.state: r.recorded for r in loaded.tasks if r.state in (TaskState.DONE, TaskState.FAILED)}
     assert recorded == {TaskState.DONE: 1, TaskState.FAILED: 1}
     assert [c.state for c in loaded.chefs] == [ChefState.RUNNING, ChefState.LAUNCHED]
+
+
+def test_a_state_writer_writes_what_a_fresh_save_writes_after_every_change(tmp_path: Path) -> None:
+    """StateWriter reuses the lines of unchanged tasks: after each change (results, a failure
+    retried, an agent lost, a restart), its file is byte for byte what a fresh save writes."""
+    core = busy_core()
+    writer = StateWriter(tmp_path / "a.state")
+    fresh = tmp_path / "b.state"
+
+    def same() -> None:
+        writer.save(snapshot(core, INFO, 20.0, copy=False))
+        save_state(fresh, snapshot(core, INFO, 20.0))
+        assert writer.path.read_bytes() == fresh.read_bytes()
+
+    same()
+    agent = core.chefs[0].agent
+    held = sorted(core.book.running_on(0))
+    core.handle(ResultReceived(agent, ok_result(held[0], core.book[held[0]].attempt)), 16.0)
+    same()
+    core.handle(ConnectionBroken(agent, "lost"), 17.0)  # its tasks back to the queue
+    same()
+    core = restore(load_state(writer.path))
+    core.start(2, 18.0)
+    same()
+    assert load_state(writer.path).counts() == core.counts()
 
 
 def test_file_layout_header_checksum_and_one_task_per_line(tmp_path: Path) -> None:

@@ -171,7 +171,8 @@ def test_a_pool_whose_offer_does_not_deliver_is_blacklisted() -> None:
         out = round_at(c, now, load(free=0, idle=5, flocked=0))
         assert "liar" in c.willing.entries and not out.notes
     out = round_at(c, 300.0, load(free=0, idle=5, flocked=0))
-    assert "liar" not in c.willing.entries and "blacklisted liar" in out.notes[0]
+    assert "liar" not in c.willing.entries and "blacklisted liar" in str(out.notes[0])
+    assert (out.notes[0].event, out.notes[0].fields["pool"]) == ("blacklisted", "liar")
     assert "liar" in c.policy.blacklist
     assert [s.addr for s in sends(out, FlockIntent)] == ["10.0.0.3:7640"]  # the next pool is asked
     # Its next offer is refused while the blacklist lasts.

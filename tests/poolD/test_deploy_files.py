@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,23 +13,73 @@ import pytest
 from common.overlay.auth import generate_key_file
 from poolD.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+FILES = Path(__file__).resolve().parents[2] / "common" / "deploy_files"
+
+
+def install_keys(
+    etc: Path, main: Callable[[list[str]], int], *, name: str, pool: str, host: str, ca: Path | None = None
+) -> None:
+    """What the README's install steps do for a node's keys, with the daemon's own `keys` command:
+    a CA (kept elsewhere), the node's key pair in `etc`, its certificate, and an empty revocation
+    list."""
+    ca = ca or etc.parent / "offline-ca"
+    sign = ["keys", "sign", "--ca-key", str(ca / "ca.key"), "--public-key", str(etc / "node.pub")]
+    sign += ["--name", name, "--pool", pool, "--host", host, "--out", str(etc / "node.cert")]
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        assert main(["keys", "init-ca", str(ca)]) == 0
+        assert main(["keys", "new-node", str(etc)]) == 0
+        assert main(sign) == 0
+    assert f"{etc / 'node.cert'}: {name} (pool {pool}" in said.getvalue()
+    shutil.copy(ca / "ca.pub", etc / "ca.pub")
+    (etc / "revoked.txt").write_text("# no certificate revoked yet\n")
 
 
 def test_example_config_and_policy_pass_check_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key = tmp_path / "ring.key"
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    key = etc / "ring.key"
     generate_key_file(key)
-    text = (REPO / "config/poold.toml").read_text()
-    text = text.replace("/etc/poold/ring.key", str(key)).replace(
-        "/etc/poold/policy.toml", str(REPO / "config/policy.toml")
+    install_keys(etc, main, name="physics", pool="physics", host="cm.physics.example.edu")
+    text = (FILES / "config/poold.toml").read_text()
+    text = text.replace("/etc/poold/policy.toml", str(FILES / "config/policy.toml")).replace(
+        "/etc/poold/", f"{etc}/"
     )
     config = tmp_path / "poold.toml"
     config.write_text(text)
     assert main(["check-config", str(config)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{config}: ok (pool physics") and "policy.toml" in out
+
+
+def test_an_install_without_the_new_key_material_refuses_to_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An existing install (ring key only) upgraded to signed messages: check-config and run both
+    stop with one line naming the missing file, and each key file once it is there."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    generate_key_file(etc / "ring.key")
+    config = tmp_path / "poold.toml"
+    config.write_text(
+        f'[pool]\nname = "physics"\ncollector = "cm:9618"\n[ring]\nnode_name = "physics"\n'
+        f'key_file = "{etc / "ring.key"}"\n'
+    )
+    for command in (["check-config", str(config)], ["run", "--config", str(config)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"poold: error: {config}: ring: {etc / 'node.key'}: cannot open"), err
+    install_keys(etc, main, name="physics", pool="physics", host="cm")
+    (etc / "ca.pub").unlink()
+    assert main(["check-config", str(config)]) == 2
+    assert f"{etc / 'ca.pub'}: cannot open CA public key" in capsys.readouterr().err
+    install_keys(tmp_path / "other", main, name="chemistry", pool="chemistry", host="cm", ca=tmp_path / "ca2")
+    shutil.copy(tmp_path / "offline-ca" / "ca.pub", etc / "ca.pub")
+    assert main(["check-config", str(config)]) == 0  # the CA that signed physics's certificate
+    shutil.copy(tmp_path / "other" / "node.cert", etc / "node.cert")
+    assert main(["check-config", str(config)]) == 2
+    assert "certificate is for another key" in capsys.readouterr().err
 
 
 def test_check_config_names_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,44 +96,3 @@ def test_check_config_names_the_problem(tmp_path: Path, capsys: pytest.CaptureFi
     config.write_text('[pool]\nname = "p"\ncollector = "cm"\n')
     assert main(["check-config", str(config)]) == 2
     assert "key 'pool.collector'" in capsys.readouterr().err
-
-
-def test_systemd_unit_verifies(tmp_path: Path) -> None:
-    """systemd-analyze verify, with the install prefix pointed at this checkout's venv (verify
-    insists that ExecStart exists)."""
-    if shutil.which("systemd-analyze") is None:
-        pytest.fail("systemd-analyze is missing (Debian: apt-get install systemd)")
-    unit = tmp_path / "poold.service"
-    venv = Path(sys.executable).parent.parent  # the venv running these tests, which has bin/poold
-    unit.write_text((REPO / "deploy/poold.service").read_text().replace("/opt/condor-selforg", str(venv)))
-    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    text = unit.read_text()
-    assert "Type=notify" in text and "WatchdogSec=" in text and "ExecReload=/bin/kill -HUP $MAINPID" in text
-
-
-def test_systemd_unit_is_hardened_and_bounded(tmp_path: Path) -> None:
-    """Issue 14, row 10: resource limits and the hardening `systemd-analyze security` lists that
-    poold can live with (the real-HTCondor tests run it under them: deploy/harness/unit_jail.py).
-    Exposure 1.3 at most (it was 1.7 before)."""
-    if shutil.which("systemd-analyze") is None:
-        pytest.fail("systemd-analyze is missing (Debian: apt-get install systemd)")
-    unit = tmp_path / "poold.service"
-    venv = Path(sys.executable).parent.parent
-    unit.write_text((REPO / "deploy/poold.service").read_text().replace("/opt/condor-selforg", str(venv)))
-    text = unit.read_text()
-    for setting in (
-        "MemoryMax=512M",
-        "TasksMax=64",
-        "LimitNOFILE=1024",
-        "MemoryDenyWriteExecute=yes",
-        "SystemCallFilter=~@privileged @resources",
-        "ProcSubset=pid",
-        "PrivateMounts=yes",
-    ):
-        assert f"\n{setting}\n" in text, setting
-    result = subprocess.run(
-        ["systemd-analyze", "security", "--offline=true", "--threshold=13", str(unit)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr

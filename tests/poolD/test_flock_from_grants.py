@@ -1,6 +1,6 @@
 """What poolD lets other pools' schedds in with (FLOCK_FROM): only hosts the grammar and the
 policy grant, bounded, and taken back when a grant expires or the policy turns (issue 14, row 1).
-The pure core, fed by hand; tests/poolD/test_hostile_poold.py attacks a real poold."""
+The pure core, fed by hand; tests/hostile/test_poold_flock_intents.py attacks a real poold."""
 
 from __future__ import annotations
 
@@ -94,7 +94,9 @@ def test_a_grant_that_is_not_renewed_expires_and_flock_from_shrinks() -> None:
     out = c.on_timer(250.0)  # b's grant (until 250) ran out
     (action,) = of(out, SetFlockFrom)
     assert action.hosts == ("s1.a.org",) and action.reply_to is None
-    assert any("revoked for b" in n for n in out.notes)
+    assert any("revoked for b" in str(n) for n in out.notes)
+    (revoked,) = [n for n in out.notes if n.event == "flock_from_revoked"]
+    assert revoked.fields == {"pools": "b", "reason": "grant expired (not renewed)"}
     applied(c, out.actions, 250.0)
     assert c.flock_from == {"s1.a.org"} and c.counters["flock_from_revoked"] == 1
     out = c.on_timer(350.0)

@@ -17,8 +17,11 @@ import pytest
 import trio
 
 from common.condor import PoolLoad
-from common.overlay.auth import Sealer, load_ring_key
+from common.overlay.auth import load_ring_key
+from common.overlay.claims import endorse
 from common.overlay.driver import parse_address
+from common.overlay.envelope import SignedSealer
+from common.overlay.identity import IdentityFiles, load_identity
 from common.overlay.messages import Direct, Peer, overlay_codec
 from deploy.harness.federation import Federation
 from deploy.harness.sandbox import SANDBOX, Sandbox, SandboxPool
@@ -151,14 +154,18 @@ def test_forged_and_absurd_offers_are_dropped_and_counted(federation: Federation
         ttl=1,
         row=0,
     )
-    codec, sealer = overlay_codec(), Sealer(load_ring_key(federation.key))
-    payload = codec.encode_datagram(Direct(sender=me, payload=absurd))
+    # A ring member with a valid certificate (pool "liar", any sandbox address) that lies.
+    files = federation.keys.node("liar", hosts=["10.213.0.0/16"], pool="liar", node_id=me.id)
+    liar = load_identity(IdentityFiles(files.key, files.cert, federation.keys.ca_file, None))
+    to = f"{target[0]}:{target[1]}"
+    codec, sealer = overlay_codec(), SignedSealer(load_ring_key(federation.key), liar, context="datagram")
+    payload = codec.encode_datagram(Direct(sender=me, payload=endorse(liar, absurd, time.time())))
     datagrams = [
-        sealer.seal(payload, time.time(), os.urandom(16)),  # sealed, but absurd
-        Sealer(bytes(32)).seal(payload, time.time(), os.urandom(16)),  # forged: wrong key
+        sealer.seal(payload, to, time.time(), os.urandom(16)),  # sealed, but absurd
+        SignedSealer(bytes(32), liar, context="datagram").seal(payload, to, time.time(), os.urandom(16)),
         b"\x93\x01garbage",
     ]
-    sealed = sealer.seal(payload, time.time(), os.urandom(16))
+    sealed = sealer.seal(payload, to, time.time(), os.urandom(16))
     datagrams += [sealed, sealed]  # the second is a replay
     subprocess.run(
         [

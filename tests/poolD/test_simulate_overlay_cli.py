@@ -12,6 +12,7 @@ from poolD.cli import main
 KEYS = {
     "nodes", "hops_mean", "hops_p99", "rdp_mean", "rdp_p99", "join_msgs_per_node",
     "maintenance_msgs_per_node_per_min", "lookups", "lookup_success", "sim_seconds", "wall_seconds",
+    "detect_median_s", "detect_p99_s", "bytes_per_node_per_min", "maintenance_by_type",
 }  # fmt: skip
 
 
@@ -21,11 +22,19 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 
 def test_summary_keys_and_values(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run(capsys, "--nodes", "80", "--seed", "3", "--lookups", "500")
+    result = run(capsys, "--nodes", "80", "--seed", "3", "--lookups", "500", "--detect-samples", "10")
     assert KEYS <= result.keys()
     assert result["nodes"] == 80 and result["lookups"] == 500 and result["lookup_success"] == 1.0
     assert 1.0 <= result["hops_mean"] <= 3 and result["rdp_mean"] >= 1.0
     assert result["maintenance_msgs_per_node_per_min"] > 0 and result["join_msgs_per_node"] > 0
+    # Every timed crash was repaired (a crash never repaired would count as the 600 s timeout),
+    # and a message is more than a sealed envelope's ~60 bytes.
+    assert result["detect_samples"] == 10 and 0 < result["detect_median_s"] <= result["detect_p99_s"] < 600
+    assert result["bytes_per_node_per_min"] > 60 * result["maintenance_msgs_per_node_per_min"]
+    # The breakdown by type adds up to the total (each type rounded to 0.01).
+    by_type = result["maintenance_by_type"]
+    total = result["maintenance_msgs_per_node_per_min"]
+    assert by_type and abs(sum(by_type.values()) - total) <= 0.01 * len(by_type)
 
 
 def test_churn_and_matrix_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

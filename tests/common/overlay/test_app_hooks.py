@@ -6,14 +6,14 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
-from common.overlay.messages import Peer, app_message
+from common.overlay.messages import AppMessage, Peer, app_message
 from common.overlay.node import BroadcastReceived, Delivered, Event, Received
 from common.wire import Message
 from sim.network import SimNetwork
 
 
 @app_message
-class Note(Message):
+class Note(AppMessage):
     TYPE = "test.hooks.note"
     text: str
 

@@ -7,15 +7,14 @@ import random
 import pytest
 
 from common.overlay.ids import cw_distance
-from common.overlay.messages import app_message
+from common.overlay.messages import AppMessage, app_message
 from common.overlay.node import Delivered, Event
-from common.wire import Message
 from sim.network import SimNetwork
 from sim.topology import Placement, transit_stub
 
 
 @app_message
-class Lookup(Message):
+class Lookup(AppMessage):
     TYPE = "test.sim.lookup"
     n: int
 

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import trio
 
-from common.overlay.auth import Sealer, generate_key_file, load_ring_key
+from common.overlay.auth import load_ring_key
 from common.overlay.driver import RingConfig, UdpOverlay, parse_address
+from common.overlay.envelope import SignedSealer
 from common.overlay.ids import closeness, node_id_from_name
-from common.overlay.messages import Ping, app_message, overlay_codec
+from common.overlay.messages import AppMessage, Ping, app_message, overlay_codec
 from common.overlay.node import Delivered, Event, OverlayParams
-from common.wire import Message, pack
+from common.wire import pack
+from deploy.harness.ring_keys import RingKeys
 from deploy.harness.sandbox import poll_until_async
 
 # Fast joins and maintenance, but no deadline a loaded machine could miss: nothing here tests failure
@@ -25,21 +27,23 @@ FAST = OverlayParams(keepalive_interval=0.5, leaf_timeout=600.0, probe_timeout=0
 
 
 @app_message
-class Probe(Message):
+class Probe(AppMessage):
     TYPE = "test.udp.probe"
     n: int
 
 
 class Ring:
-    def __init__(self, key_file: Path) -> None:
-        self.key_file = key_file
+    def __init__(self, keys: RingKeys) -> None:
+        self.keys = keys
+        self.key_file = keys.key_file
         self.nodes: list[UdpOverlay] = []
         self.delivered: dict[int, str] = {}
 
     async def add(self, nursery: trio.Nursery, name: str) -> UdpOverlay:
         bootstrap = self.nodes[0].address if self.nodes else None
+        self.keys.node(name, hosts=["127.0.0.1"], pool="test")
         cfg = RingConfig(node_name=name, bind="127.0.0.1", port=0, bootstrap=bootstrap,
-                         key_file=self.key_file, overlay=FAST)  # fmt: skip
+                         overlay=FAST, **self.keys.ring_fields(name))  # fmt: skip
         node: UdpOverlay
 
         def on_event(event: Event) -> None:
@@ -60,14 +64,12 @@ class Ring:
         )
 
 
-def key_file(tmp_path: Path) -> Path:
-    path = tmp_path / "ring.key"
-    generate_key_file(path)
-    return path
+def ring_keys(tmp_path: Path) -> RingKeys:
+    return RingKeys(tmp_path)
 
 
 async def test_five_nodes_form_a_ring_and_route_to_the_closest(tmp_path: Path) -> None:
-    ring = Ring(key_file(tmp_path))
+    ring = Ring(ring_keys(tmp_path))
     async with trio.open_nursery() as nursery:
         for i in range(5):
             await ring.add(nursery, f"udp-node-{i}")
@@ -85,20 +87,24 @@ async def test_five_nodes_form_a_ring_and_route_to_the_closest(tmp_path: Path) -
 
 
 async def test_bad_datagrams_are_dropped_and_counted_and_routing_goes_on(tmp_path: Path) -> None:
-    path = key_file(tmp_path)
-    ring = Ring(path)
+    keys = ring_keys(tmp_path)
+    path = keys.key_file
+    ring = Ring(keys)
     async with trio.open_nursery() as nursery:
         a = await ring.add(nursery, "victim-a")
         b = await ring.add(nursery, "victim-b")
         await ring.converge()
         target = parse_address(a.address)
-        good = Sealer(load_ring_key(path))
+        good = SignedSealer(load_ring_key(path), b.identity, context="datagram")  # b's key and certificate
+        to = a.address
         codec = overlay_codec()
         ping = codec.encode_datagram(Ping(sender=b.core.me, nonce=99, sent=0.0))  # type: ignore[union-attr]
-        sealed = good.seal(ping, time.time(), os.urandom(16))
-        wrong_key = Sealer(bytes(32)).seal(ping, time.time(), os.urandom(16))
-        unknown_type = good.seal(pack([1, "gossip", {}]), time.time(), os.urandom(16))
-        stale = good.seal(ping, time.time() - 3600, os.urandom(16))
+        sealed = good.seal(ping, to, time.time(), os.urandom(16))
+        wrong_key = SignedSealer(bytes(32), b.identity, context="datagram").seal(
+            ping, to, time.time(), os.urandom(16)
+        )
+        unknown_type = good.seal(pack([1, "gossip", {}]), to, time.time(), os.urandom(16))
+        stale = good.seal(ping, to, time.time() - 3600, os.urandom(16))
         attacker = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
         with attacker:
             for datagram in [
@@ -122,4 +128,19 @@ async def test_bad_datagrams_are_dropped_and_counted_and_routing_goes_on(tmp_pat
         await b.route(a.core.me.id, Probe(n=1))  # type: ignore[union-attr]
         await poll_until_async("the probe delivered", lambda: 1 in ring.delivered)
         assert ring.delivered[1] == a.address
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_message_that_cannot_be_encoded_costs_only_itself(tmp_path: Path) -> None:
+    """Security review of issue 14: an integer beyond 64 bits raised OverflowError out of _send."""
+    ring = Ring(ring_keys(tmp_path))
+    async with trio.open_nursery() as nursery:
+        node = await ring.add(nursery, "udp-node-0")
+        sent = node.sent
+        assert node.core is not None
+        unencodable = Ping.model_construct(sender=node.core.me, nonce=2**64, sent=0.0)
+        await node._send(node.address, unencodable)
+        assert node.errors["unencodable"] == 1 and node.sent == sent
+        await node._send(node.address, Ping(sender=node.core.me, nonce=1, sent=0.0))
+        assert node.sent == sent + 1
         nursery.cancel_scope.cancel()

@@ -1,0 +1,111 @@
+"""faultd's config from HTCondor's, its reload, its status line and figures (no HTCondor needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.config import ConfigError, parse_config
+from common.overlay.auth import generate_key_file
+from deploy.harness.ring_keys import RingKeys
+from faultD.config import FaultdConfig, with_condor_values
+from faultD.service import FaultDaemon
+from poolD.config import PooldConfig
+from poolD.config import with_condor_values as poold_with_condor_values
+
+VALUES = {
+    "LOCAL_CONFIG_DIR": "/etc/condor/config.d, /etc/condor/more.d",
+    "LOG": "/var/log/condor",
+    "SPOOL": "/var/lib/condor/spool",
+    "COLLECTOR_HOST": "cm.pool-a.example.edu:9620",
+    "FULL_HOSTNAME": "ex1.pool-a.example.edu",
+}
+
+
+def faultd_config(tmp_path: Path, extra: str = "", bind: str = "10.0.0.21") -> FaultdConfig:
+    keys = RingKeys(tmp_path / "keys", ring="faultd:pool-a")
+    keys.node("ex1", hosts=["0.0.0.0/0"], pool="pool-a")
+    text = f"""
+[fault]
+{extra}
+[ring]
+node_name = "ex1"
+bind = "{bind}"
+port = 7641
+{keys.toml("ex1")}[daemon]
+control_socket = "{tmp_path / "faultd.sock"}"
+"""
+    return parse_config(text, FaultdConfig, source="faultd.toml")
+
+
+def test_paths_and_collector_come_from_htcondor_unless_the_file_sets_them(tmp_path: Path) -> None:
+    config = with_condor_values(faultd_config(tmp_path), VALUES, "faultd.toml")
+    c = config.condor
+    assert (c.config_dir, c.log_dir, c.spool_dir) == (
+        Path("/etc/condor/config.d"),
+        Path("/var/log/condor"),
+        Path("/var/lib/condor/spool"),
+    )
+    assert config.fault.collector == "10.0.0.21:9620"  # [ring] bind, COLLECTOR_HOST's port
+    wildcard = with_condor_values(faultd_config(tmp_path, bind="0.0.0.0"), VALUES, "faultd.toml")
+    assert wildcard.fault.collector == "ex1.pool-a.example.edu:9620"
+    own = with_condor_values(faultd_config(tmp_path, 'collector = "10.9.9.9:9618"'), VALUES, "x")
+    assert own.fault.collector == "10.9.9.9:9618"
+
+
+def test_a_path_neither_gives_is_one_line_naming_both(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        with_condor_values(faultd_config(tmp_path), VALUES | {"SPOOL": None}, "faultd.toml")
+    assert str(e.value) == (
+        "faultd.toml: condor.spool_dir is not set, and HTCondor's configuration does not define SPOOL "
+        "either: set it in the file, or [condor] condor_config to HTCondor's config file"
+    )
+
+
+def test_poold_collector_comes_from_collector_host(tmp_path: Path) -> None:
+    key = tmp_path / "ring.key"
+    generate_key_file(key)
+    text = f'[pool]\nname = "p"\n[ring]\nnode_name = "p"\nkey_file = "{key}"\n'
+    config = poold_with_condor_values(parse_config(text, PooldConfig, source="x"), VALUES, "x")
+    assert config.pool.collector == "cm.pool-a.example.edu:9620"
+    sinful = {"COLLECTOR_HOST": "<10.0.0.5:9618?addrs=10.0.0.5-9618>"}
+    assert poold_with_condor_values(
+        parse_config(text, PooldConfig, source="x"), sinful, "x"
+    ).pool.collector == ("10.0.0.5:9618")
+
+
+async def test_reload_applies_what_it_can_and_names_the_rest(tmp_path: Path) -> None:
+    config = with_condor_values(faultd_config(tmp_path), VALUES, "faultd.toml")
+    d = FaultDaemon(config)
+    changed = with_condor_values(
+        faultd_config(tmp_path, "state_interval = 5.0\nreplicas = 5"),
+        VALUES | {"LOG": "/srv/log"},
+        "faultd.toml",
+    )
+    d.reread = lambda: changed
+    await d.reload()
+    assert d.config.fault.state_interval == 5.0 and d.config.fault.replicas == 3
+    assert d.history[-1] == (
+        "config reloaded: fault.state_interval; restart faultd for fault.replicas, condor.log_dir"
+    )
+
+    def broken() -> FaultdConfig:
+        raise ConfigError("faultd.toml: invalid TOML: line 3")
+
+    d.reread = broken
+    await d.reload()
+    assert d.history[-1] == "config reload failed, old config kept: faultd.toml: invalid TOML: line 3"
+
+
+async def test_status_line_and_figures_before_the_ring_is_joined(tmp_path: Path) -> None:
+    config = with_condor_values(faultd_config(tmp_path, extra=""), VALUES, "faultd.toml")
+    config = config.model_copy(
+        update={"ring": config.ring.model_copy(update={"bootstrap": "10.0.0.20:7641"})}
+    )
+    d = FaultDaemon(config)
+    assert d.describe() == "joining the pool's ring via 10.0.0.20:7641"
+    figures = d.figures()
+    assert figures["Role"] == "joining" and figures["Epoch"] == 0 and figures["Manager"] is None
+    assert figures["CollectorHere"] == "10.0.0.21:9620" and figures["OriginalManager"] is False
+    assert d._current_collector() is None  # no ad before a manager is known

@@ -1,0 +1,399 @@
+"""Property-based fuzzing (hypothesis) of the decoders of identity and the wire, and of the four
+pure cores' message handlers (overlay node, role machine, poolD core, llic master core) fed
+arbitrary but well-typed messages: nothing raises, and what the cores keep stays sane. Bounded to
+a few seconds each, for CI. The byte-level decoders of the wire, the ring MAC and llic's protocol
+are fuzzed beside their modules (tests/common/test_wire.py, tests/common/overlay/test_auth.py,
+tests/llic/test_protocol.py)."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from common.condor.types import PoolLoad
+from common.droplog import DropLog
+from common.overlay.certs import NodeCertificate
+from common.overlay.claims import ClaimChecker, endorse
+from common.overlay.envelope import SignedSealer
+from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
+from common.overlay.messages import (
+    Broadcast,
+    Direct,
+    Hello,
+    JoinInfo,
+    JoinRequest,
+    LeafSetPush,
+    LeafSetRequest,
+    Peer,
+    Ping,
+    Pong,
+    Route,
+    RouteAck,
+    RowReply,
+    RowRequest,
+)
+from common.overlay.node import OverlayNode, OverlayParams
+from common.overlay.ratelimit import PeerRateLimiter
+from common.service import parse_request
+from common.wire import pack
+from deploy.harness.ring_keys import RingKeys
+from faultD.messages import (
+    Alive,
+    Handover,
+    ManagerMissing,
+    PoolState,
+    PreemptReplacement,
+    ReplicaAck,
+    ReplicaPush,
+    StateFile,
+)
+from faultD.role import Role, RoleMachine, RoleParams
+from llic.config import LlicConfig
+from llic.events import AgentConnected, BulkReady, ConnectionBroken, ResultReceived, TransferDone
+from llic.master_core import MasterCore
+from llic.task import STATUS_LAUNCH_FAILED, STATUS_OK, TaskResult
+from poolD.config import DiscoverySection, FlockingSection
+from poolD.core import CoreSettings, PoolCore
+from poolD.messages import Announcement, FlockIntent, FlockReply
+from poolD.policy import Policy
+
+pytestmark = pytest.mark.hostile
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+# A few ids and addresses, so that messages meet the nodes they talk about.
+IDS = [
+    0,
+    1,
+    (1 << 127) + 5,
+    (1 << 128) - 1,
+    0x0123456789ABCDEF0123456789ABCDEF,
+    0xFEDCBA98765432100123456789ABCDEF,
+]
+ids = st.one_of(st.sampled_from(IDS), st.integers(0, (1 << 128) - 1))
+addrs = st.sampled_from(["n1:1", "n2:2", "10.0.0.1:7640", "h:65535", "x"])
+peers = st.builds(Peer, id=ids, addr=addrs)
+small = st.integers(0, 1 << 20)
+times = st.floats(-1e9, 1e12, allow_nan=False, allow_infinity=False)
+
+
+@pytest.fixture(scope="module")
+def identity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RingKeys, NodeIdentity]]:
+    keys = RingKeys(tmp_path_factory.mktemp("fuzz-keys"), ring="poold")
+    files = keys.node("fuzz", hosts=["127.0.0.1"], pool="fuzz")
+    yield keys, load_identity(IdentityFiles(files.key, files.cert, keys.ca_file, None))
+
+
+# ----------------------------------------------------------------------------- decoders
+
+
+@FAST
+@given(data=st.binary(max_size=2000))
+def test_certificate_decoder_never_raises_but_value_error(data: bytes) -> None:
+    try:
+        cert = NodeCertificate.from_wire(data)
+    except ValueError:
+        return
+    assert NodeCertificate.from_wire(cert.to_wire()) == cert
+
+
+@FAST
+@given(
+    data=st.one_of(
+        st.binary(max_size=3000), st.builds(lambda xs: pack(xs), st.lists(st.binary(), max_size=5))
+    )
+)
+def test_envelope_open_never_raises_on_garbage(identity: tuple[RingKeys, NodeIdentity], data: bytes) -> None:
+    keys, me = identity
+    ring_key = bytes.fromhex(keys.key_file.read_text().strip())
+    sealer = SignedSealer(ring_key, me, context="datagram", limiter=PeerRateLimiter(1e6, 1e6))
+    sealer.port = 7640
+    assert sealer.open(data, time.time(), ("127.0.0.1", 1)) is None
+    assert sum(sealer.drops.values()) == 1
+
+
+@FAST
+@given(
+    flip=st.integers(0, 10_000),
+    recipient=st.sampled_from(["127.0.0.1:7640", "127.0.0.1:7641", "10.0.0.1:7640", "junk"]),
+    source=st.sampled_from(["127.0.0.1", "10.9.9.9"]),
+    skew=st.floats(-100, 100),
+)
+def test_envelope_accepts_only_the_untouched_datagram_for_us(
+    identity: tuple[RingKeys, NodeIdentity], flip: int, recipient: str, source: str, skew: float
+) -> None:
+    keys, me = identity
+    ring_key = bytes.fromhex(keys.key_file.read_text().strip())
+    sealer = SignedSealer(ring_key, me, context="datagram")
+    sealer.port = 7640
+    now = time.time()
+    datagram = bytearray(sealer.seal(b"body", recipient, now + skew, os.urandom(16)))
+    good = recipient == "127.0.0.1:7640" and source == "127.0.0.1" and abs(skew) <= sealer.sealer.window
+    if flip < len(datagram) * 8:
+        datagram[flip // 8] ^= 1 << (flip % 8)
+        good = False
+    opened = sealer.open(bytes(datagram), now, (source, 9))
+    assert (opened is not None) == good
+    if opened is not None:
+        assert opened.body == b"body" and opened.sender == me.cert
+
+
+@FAST
+@given(data=st.binary(max_size=300), now=st.floats(0, 2e9))
+def test_payload_proofs_never_raise(identity: tuple[RingKeys, NodeIdentity], data: bytes, now: float) -> None:
+    _, me = identity
+    checker = ClaimChecker(me)
+    reply = FlockReply(pool="fuzz", accepted=True, reason="")
+    assert checker.payload_problem(reply.with_proof(data), now) is not None
+    good = endorse(me, reply, now)
+    assert checker.payload_problem(good, now) is None or not (me.cert.not_before <= now <= me.cert.not_after)
+
+
+@FAST
+@given(
+    line=st.one_of(st.binary(max_size=5000), st.text(alphabet='[]{}"\\:,0a ', max_size=5000).map(str.encode))
+)
+def test_control_requests_parse_or_raise_value_error(line: bytes) -> None:
+    try:
+        request = parse_request(line)
+    except ValueError:
+        return
+    assert isinstance(request, dict)
+
+
+@FAST
+@given(events=st.lists(st.tuples(st.sampled_from("abcdefgh"), st.floats(0, 100)), max_size=300))
+def test_rate_limiter_never_exceeds_its_buckets(events: list[tuple[str, float]]) -> None:
+    limiter = PeerRateLimiter(rate=10, burst=5, max_peers=4)
+    allowed: dict[str, int] = {}
+    for peer, t in sorted(events, key=lambda e: e[1]):
+        if limiter.allow(peer, t):
+            allowed[peer] = allowed.get(peer, 0) + 1
+    assert len(limiter) <= 4
+    span = max((t for _, t in events), default=0.0)
+    # forgetting a bucket may refill it (at most one burst per eviction): bounded all the same
+    assert sum(allowed.values()) <= (5 + 10 * span) * 8 + 5 * len(events)
+
+
+@FAST
+@given(drops=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["x", "y"])), max_size=200))
+def test_drop_log_writes_a_bounded_number_of_lines(drops: list[tuple[str, str]]) -> None:
+    lines = []
+
+    class Sink:
+        def warning(self, *args: object, **kw: object) -> None:
+            lines.append(kw)
+
+    log = DropLog(clock=lambda: 0.0)
+    log.log = Sink()  # type: ignore[assignment]
+    for peer, reason in drops:
+        log.drop("p", peer, reason, "d")
+    log.flush()
+    assert len(lines) <= 2 * len(set(drops))
+    assert sum(int(line.get("count", 1)) for line in lines) == len(drops)  # type: ignore[call-overload]
+
+
+# ----------------------------------------------------------------------------- the cores
+
+
+overlay_messages = st.one_of(
+    st.builds(Ping, sender=peers, nonce=small, sent=times),
+    st.builds(Pong, sender=peers, nonce=small, sent=times),
+    st.builds(JoinRequest, joiner=peers, hops=small, refresh=st.booleans()),
+    st.builds(
+        JoinInfo,
+        sender=peers,
+        candidates=st.lists(peers, max_size=6),
+        leaf_set=st.lists(peers, max_size=6),
+        root=st.booleans(),
+    ),
+    st.builds(Hello, sender=peers),
+    st.builds(LeafSetRequest, sender=peers),
+    st.builds(LeafSetPush, sender=peers, leaf_set=st.lists(peers, max_size=20)),
+    st.builds(RowRequest, sender=peers, row=st.integers(0, 127)),
+    st.builds(RowReply, sender=peers, row=st.integers(0, 127), entries=st.lists(peers, max_size=8)),
+    st.builds(RouteAck, sender=peers, hop_nonce=small),
+    st.builds(Direct, sender=peers, payload=st.just(FlockReply(pool="p", accepted=False, reason=""))),
+    st.builds(
+        Route,
+        key=ids,
+        origin=peers,
+        payload=st.just(FlockReply(pool="p", accepted=False, reason="")),
+        hops=small,
+        via=st.none() | peers,
+        hop_nonce=small,
+    ),
+    st.builds(
+        Broadcast,
+        origin=peers,
+        seq=small,
+        level=st.integers(0, 128),
+        payload=st.just(FlockReply(pool="p", accepted=False, reason="")),
+    ),
+)
+
+
+@FAST
+@given(script=st.lists(st.tuples(overlay_messages, st.floats(0, 5)), max_size=25), joined=st.booleans())
+def test_overlay_node_survives_any_well_typed_message(script: list, joined: bool) -> None:
+    params = OverlayParams()
+    node = OverlayNode(Peer(id=IDS[4], addr="me:1"), params, random.Random(1))
+    node.start(0.0, None if joined else "n1:1")
+    now = 0.0
+    for msg, dt in script:
+        now += dt
+        out = node.on_message(msg, now)
+        assert out.wakeup is None or math.isfinite(out.wakeup)
+        node.on_timer(now)
+    assert len(node.leaf) <= params.leaf_set_size
+    assert all(math.isfinite(r) and r >= 0 for r in node.rtt.values())
+
+
+def _state(manager: int, epoch: int, version: int) -> PoolState:
+    files = [StateFile(name="accountant", data=b"x")]
+    return PoolState(manager=manager, epoch=epoch, version=version, taken_at=0.0, files=files,
+                     checksum=PoolState.digest(files))  # fmt: skip
+
+
+states = st.builds(_state, ids, st.integers(0, 5), st.integers(0, 10))
+epochs = st.integers(1, 6)
+role_messages = st.one_of(
+    st.builds(
+        Alive,
+        manager=peers,
+        collector=st.just("n1:9618"),
+        epoch=epochs,
+        seq=small,
+        interval=st.floats(0.01, 3600),
+        incarnation=st.integers(0, (1 << 64) - 1),
+        state_version=st.integers(0, 12),
+    ),
+    st.builds(ManagerMissing, manager=ids, epoch=st.integers(0, 6), sender=peers),
+    st.builds(PreemptReplacement, original=peers, collector=st.just("n2:9618")),
+    st.builds(ReplicaPush, sender=peers, state=states),
+    st.builds(ReplicaAck, sender=peers, version=small),
+    st.builds(Handover, sender=peers, epoch=epochs, state=st.none() | states),
+)
+
+
+@FAST
+@given(script=st.lists(st.tuples(role_messages, st.floats(0, 4)), max_size=30), original=st.booleans())
+def test_role_machine_survives_any_well_typed_message(script: list, original: bool) -> None:
+    me = Peer(id=IDS[2], addr="me:1")
+    m = RoleMachine(me, "me:9618", RoleParams(), random.Random(1), original=original, manager_hint=IDS[0])
+    m.start(0.0)
+    m.on_leaf_set(tuple(Peer(id=i, addr=f"n{k}:1") for k, i in enumerate(IDS[:4])), 0.0)
+    now, best = 0.0, m.best
+    for msg, dt in script:
+        now += dt
+        m.on_message(msg, now)
+        m.on_timer(now)
+        assert m.best >= best  # the fencing token never goes back
+        best = m.best
+        assert m.role in (Role.LISTENER, Role.MANAGER)
+        if m.replica is not None:  # a replica that fails its checksum is never kept
+            assert m.replica.intact()
+
+
+announcements = st.builds(
+    Announcement,
+    pool=st.sampled_from(["a", "b", "home"]),
+    collector=st.just("n1:9618"),
+    origin=peers,
+    seq=small,
+    free_slots=st.integers(0, 100),
+    total_slots=st.integers(0, 100),
+    queue_length=st.integers(0, 100),
+    utilization=st.floats(0, 1),
+    valid_for=st.floats(0.1, 86_400),
+    ttl=st.integers(0, 32),
+    row=st.integers(0, 127),
+)
+pool_messages = st.one_of(
+    announcements,
+    st.builds(
+        FlockIntent,
+        pool=st.sampled_from(["a", "b"]),
+        origin=peers,
+        schedd_hosts=st.lists(st.sampled_from(["h1", "h2", ""]), max_size=4),
+    ),
+    st.builds(FlockReply, pool=st.sampled_from(["a", "b"]), accepted=st.booleans(), reason=st.just("r")),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(script=st.lists(st.tuples(pool_messages, st.floats(0, 30)), max_size=30))
+def test_pool_core_survives_any_well_typed_message(script: list) -> None:
+    overlay = OverlayNode(Peer(id=IDS[5], addr="me:1"), OverlayParams(), random.Random(1))
+    overlay.start(0.0)
+    settings_ = CoreSettings(pool="home", collector="me:9618", discovery=DiscoverySection(),
+                             flocking=FlockingSection())  # fmt: skip
+    core = PoolCore(settings_, overlay, Policy.allow_all(), random.Random(1))
+    core.start(0.0)
+    core.on_load(PoolLoad(total_slots=4, free_slots=0, claimed_slots=4, schedds=[]), 0.0)
+    now = 0.0
+    for msg, dt in script:
+        now += dt
+        core.on_message(msg, now)
+        core.on_timer(now)
+    assert all(v >= 0 for v in core.counters.values())
+    assert "home" not in core.willing.entries  # our own offers are never taken
+
+
+def _result(process: int, attempt: int, ran: bool, code: int | None) -> TaskResult:
+    if ran:  # as llic.task decodes it: a run that ran has exactly one of exit code and signal
+        return TaskResult(process, attempt, STATUS_OK, exit_code=code, signal=None if code is not None else 9)
+    return TaskResult(process, attempt, STATUS_LAUNCH_FAILED, error="no")
+
+
+# Names an agent could present: the master's own pattern (run.chef.launch, current or not) and junk.
+agent_names = st.one_of(
+    st.builds("{}.{}.{}".format, st.integers(0, 3), st.integers(0, 6), st.integers(0, 4)),
+    st.text(max_size=12),
+)
+task_numbers = st.integers(0, 12)  # the decoders refuse negative numbers
+master_events = st.one_of(
+    st.builds(AgentConnected, agent=agent_names, address=st.sampled_from(["", "10.0.0.1", "junk"])),
+    st.builds(
+        ResultReceived,
+        agent=agent_names,
+        result=st.builds(_result, task_numbers, st.integers(0, 5), st.booleans(), st.none() | small),
+    ),
+    st.builds(BulkReady, agent=agent_names, process=task_numbers, attempt=st.integers(0, 5), nbytes=small),
+    st.builds(ConnectionBroken, agent=agent_names, reason=st.just("reset")),
+    st.builds(
+        TransferDone,
+        agent=agent_names,
+        process=task_numbers,
+        direction=st.sampled_from(["in", "out", "x"]),
+        nbytes=small,
+        start=st.floats(0, 100),
+        end=st.floats(0, 100),
+    ),
+)
+
+
+@FAST
+@given(script=st.lists(st.tuples(master_events, st.floats(0, 30)), max_size=40), tasks=st.integers(0, 10))
+def test_llic_master_core_survives_whatever_authenticated_agents_send(script: list, tasks: int) -> None:
+    """An agent's messages reach the core only after its handshake, but an agent (or a job in its
+    slot) may still lie: results for tasks it was never given, other agents' names, stale
+    launches. Nothing raises, and every task is counted exactly once."""
+    core = MasterCore.new(range(tasks), LlicConfig())
+    core.start(2, 0.0)
+    now = 0.0
+    for event, dt in script:
+        now += dt
+        core.handle(event, now)
+        core.on_timer(now)
+        counts = core.counts()
+        assert counts.total == tasks
+        assert counts.queued + counts.running + counts.done + counts.failed == tasks
+        assert set(core.unfinished()) <= set(range(tasks))
