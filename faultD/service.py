@@ -99,7 +99,7 @@ class FaultDaemon:
             replay_window=config.ring.replay_window,
         )
         self.advertiser = Advertiser(
-            Gateway(condor_config=config.condor.condor_config, timeout=10),
+            Gateway(condor_config=config.condor.condor_config, token_dir=config.condor.token_dir, timeout=10),
             "FaultD",
             f"faultd@{config.ring.node_name}",
             self.figures,

@@ -85,8 +85,11 @@ class PoolDaemon:
             collector=config.pool.collector,
             timeout=config.daemon.gateway_timeout,
         )
-        publisher = Gateway(
-            condor_config=config.pool.condor_config, collector=config.pool.collector, timeout=10
+        publisher = Gateway(  # as poold too: the collector takes its ad from poold's identity
+            condor_config=config.pool.condor_config,
+            token_dir=config.pool.token_dir,
+            collector=config.pool.collector,
+            timeout=10,
         )
         self.advertiser = Advertiser(
             publisher,
