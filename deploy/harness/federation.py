@@ -48,12 +48,24 @@ max_pools = 3
 
 
 class Federation:
-    def __init__(self, sandbox: Sandbox, workdir: Path, names: list[str], *, slots: int = 3) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        workdir: Path,
+        names: list[str],
+        *,
+        slots: int = 3,
+        security: str | None = None,
+    ) -> None:
+        """poold on pools `names` (`security`: their mode, default the sandbox's; FLOCKING_SECURITY
+        where jobs must flock between them)."""
         self.workdir = workdir
         self.names = names
         self.keys = RingKeys(workdir / "poold-keys", ring="poold")
         self.key = self.keys.key_file
-        self.pools: dict[str, SandboxPool] = {name: sandbox.up(name, slots=slots) for name in names}
+        self.pools: dict[str, SandboxPool] = {
+            name: sandbox.up(name, slots=slots, security=security) for name in names
+        }
         self.policies: dict[str, str] = {}
         self.flocking: dict[str, str] = {}  # pool -> extra [flocking] lines for its poold
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

@@ -76,3 +76,12 @@ def test_open_mode_is_what_it_was(sandbox: ModuleType) -> None:
     assert values["SEC_DEFAULT_AUTHENTICATION_METHODS"] == "FS, CLAIMTOBE" and values["ALLOW_WRITE"] == "*"
     assert "include :" not in text and "poold@" not in text and values["TRUST_DOMAIN"] == "sandbox"
     assert sandbox.DEFAULT_SECURITY in sandbox.SECURITY_MODES
+
+
+def test_recommended_is_the_default_and_open_is_asked_for_by_name(sandbox: ModuleType) -> None:
+    """Issue 15, Deliver 1: pools run HTCondor's recommended security unless a caller asks for
+    open, which only what flocks between pools does (one named switch, until Deliver 3)."""
+    from deploy.harness.sandbox import FLOCKING_SECURITY, SECURITY_MODES
+
+    assert sandbox.DEFAULT_SECURITY == "recommended"
+    assert sandbox.SECURITY_MODES == SECURITY_MODES and FLOCKING_SECURITY == "open"
