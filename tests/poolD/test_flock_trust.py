@@ -1,5 +1,5 @@
 """Whether a token request queued at our collector is exactly what a peer announced (issue 15,
-Deliver 3's approval check; the protocol around it is not built yet)."""
+Deliver 3's approval check; the protocol around it: tests/poolD/test_trust_broker.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from poolD.flock_trust import (
     NEGOTIATOR_AT_SENDER,
     SCHEDD_AT_RECEIVER,
     AnnouncedRequest,
+    check_lifetime,
     check_queued_request,
     flock_identity,
 )
@@ -70,3 +71,11 @@ def test_identities_and_scopes() -> None:
     assert flock_identity("negotiator", "poolB", "poola.sandbox") == "negotiator-poolB@poola.sandbox"
     assert "ADMINISTRATOR" not in SCHEDD_AT_RECEIVER + NEGOTIATOR_AT_SENDER
     assert "DAEMON" not in SCHEDD_AT_RECEIVER + NEGOTIATOR_AT_SENDER
+
+
+def test_the_queued_lifetime_must_be_bounded_and_within_the_announced_one() -> None:
+    assert check_lifetime(queued(TokenLifetime=600), 600) is None
+    assert "more than 600 s" in (check_lifetime(queued(TokenLifetime=601), 600) or "")
+    assert "never expires" in (check_lifetime(queued(TokenLifetime=-1), 600) or "")
+    assert "never expires" in (check_lifetime(queued(), 600) or "")
+    assert "no readable TokenLifetime" in (check_lifetime(queued(TokenLifetime="soon"), 600) or "")
