@@ -475,12 +475,16 @@ class Gateway:
         name: str | None = None,
         daemon_type: str | None = None,
         timeout: float = 20.0,
+        ssl_ca_file: str | Path | None = None,
+        ssl_skip_host_check: bool = False,
     ) -> TokenRequest:
         """Ask a daemon (default: the collector of `pool`, or of the configured pool) for a token
         of `identity` bounded to `authz` and `lifetime`; returns once it is queued there, with
         the request id its administrator must approve (an id that reached them out of band).
         HTCondor's tool goes on waiting by itself and writes the token to `token_file` once the
-        request is approved."""
+        request is approved. A pool where we hold no token is asked over SSL, trusting the CA
+        certificates in `ssl_ca_file` (`ssl_skip_host_check`: when the collector is named by an
+        address its certificate does not carry; the pinned CA still authenticates it)."""
         result = await self.call(
             "request_token",
             timeout=timeout + 10,
@@ -493,6 +497,8 @@ class Gateway:
             name=name,
             daemon_type=daemon_type,
             wait=timeout,
+            ssl_ca_file=str(ssl_ca_file) if ssl_ca_file else None,
+            ssl_skip_host_check=ssl_skip_host_check,
         )
         return TokenRequest(request_id=str(result["request_id"]), token_file=str(token_file))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 import time
@@ -452,35 +453,64 @@ def op_request_token(
     name: str | None,
     daemon_type: str | None,
     wait: float,
+    ssl_ca_file: str | None = None,
+    ssl_skip_host_check: bool = False,
 ) -> dict[str, Any]:
     """condor_token_request: ask a daemon (by default a collector, of another pool too) for a
     token; returns the request id once the daemon queued it. The tool keeps running on its own
     (no pipe to this worker: it must outlive a restart), polls until an administrator there
-    approves, and then writes the token to `token_file` (`token_file`.log holds its output)."""
+    approves, and then writes the token to `token_file` (`token_file`.log holds its errors).
+
+    A client of another pool holds no token there: the request goes over SSL without a client
+    certificate (HTCondor refuses requests made without encryption or with ANONYMOUS), trusting
+    the CA certificates in `ssl_ca_file` (that pool's collector CA). The tool prints the request
+    id on stdout, which the C library buffers unless it is a terminal: stdout is a pty here."""
     log_path = f"{token_file}.log"
     argv = ["condor_token_request", *authz_args(identity, authz, lifetime), "-file", token_file]
     argv += target_args(pool, name, daemon_type)
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(
-            [*tools, *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        with open(log_path) as log_file:
-            text = log_file.read()
-        if match := re.search(r"approve request (\S+?)\.?$", text, re.MULTILINE):
-            return {"request_id": match[1], "pid": proc.pid}
-        if proc.poll() is not None:
-            lines = text.strip().splitlines()
-            raise ToolFailed(
-                f"condor_token_request exited {proc.returncode}: {lines[-1] if lines else '(no message)'}"
+    env = dict(os.environ)
+    knobs = {"SEC_CLIENT_AUTHENTICATION_METHODS": "SSL"}
+    if ssl_ca_file:
+        knobs["AUTH_SSL_CLIENT_CAFILE"] = ssl_ca_file
+    if ssl_skip_host_check:
+        knobs["SSL_SKIP_HOST_CHECK"] = "true"
+    for knob, value in knobs.items():
+        env[f"_CONDOR_{knob}"] = env[f"_CONDOR_TOOL.{knob}"] = value
+    master, slave = os.openpty()
+    try:
+        with open(log_path, "w") as log_file:
+            proc = subprocess.Popen(
+                [*tools, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=slave,
+                stderr=log_file,
+                start_new_session=True,
+                env=env,
             )
-        time.sleep(0.1)
-    raise ToolFailed(f"condor_token_request queued no request within {wait:g} s (still running)")
+        os.close(slave)
+        slave = -1
+        text = ""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    text += os.read(master, 4096).decode(errors="replace")
+                except OSError:  # the tool closed its end (it exited)
+                    ready = []
+            if match := re.search(r"approve request ([0-9]+)", text):
+                return {"request_id": match[1], "pid": proc.pid}
+            if not ready and proc.poll() is not None:
+                with open(log_path) as log_file:
+                    lines = (log_file.read() + text).strip().splitlines()
+                raise ToolFailed(
+                    f"condor_token_request exited {proc.returncode}: {lines[-1] if lines else '(no message)'}"
+                )
+        raise ToolFailed(f"condor_token_request queued no request within {wait:g} s (still running)")
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
 
 
 def op_token_requests(
