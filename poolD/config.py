@@ -93,6 +93,9 @@ class TrustSection(StrictModel):
     ssl_skip_host_check: bool = Field(
         False, description="peer collectors are named by addresses their certificates do not carry"
     )
+    tools: list[str] = Field(
+        [], description="command prefix for HTCondor's token tools (none: they are on PATH)"
+    )
 
 
 class PooldDaemonSection(DaemonSection):

@@ -89,6 +89,7 @@ class PoolDaemon:
             token_dir=config.pool.token_dir,
             collector=config.pool.collector,
             timeout=config.daemon.gateway_timeout,
+            tools=config.trust.tools,
         )
         publisher = Gateway(  # as poold too: the collector takes its ad from poold's identity
             condor_config=config.pool.condor_config,

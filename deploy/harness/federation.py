@@ -68,6 +68,7 @@ class Federation:
         }
         self.policies: dict[str, str] = {}
         self.flocking: dict[str, str] = {}  # pool -> extra [flocking] lines for its poold
+        self.sections: dict[str, str] = {}  # pool -> extra sections (e.g. [trust]) for its poold
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def address(self, name: str) -> str:
@@ -106,6 +107,7 @@ port = 7640
 {bootstrap}
 {self.keys.toml(name)}
 {FAST_SETTINGS}{self.flocking.get(name, "")}
+{self.sections.get(name, "")}
 [daemon]
 control_socket = "{self.socket(name)}"
 {policy}
