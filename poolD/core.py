@@ -684,7 +684,10 @@ class PoolCore:
         entry = self.willing.entries.get(pool)
         auth = self.authorized.get(pool, _NEVER)
         fresh = auth.accepted and now - auth.at <= GRANT_PERIODS * self.settings.flocking.reauthorize_after
-        if entry is None or not (fresh or entry.collector in self.flocking.active):
+        # Asked just now: its token request may come before its FlockReply (it asks on our intent).
+        asking = self._round is not None and pool in self._round.waiting
+        asking |= self._intent_sent.get(pool, -math.inf) > now - self.settings.flocking.authorize_timeout
+        if entry is None or not (fresh or asking or entry.collector in self.flocking.active):
             return False, f"we do not flock to {pool}"
         decision = self.policy.decide(Subject(pool, peer_host(entry.origin)), Direction.ACCEPT, now)
         return decision.allowed, decision.rule

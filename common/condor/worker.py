@@ -525,13 +525,22 @@ def op_token_requests(
         if "no requests pending" in str(e):
             return []
         raise
-    requests = []
-    for chunk in out.replace("\x1e", "\n").split("\n"):
-        chunk = chunk.strip()
-        if chunk:
-            parsed = json.loads(chunk)
-            requests += parsed if isinstance(parsed, list) else [parsed]
-    return requests
+    return parse_json_documents(out)
+
+
+def parse_json_documents(text: str) -> list[dict[str, Any]]:
+    """The ads of a tool's -json output: one JSON list spread over many lines (what 23.9's
+    condor_token_request_list prints), or several documents one after the other; a list's items
+    count one by one."""
+    decoder, items, at = json.JSONDecoder(), [], 0
+    text = text.replace("\x1e", " ")
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            return items
+        parsed, at = decoder.raw_decode(text, at)
+        items += parsed if isinstance(parsed, list) else [parsed]
 
 
 def op_approve_token_request(

@@ -282,3 +282,16 @@ def test_the_flocking_pool_asks_for_its_schedds_token_and_drops_it_when_flocking
     withdraw = SetFlockTo((), "quiet")
     out = c.on_flock_to_applied(FlockToApplied(withdraw, True, {}), 400.0)
     assert of(out, RemoveToken) == [RemoveToken("near", "schedd", "flocking to it ended")]
+
+
+def test_a_negotiator_request_that_overtakes_the_flock_reply_is_approved() -> None:
+    """Seen on real pools: the pool we ask asks for its negotiator's token on our intent, before
+    its FlockReply (sent once its FLOCK_FROM is set) reaches us."""
+    c = trust_core("home")
+    c.start(0.0)
+    willing(c, 1.0, "near")
+    round_at(c, 60.0, load(free=0, idle=5))  # the intent to "near" is out, no answer yet
+    neg = notice(
+        pool="near", role="negotiator", identity="negotiator-near@home.sandbox", authz=["READ", "NEGOTIATOR"]
+    )
+    assert of(c.on_message(neg, 60.5), ApproveToken)
