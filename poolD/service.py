@@ -456,6 +456,7 @@ class PoolDaemon:
             "flock_from_grants": decisions.get("flock_from_grants", {}),
             "authorized": decisions.get("authorized", {}),
             "blacklist": decisions.get("blacklist", {}),
+            "tokens": decisions.get("tokens", {}),
             "decisions": list(self.decisions) + (core.discovery.decisions[-10:] if core else []),
             "offers": decisions.get("offers", {"accepted": 0, "dropped": {}}),
             "overlay_drops": self.overlay.drops,
