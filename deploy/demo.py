@@ -20,7 +20,7 @@ import trio
 
 from common.logging import configure_logging
 from deploy.harness.federation import Federation
-from deploy.harness.sandbox import Sandbox
+from deploy.harness.sandbox import FLOCKING_SECURITY, Sandbox
 
 POOLS = ["A", "B", "C", "D"]
 JOBS = 24
@@ -78,7 +78,7 @@ def main() -> int:
         print("demo: run as root (the sandbox makes network namespaces)", file=sys.stderr)
         return 2
     configure_logging("demo", level="warning")
-    box = Sandbox()
+    box = Sandbox(security=FLOCKING_SECURITY)  # D's jobs flock to A-C: needs cross-pool trust
     workdir = box.shared_dir()
     print(f"starting pools {', '.join(POOLS)}: 3 slots each, real HTCondor in sandbox hosts ...")
     fed = Federation(box, workdir, POOLS)

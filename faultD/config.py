@@ -55,6 +55,9 @@ class CondorSection(StrictModel):
     """The `[condor]` section of faultd's config: HTCondor's files, role daemons, what is replicated."""
 
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
+    token_dir: Path | None = Field(
+        None, description="faultd's IDTOKENS (identity faultd@<trust domain>); the gateway uses only these"
+    )
     config_dir: Path | None = Field(
         None, description="where faultd writes its role file (default: HTCondor's LOCAL_CONFIG_DIR)"
     )

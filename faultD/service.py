@@ -85,6 +85,7 @@ class FaultDaemon:
         self.reread = reread  # the config file read again (SIGHUP)
         self.gateway = Gateway(
             condor_config=config.condor.condor_config,
+            token_dir=config.condor.token_dir,
             collector=config.fault.collector,
             timeout=config.daemon.gateway_timeout,
         )
@@ -98,7 +99,7 @@ class FaultDaemon:
             replay_window=config.ring.replay_window,
         )
         self.advertiser = Advertiser(
-            Gateway(condor_config=config.condor.condor_config, timeout=10),
+            Gateway(condor_config=config.condor.condor_config, token_dir=config.condor.token_dir, timeout=10),
             "FaultD",
             f"faultd@{config.ring.node_name}",
             self.figures,

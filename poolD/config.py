@@ -14,7 +14,7 @@ from common.condor_defaults import collector_address, require
 from common.config import StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
-from poolD.messages import POOL_NAME
+from poolD.messages import POOL_NAME, TRUST_DOMAIN
 
 
 class PoolSection(StrictModel):
@@ -27,6 +27,9 @@ class PoolSection(StrictModel):
         "HTCondor's COLLECTOR_HOST)",
     )
     condor_config: Path | None = Field(None, description="CONDOR_CONFIG for the gateway's HTCondor client")
+    token_dir: Path | None = Field(
+        None, description="poold's IDTOKENS (identity poold@<trust domain>); the gateway uses only these"
+    )
 
     @field_validator("collector")
     @classmethod
@@ -68,6 +71,36 @@ class FlockingSection(StrictModel):
     )
 
 
+class TrustSection(StrictModel):
+    """The `[trust]` section of poold's config: tokens between flocking pools (issue 15; the
+    README's "Security model" and docs/security-htcondor.md say what HTCondor needs for it)."""
+
+    trust_domain: str | None = Field(
+        None, pattern=TRUST_DOMAIN, description="this pool's TRUST_DOMAIN; unset: no tokens are negotiated"
+    )
+    token_lifetime: int = Field(
+        1200, ge=60, le=86_400, description="seconds, of tokens asked for and approved"
+    )
+    request_dir: Path = Field(
+        Path("/var/lib/poold/token-requests"), description="where HTCondor's tool writes a token it receives"
+    )
+    schedd_token_dir: Path | None = Field(
+        None, description="token directory our schedds read (their SEC_TOKEN_SYSTEM_DIRECTORY)"
+    )
+    negotiator_token_dir: Path | None = Field(
+        None, description="token directory our negotiator reads (its SEC_TOKEN_SYSTEM_DIRECTORY)"
+    )
+    peer_ca_file: Path | None = Field(
+        None, description="CA certificates of the peer pools' collectors (token requests go over SSL)"
+    )
+    ssl_skip_host_check: bool = Field(
+        False, description="peer collectors are named by addresses their certificates do not carry"
+    )
+    tools: list[str] = Field(
+        [], description="command prefix for HTCondor's token tools (none: they are on PATH)"
+    )
+
+
 class PooldDaemonSection(DaemonSection):
     """The `[daemon]` section of poold's config (common.cli.DaemonSection) and its policy file."""
 
@@ -82,6 +115,7 @@ class PooldConfig(StrictModel):
     ring: RingConfig
     discovery: DiscoverySection = DiscoverySection()
     flocking: FlockingSection = FlockingSection()
+    trust: TrustSection = TrustSection()
     daemon: PooldDaemonSection = PooldDaemonSection()
 
 

@@ -33,6 +33,16 @@ in lists `schedd_hosts`, hosts outside it are dropped (a glob passes only if the
 exactly). The hosts a pool is granted replace its earlier grant, are bounded (per pool and in
 all), and last two `reauthorize_after` periods: a grant not renewed by then, or whose pool the
 policy now refuses (a reloaded file, the blacklist), is revoked, and FLOCK_FROM shrinks.
+
+Cross-pool trust (issue 15, with `trust_domain` set; poolD.flock_trust): the pools of a flocking
+pair ask each other's collectors for the tokens their daemons need (our schedds at the pool we
+flock to, its negotiator at our schedds) and announce each request over the signed overlay
+(TokenRequestNotice); the TrustBroker approves only what a peer may have now: a `schedd` token to
+a pool holding a grant here, a `negotiator` token to a pool we flock to and that accepted us.
+The token only authenticates: what it may do here stays decided by FLOCK_FROM (its schedd
+hosts, above; identities cannot pass the knobs gate, which refuses '@' in any value), so
+revoking the grant still shuts the pool out at once, and the token expires; the tokens we hold
+go when flocking ends or the pool is refused.
 """
 
 from __future__ import annotations
@@ -52,8 +62,18 @@ from common.overlay.node import OverlayNode
 from common.wire import Message
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.discovery import Discovery, DiscoverySettings, peer_host
+from poolD.flock_trust import (
+    ApproveToken,
+    InstallToken,
+    RemoveToken,
+    RequestToken,
+    SendMessage,
+    TrustBroker,
+    TrustOutput,
+    TrustSettings,
+)
 from poolD.flocking import FlockingManager
-from poolD.messages import Announcement, FlockIntent, FlockReply
+from poolD.messages import Announcement, FlockIntent, FlockReply, TokenRequestNotice, TokenVerdict
 from poolD.policy import Direction, Policy, Subject
 from poolD.willing import WillingEntry, WillingList
 
@@ -107,7 +127,17 @@ class SetFlockFrom:
     globs: frozenset[str] = frozenset()  # entries of `hosts` that are globs a policy rule granted
 
 
-Action = ReadLoad | Send | Measure | SetFlockTo | SetFlockFrom
+Action = (
+    ReadLoad
+    | Send
+    | Measure
+    | SetFlockTo
+    | SetFlockFrom
+    | RequestToken
+    | ApproveToken
+    | InstallToken
+    | RemoveToken
+)
 
 
 @dataclass
@@ -151,6 +181,8 @@ class CoreSettings:
     collector: str  # ours, host:port, as other pools reach it
     discovery: DiscoverySection
     flocking: FlockingSection
+    trust_domain: str | None = None  # ours; set: tokens between flocking pools are negotiated
+    token_lifetime: int = 1200  # seconds, of the tokens we ask for and approve
 
     def discovery_settings(self) -> DiscoverySettings:
         """The discovery module's settings, from our pool and the `[discovery]` section."""
@@ -223,6 +255,10 @@ class PoolCore:
         self._round: _Round | None = None
         self._applying: SetFlockTo | None = None
         self._intent_sent: dict[str, float] = {}  # pool -> when we last asked it to renew
+        self.trust: TrustBroker | None = None
+        if settings.trust_domain is not None:
+            trust = TrustSettings(settings.pool, settings.trust_domain, settings.token_lifetime)
+            self.trust = TrustBroker(trust, overlay.me)
 
     @property
     def policy(self) -> Policy:
@@ -241,6 +277,8 @@ class PoolCore:
         authorization wait that timed out."""
         out = CoreOutput()
         self._review_grants(now, out)
+        if self.trust is not None:
+            self._take(self.trust.expire(now), out)
         if self._round is not None and now >= self._round.deadline:
             self._finish_round(now, out)
         round_due = self._round is None and now >= self._next_round
@@ -285,8 +323,27 @@ class PoolCore:
             self._on_flock_intent(message, now, out)
         elif isinstance(message, FlockReply):
             self._on_flock_reply(message, now, out)
+        elif isinstance(message, TokenRequestNotice) and self.trust is not None:
+            may, why = self._may_have_token(message.pool, message.role, now)
+            self._take(self.trust.on_notice(message, may, why, now), out)
+        elif isinstance(message, TokenVerdict) and self.trust is not None:
+            self._take(self.trust.on_verdict(message, now), out)
         out.wakeup = self._wakeup()
         return out
+
+    def on_token_requested(
+        self, action: RequestToken, request_id: str | None, error: str | None, now: float
+    ) -> CoreOutput:
+        """Our token request is queued at the peer's collector (its id), or failed (`error`)."""
+        return self._trust_outcome(lambda t: t.on_requested(action, request_id, error, now))
+
+    def on_token_approved(self, action: ApproveToken, error: str | None, now: float) -> CoreOutput:
+        """Our collector approved the peer's request (error None), or the driver would not."""
+        return self._trust_outcome(lambda t: t.on_approved(action, error, now))
+
+    def on_token_installed(self, action: InstallToken, error: str | None, now: float) -> CoreOutput:
+        """The token the peer approved is where our daemons read it (error None), or not."""
+        return self._trust_outcome(lambda t: t.on_installed(action, error, now))
 
     def on_flock_to_applied(self, result: FlockToApplied, now: float) -> CoreOutput:
         """FLOCK_TO is what every schedd now has, or the driver restored the old values."""
@@ -297,6 +354,8 @@ class PoolCore:
         if result.applied:
             self.flocking.active = list(result.action.collectors)
             self.flocking_since = now if result.action.collectors else None
+            if self.trust is not None:
+                self._drop_tokens_of_pools_left(now, out)
         out.wakeup = self._wakeup()
         return out
 
@@ -368,6 +427,7 @@ class PoolCore:
             self._revoke([intent.pool], f"{intent.pool} refused: {decision.rule}", now, out)
             self._reply(addr, intent.pool, False, decision.rule, out)
             return
+        self._want_negotiator_token(intent, now, out)
         if not self.settings.flocking.authorize_incoming:
             self._reply(addr, intent.pool, True, "authorization is configured statically", out)
             return
@@ -435,6 +495,10 @@ class PoolCore:
     def _revoke(self, pools: list[str], why: str, now: float, out: CoreOutput) -> None:
         """Take these pools' grants back; FLOCK_FROM shrinks (unless another pool holds the hosts)."""
         revoked = [p for p in pools if self.grants.pop(p, None) is not None]
+        if self.trust is not None:
+            for pool in pools:
+                self._take(self.trust.revoke(pool, "schedd", why), out)
+                self._take(self.trust.drop(pool, "negotiator", why), out)
         if not revoked:
             return
         self.counters["flock_from_revoked"] += len(revoked)
@@ -461,11 +525,21 @@ class PoolCore:
         verdict = "accepted" if accepted else "refused"
         text = f"flock intent from {pool}: {verdict} ({reason})"
         out.notes.append(note("flock_intent", text, pool=pool, accepted=accepted, reason=reason))
-        reply = FlockReply(pool=self.settings.pool, accepted=accepted, reason=reason[:200])
+        domain = self.settings.trust_domain
+        reply = FlockReply(
+            pool=self.settings.pool, accepted=accepted, reason=reason[:200], trust_domain=domain
+        )
         out.actions.append(Send(addr, reply))
 
     def _on_flock_reply(self, reply: FlockReply, now: float, out: CoreOutput) -> None:
         self.authorized[reply.pool] = Authorization(reply.accepted, reply.reason, now)
+        entry = self.willing.entries.get(reply.pool)
+        if self.trust is not None and reply.accepted and reply.trust_domain and entry is not None:
+            # Our schedds will advertise there: ask its collector for their token.
+            want = self.trust.want(
+                reply.pool, "schedd", entry.collector, entry.origin.addr, reply.trust_domain, now
+            )
+            self._take(want, out)
         r = self._round
         if r is not None and reply.pool in r.waiting:
             r.waiting.discard(reply.pool)
@@ -496,8 +570,7 @@ class PoolCore:
             return
         hosts = self._schedd_hosts(load)
         for e in pending:
-            intent = FlockIntent(pool=self.settings.pool, origin=self.overlay.me, schedd_hosts=hosts)
-            out.actions.append(Send(e.origin.addr, intent))
+            out.actions.append(Send(e.origin.addr, self._intent(hosts)))
         deadline = now + self.settings.flocking.authorize_timeout
         self._round = _Round(chosen, decision.reason, {e.pool for e in pending}, deadline)
 
@@ -513,10 +586,18 @@ class PoolCore:
             if self._intent_sent.get(entry.pool, -math.inf) > now - fl.authorize_timeout:
                 continue  # asked a moment ago; its answer is on its way
             self._intent_sent[entry.pool] = now
-            intent = FlockIntent(
-                pool=self.settings.pool, origin=self.overlay.me, schedd_hosts=self._schedd_hosts(load)
-            )
-            out.actions.append(Send(entry.origin.addr, intent))
+            out.actions.append(Send(entry.origin.addr, self._intent(self._schedd_hosts(load))))
+
+    def _intent(self, hosts: list[str]) -> FlockIntent:
+        """Our FlockIntent; with cross-pool trust it names our TRUST_DOMAIN and collector."""
+        trusted = self.settings.trust_domain is not None
+        return FlockIntent(
+            pool=self.settings.pool,
+            origin=self.overlay.me,
+            schedd_hosts=hosts,
+            trust_domain=self.settings.trust_domain,
+            collector=self.settings.collector if trusted else None,
+        )
 
     def _finish_round(self, now: float, out: CoreOutput) -> None:
         r = self._round
@@ -550,6 +631,9 @@ class PoolCore:
         self.policy.add_to_blacklist(
             culprit, now + fl.blacklist_for, "offered slots, flocked jobs stayed idle"
         )
+        if self.trust is not None:
+            self._take(self.trust.drop(culprit, "schedd", "blacklisted"), out)
+            self._take(self.trust.revoke(culprit, "negotiator", "blacklisted"), out)
         self.willing.remove(culprit)
         self.flocking_since = now
         text = f"blacklisted {culprit}: offered slots, our jobs stayed idle"
@@ -568,7 +652,70 @@ class PoolCore:
         if self._round is not None:
             times.append(self._round.deadline)
         times += [g.until for g in self.grants.values()]
+        if self.trust is not None and (due := self.trust.wakeup()) is not None:
+            times.append(due)
         return min(times)
+
+    # ------------------------------------------------------------------ cross-pool trust
+
+    def _take(self, trust: TrustOutput, out: CoreOutput) -> None:
+        """The broker's actions and notes into ours (its messages become Sends)."""
+        for action in trust.actions:
+            out.actions.append(
+                Send(action.addr, action.message) if isinstance(action, SendMessage) else action
+            )
+        out.notes += trust.notes
+
+    def _trust_outcome(self, feed: Any) -> CoreOutput:
+        out = CoreOutput()
+        if self.trust is not None:
+            self._take(feed(self.trust), out)
+        out.wakeup = self._wakeup()
+        return out
+
+    def _may_have_token(self, pool: str, role: str, now: float) -> tuple[bool, str]:
+        """Whether `pool` may have a token of `role` from us now, and why (not). `schedd`: it
+        holds a grant here (the policy let its schedds in). `negotiator`: we flock to it, or are
+        about to (it accepted our intent lately), and the policy still accepts it."""
+        if role == "schedd":
+            grant = self.grants.get(pool)
+            if grant is None or grant.until <= now:
+                return False, f"{pool} holds no grant here (no accepted flock intent)"
+            return True, grant.rule
+        entry = self.willing.entries.get(pool)
+        auth = self.authorized.get(pool, _NEVER)
+        fresh = auth.accepted and now - auth.at <= GRANT_PERIODS * self.settings.flocking.reauthorize_after
+        # Asked just now: its token request may come before its FlockReply (it asks on our intent).
+        asking = self._round is not None and pool in self._round.waiting
+        asking |= self._intent_sent.get(pool, -math.inf) > now - self.settings.flocking.authorize_timeout
+        if entry is None or not (fresh or asking or entry.collector in self.flocking.active):
+            return False, f"we do not flock to {pool}"
+        decision = self.policy.decide(Subject(pool, peer_host(entry.origin)), Direction.ACCEPT, now)
+        return decision.allowed, decision.rule
+
+    def _want_negotiator_token(self, intent: FlockIntent, now: float, out: CoreOutput) -> None:
+        """A pool the policy lets flock to us: our negotiator will negotiate at its schedds, so
+        ask its collector for the token (it approves only while it flocks to us)."""
+        if self.trust is None or intent.trust_domain is None or intent.collector is None:
+            return
+        want = self.trust.want(
+            intent.pool, "negotiator", intent.collector, intent.origin.addr, intent.trust_domain, now
+        )
+        self._take(want, out)
+
+    def _drop_tokens_of_pools_left(self, now: float, out: CoreOutput) -> None:
+        """Flocking to a pool ended: our schedds' token of it goes, and so does its negotiator's
+        grant here."""
+        assert self.trust is not None
+        active = set(self.flocking.active)
+        ours = {p for p, r in [*self.trust.held, *self.trust.asked] if r == "schedd"}
+        theirs = {p for p, r in self.trust.issued if r == "negotiator"}
+        for pool in sorted(ours | theirs):
+            entry = self.willing.entries.get(pool)
+            if entry is not None and entry.collector in active:
+                continue
+            self._take(self.trust.drop(pool, "schedd", "flocking to it ended"), out)
+            self._take(self.trust.revoke(pool, "negotiator", "flocking to it ended"), out)
 
     # ------------------------------------------------------------------ status
 
@@ -604,6 +751,18 @@ class PoolCore:
                 p: {"until_in": round(u - now, 1), "reason": r} for p, (u, r) in self.policy.blacklist.items()
             },
             "offers": {"accepted": self.discovery.accepted, "dropped": dict(self.discovery.dropped)},
+            "tokens": self._trust_status(now),
+        }
+
+    def _trust_status(self, now: float) -> dict[str, Any]:
+        t = self.trust
+        if t is None:
+            return {}
+        return {
+            "held": {f"{p}/{r}": round(u - now, 1) for (p, r), u in t.held.items()},
+            "asked": {f"{p}/{r}": a.request_id for (p, r), a in t.asked.items()},
+            "issued": {f"{p}/{r}": round(u - now, 1) for (p, r), u in t.issued.items()},
+            "counters": dict(t.counters),
         }
 
 

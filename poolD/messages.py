@@ -8,6 +8,8 @@ from common.overlay.messages import AppMessage, Claims, Peer, app_message
 
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 HOST_PORT = r"^[A-Za-z0-9._-]+:[0-9]{1,5}$"
+TRUST_DOMAIN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
+REQUEST_ID = r"^[0-9]{1,20}$"
 
 
 @app_message
@@ -44,6 +46,10 @@ class FlockIntent(AppMessage):
     pool: str = Field(pattern=POOL_NAME)
     origin: Peer
     schedd_hosts: list[str] = Field(max_length=1000)
+    # Cross-pool trust (issue 15): our TRUST_DOMAIN and collector, so that the pool we flock to
+    # can ask our collector for its negotiator's token; None where tokens are not negotiated.
+    trust_domain: str | None = Field(None, pattern=TRUST_DOMAIN)
+    collector: str | None = Field(None, pattern=HOST_PORT)
 
     def claims(self) -> Claims:
         """The origin speaks for its pool."""
@@ -57,6 +63,45 @@ class FlockReply(AppMessage):
     TYPE = "poold.flock_reply"
     pool: str = Field(pattern=POOL_NAME)
     accepted: bool
+    reason: str = Field(max_length=200)
+    # Cross-pool trust (issue 15): our TRUST_DOMAIN, the domain of the identity the asking pool's
+    # schedds request a token for at our collector; None where tokens are not negotiated.
+    trust_domain: str | None = Field(None, pattern=TRUST_DOMAIN)
+
+    def claims(self) -> Claims:
+        """The answer speaks for the pool that gives it."""
+        return Claims(pool=self.pool)
+
+
+@app_message
+class TokenRequestNotice(AppMessage):
+    """A token request our tool queued at the other pool's collector (condor_token_request): its
+    id and exactly what it asks for. HTCondor's manual allows an approval only of a request id
+    that reached the approver out of band; this signed message is that channel (issue 15)."""
+
+    TYPE = "poold.token_request"
+    pool: str = Field(pattern=POOL_NAME)
+    origin: Peer
+    role: str = Field(pattern=r"^(schedd|negotiator)$")
+    request_id: str = Field(pattern=REQUEST_ID)
+    identity: str = Field(max_length=300)
+    authz: list[str] = Field(max_length=8)
+    lifetime: int = Field(ge=1, le=7 * 86_400)
+
+    def claims(self) -> Claims:
+        """The origin speaks for its pool."""
+        return Claims(node=self.origin, pool=self.pool)
+
+
+@app_message
+class TokenVerdict(AppMessage):
+    """The answer to a TokenRequestNotice: whether that request was approved, and why."""
+
+    TYPE = "poold.token_verdict"
+    pool: str = Field(pattern=POOL_NAME)
+    role: str = Field(pattern=r"^(schedd|negotiator)$")
+    request_id: str = Field(pattern=REQUEST_ID)
+    approved: bool
     reason: str = Field(max_length=200)
 
     def claims(self) -> Claims:

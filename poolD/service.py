@@ -5,6 +5,9 @@ It owns the I/O the core asks for and feeds the answers back, each with `trio.cu
   core's `Send` and `Measure` actions go out through it at once;
 - the gateway (HTCondor): `ReadLoad`, `SetFlockTo` and `SetFlockFrom` are carried out one at a
   time by one task, in the order the core asked for them, and their outcome is fed back;
+- token directories and HTCondor's token tools (cross-pool trust, `[trust]`): `RequestToken`,
+  `ApproveToken`, `InstallToken` and `RemoveToken` each run as a task of their own (an install
+  waits for the tool to receive the token), bounded by the core (poolD.flock_trust);
 - the core's single timer;
 - the control socket for `poold status`; systemd readiness, STATUS= and the event loop's
   watchdog (common.systemd); SIGHUP reloads the policy and what else can change without a
@@ -41,6 +44,7 @@ from common.reload import plan_reload
 from common.systemd import StatusReporter
 from common.timer import Wakeup
 from poolD.condor_flock import apply_flock_from, apply_flock_to
+from poolD.condor_trust import approve_token, install_token, remove_token, request_token
 from poolD.config import PooldConfig
 from poolD.core import (
     CoreOutput,
@@ -54,6 +58,7 @@ from poolD.core import (
     SetFlockFrom,
     SetFlockTo,
 )
+from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
 from poolD.policy import Policy
 
 log = structlog.get_logger("poold")
@@ -81,11 +86,16 @@ class PoolDaemon:
         self.policy = policy or self._read_policy()
         self.gateway = Gateway(
             condor_config=config.pool.condor_config,
+            token_dir=config.pool.token_dir,
             collector=config.pool.collector,
             timeout=config.daemon.gateway_timeout,
+            tools=config.trust.tools,
         )
-        publisher = Gateway(
-            condor_config=config.pool.condor_config, collector=config.pool.collector, timeout=10
+        publisher = Gateway(  # as poold too: the collector takes its ad from poold's identity
+            condor_config=config.pool.condor_config,
+            token_dir=config.pool.token_dir,
+            collector=config.pool.collector,
+            timeout=10,
         )
         self.advertiser = Advertiser(
             publisher,
@@ -99,6 +109,7 @@ class PoolDaemon:
         self.metrics_port: int | None = None
         self.overlay = UdpOverlay(config.ring, on_event=self._on_event)
         self.core: PoolCore | None = None
+        self._trust_nursery: trio.Nursery | None = None  # where token actions run (serve)
         self.decisions: deque[str] = deque(maxlen=50)
         self.counters: Counter[str] = Counter()
         self._wakeup = Wakeup()
@@ -186,11 +197,14 @@ class PoolDaemon:
                     collector=cfg.pool.collector,
                     discovery=cfg.discovery,
                     flocking=cfg.flocking,
+                    trust_domain=cfg.trust.trust_domain,
+                    token_lifetime=cfg.trust.token_lifetime,
                 )
                 self.core = PoolCore(settings, self.overlay.core, self.policy, random.Random())
                 nursery.start_soon(self._event_loop)
                 nursery.start_soon(self._condor_loop)
                 nursery.start_soon(self._wakeup.run, self._on_timer)
+                self._trust_nursery = nursery
                 await self._apply(self.core.start(trio.current_time()))
                 self.metrics_port = await start_daemon_tasks(
                     nursery,
@@ -269,6 +283,38 @@ class PoolDaemon:
         granted = await apply_flock_from(self.gateway, action)
         return lambda: core.on_flock_from_applied(granted, trio.current_time())
 
+    async def _carry_out_trust(
+        self, action: RequestToken | ApproveToken | InstallToken | RemoveToken
+    ) -> None:
+        """One token action (poolD.condor_trust), its outcome fed back to the core; a failure of
+        any kind is fed back as a failure with its reason."""
+        assert self.core is not None
+        core, trust = self.core, self.config.trust
+        now = trio.current_time
+        try:
+            if isinstance(action, RequestToken):
+                rid, error = await request_token(self.gateway, trust, action)
+                await self._feed("token_request", lambda: core.on_token_requested(action, rid, error, now()))
+            elif isinstance(action, ApproveToken):
+                assert trust.trust_domain is not None
+                why = await approve_token(self.gateway, trust.trust_domain, action)
+                await self._feed("token_approval", lambda: core.on_token_approved(action, why, now()))
+            elif isinstance(action, InstallToken):
+                why = await install_token(trust, action)
+                await self._feed("token_install", lambda: core.on_token_installed(action, why, now()))
+            else:
+                remove_token(trust, action)
+        except Exception as e:  # a bug or an HTCondor surprise must not stop poold's decisions
+            self.counters["token_action_errors"] += 1
+            log.exception("token action failed", action=type(action).__name__, error=str(e))
+            error = f"{type(e).__name__}: {e}"
+            if isinstance(action, RequestToken):
+                await self._feed("token_request", lambda: core.on_token_requested(action, None, error, now()))
+            elif isinstance(action, ApproveToken):
+                await self._feed("token_approval", lambda: core.on_token_approved(action, error, now()))
+            elif isinstance(action, InstallToken):
+                await self._feed("token_install", lambda: core.on_token_installed(action, error, now()))
+
     @staticmethod
     def _failed(core: PoolCore, action: GatewayAction, error: str) -> Callable[[], CoreOutput]:
         """The step that tells the core an action did not happen."""
@@ -296,6 +342,9 @@ class PoolDaemon:
                 await self.overlay.send_direct(action.addr, action.message)
             elif isinstance(action, Measure):
                 await self.overlay.measure(action.peer)
+            elif isinstance(action, RequestToken | ApproveToken | InstallToken | RemoveToken):
+                assert self._trust_nursery is not None
+                self._trust_nursery.start_soon(self._carry_out_trust, action)
             else:
                 self._condor_in.send_nowait(action)
 
@@ -407,6 +456,7 @@ class PoolDaemon:
             "flock_from_grants": decisions.get("flock_from_grants", {}),
             "authorized": decisions.get("authorized", {}),
             "blacklist": decisions.get("blacklist", {}),
+            "tokens": decisions.get("tokens", {}),
             "decisions": list(self.decisions) + (core.discovery.decisions[-10:] if core else []),
             "offers": decisions.get("offers", {"accepted": 0, "dropped": {}}),
             "overlay_drops": self.overlay.drops,

@@ -9,9 +9,19 @@ from common.condor.errors import (
     ProtocolViolation,
 )
 from common.condor.gateway import Gateway
-from common.condor.types import DaemonKind, DaemonRef, PoolLoad, ScheddLoad, SubmitResult
+from common.condor.types import (
+    AuthorizationCheck,
+    DaemonKind,
+    DaemonRef,
+    PoolLoad,
+    ScheddLoad,
+    SubmitResult,
+    TokenInfo,
+    TokenRequest,
+)
 
 __all__ = [
+    "AuthorizationCheck",
     "CondorError",
     "DaemonKind",
     "DaemonNotFound",
@@ -24,4 +34,6 @@ __all__ = [
     "ProtocolViolation",
     "ScheddLoad",
     "SubmitResult",
+    "TokenInfo",
+    "TokenRequest",
 ]

@@ -13,7 +13,7 @@ import itertools
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,12 +30,33 @@ from common.condor.errors import (
     ProtocolViolation,
 )
 from common.condor.knobs import CheckedConfig, KnobScope
-from common.condor.types import DaemonKind, DaemonRef, PoolLoad, SubmitResult
+from common.condor.types import (
+    AuthorizationCheck,
+    DaemonKind,
+    DaemonRef,
+    PoolLoad,
+    SubmitResult,
+    TokenInfo,
+    TokenRequest,
+)
 from common.wire import FrameDecoder, FrameTooLarge, frame, pack, unpack
 
 log = structlog.get_logger("condor.gateway")
 
 DEFAULT_TIMEOUT = 30.0
+
+
+def token_environment(token_dir: str | Path | None) -> dict[str, str]:
+    """The environment that makes an HTCondor client (the bindings, or a tool) authenticate with
+    the tokens in `token_dir` and nothing else; empty for None. Each knob is set twice: with the
+    TOOL. prefix too, since a subsystem-prefixed knob in the configuration files wins over the
+    plain one from the environment (checked with 23.9: TOOL.SEC_CLIENT_AUTHENTICATION_METHODS = FS
+    in a file beat _CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS=IDTOKENS)."""
+    if not token_dir:
+        return {}
+    knobs = {"SEC_TOKEN_DIRECTORY": str(token_dir), "SEC_CLIENT_AUTHENTICATION_METHODS": "IDTOKENS"}
+    env = {f"_CONDOR_{knob}": value for knob, value in knobs.items()}
+    return env | {f"_CONDOR_TOOL.{knob}": value for knob, value in knobs.items()}
 
 
 def _ref(daemon: DaemonRef | None) -> dict[str, Any] | None:
@@ -61,7 +82,13 @@ class Gateway:
     """One worker process, one request at a time.
 
     `condor_config` becomes the worker's CONDOR_CONFIG (without one, HTCondor's default search
-    applies). `collector` is the pool to talk to when a call names none.
+    applies). `collector` is the pool to talk to when a call names none. `token_dir`, when given,
+    is the only place the worker looks for IDTOKENS, and IDTOKENS the only way it authenticates:
+    a daemon then acts as its token's identity (e.g. poold@<trust domain>), with what the pool
+    grants that identity, not as the Unix user it runs as (root's FS identity is an HTCondor
+    administrator under the packaged security default). `tools` is how the worker runs HTCondor's
+    command-line tools, for what the bindings lack (tokens): a command prefix, empty when they
+    are on PATH as on any machine with HTCondor installed.
     """
 
     def __init__(
@@ -70,8 +97,12 @@ class Gateway:
         condor_config: str | Path | None = None,
         collector: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        token_dir: str | Path | None = None,
+        tools: Sequence[str] = (),
     ) -> None:
         self.condor_config = str(condor_config) if condor_config else None
+        self.token_dir = str(token_dir) if token_dir else None
+        self.tools = list(tools)
         self.collector = collector
         self.timeout = timeout
         self._process: trio.Process | None = None
@@ -104,6 +135,7 @@ class Gateway:
         env = dict(os.environ)
         if self.condor_config:
             env["CONDOR_CONFIG"] = self.condor_config
+        env.update(token_environment(self.token_dir))
         process = await trio.lowlevel.open_process(
             [sys.executable, "-m", "common.condor.worker"],
             stdin=subprocess.PIPE,
@@ -261,6 +293,13 @@ class Gateway:
         """Send a daemon the reconfig command, so it rereads its configuration."""
         await self.call("reconfig", daemon=_ref(daemon), collector=self._pool(collector))
 
+    async def ping(self, daemon: DaemonRef, authz: str, collector: str | None = None) -> AuthorizationCheck:
+        """condor_ping: whether `daemon` authorizes this client (its identity: the token in
+        token_dir, or what the client config makes of it) for `authz`, a level (READ, CONFIG,
+        ADMINISTRATOR, ...) or a command (DC_RECONFIG_FULL, ...)."""
+        result = await self.call("ping", daemon=_ref(daemon), authz=authz, collector=self._pool(collector))
+        return AuthorizationCheck.model_validate(result)
+
     async def add_daemons(
         self, master: DaemonRef, names: Iterable[str], collector: str | None = None
     ) -> list[str]:
@@ -407,3 +446,91 @@ class Gateway:
         """For each ad (plain values), whether the ClassAd expression `constraint` is true in it.
         A constraint that does not parse raises CondorError of kind ValueError."""
         return await self.call("match_ads", constraint=constraint, ads=[dict(a) for a in ads])
+
+    # ------------------------------------------------------------------ tokens (HTCondor's tools)
+
+    async def create_token(
+        self, identity: str, authz: Iterable[str] = (), *, lifetime: int | None = None, key: str | None = None
+    ) -> str:
+        """A token signed by this machine's pool signing key (`key`: another key of
+        SEC_PASSWORD_DIRECTORY): `identity` at the pool's daemons, bounded to `authz` (all the
+        identity is granted when empty) and `lifetime` seconds. Needs read access to the key."""
+        return await self.call(
+            "create_token",
+            tools=self.tools,
+            identity=identity,
+            authz=list(authz),
+            lifetime=lifetime,
+            key=key,
+        )
+
+    async def request_token(
+        self,
+        identity: str,
+        authz: Iterable[str],
+        token_file: str | Path,
+        *,
+        lifetime: int | None = None,
+        pool: str | None = None,
+        name: str | None = None,
+        daemon_type: str | None = None,
+        timeout: float = 20.0,
+        ssl_ca_file: str | Path | None = None,
+        ssl_skip_host_check: bool = False,
+    ) -> TokenRequest:
+        """Ask a daemon (default: the collector of `pool`, or of the configured pool) for a token
+        of `identity` bounded to `authz` and `lifetime`; returns once it is queued there, with
+        the request id its administrator must approve (an id that reached them out of band).
+        HTCondor's tool goes on waiting by itself and writes the token to `token_file` once the
+        request is approved. A pool where we hold no token is asked over SSL, trusting the CA
+        certificates in `ssl_ca_file` (`ssl_skip_host_check`: when the collector is named by an
+        address its certificate does not carry; the pinned CA still authenticates it)."""
+        result = await self.call(
+            "request_token",
+            timeout=timeout + 10,
+            tools=self.tools,
+            identity=identity,
+            authz=list(authz),
+            lifetime=lifetime,
+            token_file=str(token_file),
+            pool=pool,
+            name=name,
+            daemon_type=daemon_type,
+            wait=timeout,
+            ssl_ca_file=str(ssl_ca_file) if ssl_ca_file else None,
+            ssl_skip_host_check=ssl_skip_host_check,
+        )
+        return TokenRequest(request_id=str(result["request_id"]), token_file=str(token_file))
+
+    async def token_requests(
+        self, *, pool: str | None = None, name: str | None = None, daemon_type: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The token requests queued at a daemon (default: the collector): every one for an
+        ADMINISTRATOR there, else only the caller's own; each the request's attributes."""
+        return await self.call(
+            "token_requests", tools=self.tools, pool=pool, name=name, daemon_type=daemon_type
+        )
+
+    async def approve_token_request(
+        self,
+        request_id: str,
+        *,
+        pool: str | None = None,
+        name: str | None = None,
+        daemon_type: str | None = None,
+    ) -> None:
+        """Approve one queued request (check its contents with token_requests first): needs
+        ADMINISTRATOR at that daemon, or to be the identity requested."""
+        await self.call(
+            "approve_token_request",
+            tools=self.tools,
+            request_id=request_id,
+            pool=pool,
+            name=name,
+            daemon_type=daemon_type,
+        )
+
+    async def list_tokens(self) -> list[TokenInfo]:
+        """The tokens this client holds (its token directory), decoded."""
+        result = await self.call("list_tokens", tools=self.tools)
+        return [TokenInfo.from_listing(t) for t in result]

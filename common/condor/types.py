@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -76,6 +77,58 @@ class PoolLoad(_Frozen):
     def utilization(self) -> float:
         """The claimed fraction of the pool's slots (0.0 for a pool without slots)."""
         return self.claimed_slots / self.total_slots if self.total_slots else 0.0
+
+
+class AuthorizationCheck(_Frozen):
+    """What a daemon makes of this client for one authorization level or command (condor_ping):
+    whether it is authorized, as which identity, by which method, with encryption and integrity.
+    `error` says why no answer came: authentication failed, or the command was refused (the
+    bindings tell the two apart by message only, and give no identity for either)."""
+
+    authz: str
+    authorized: bool
+    identity: str | None = None
+    method: str | None = None
+    encryption: bool = False
+    integrity: bool = False
+    error: str | None = None
+
+
+class TokenRequest(_Frozen):
+    """A token request queued at a daemon: the id its administrator approves; HTCondor's tool
+    writes the token to `token_file` once approved."""
+
+    request_id: str
+    token_file: str
+
+
+class TokenInfo(_Frozen):
+    """One token a client holds (condor_token_list): whom it makes the holder (`identity`, at
+    daemons of trust domain `issuer`), its id (`token_id`, what SEC_TOKEN_REVOCATION_EXPR names),
+    the authorizations it is bounded to (none: all the identity has), expiry (Unix time) and file."""
+
+    identity: str
+    issuer: str
+    token_id: str | None = None
+    authz: list[str] = []
+    expires: int | None = None
+    key: str | None = None
+    file: str | None = None
+
+    @classmethod
+    def from_listing(cls, entry: dict[str, Any]) -> TokenInfo:
+        """From the worker's decoding of one condor_token_list line (header, payload, file)."""
+        payload, header = entry.get("payload", {}), entry.get("header", {})
+        scopes = str(payload.get("scope", "")).split()
+        return cls(
+            identity=str(payload.get("sub", "")),
+            issuer=str(payload.get("iss", "")),
+            token_id=payload.get("jti"),
+            authz=[s.removeprefix("condor:/") for s in scopes if s.startswith("condor:/")],
+            expires=payload.get("exp"),
+            key=header.get("kid"),
+            file=entry.get("file"),
+        )
 
 
 class SubmitResult(_Frozen):

@@ -11,9 +11,13 @@ or {"id": int, "ok": false, "error": {"kind": str, "message": str}}.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +54,10 @@ class NotFound(Exception):
 
 class ConfigRefused(Exception):
     """A daemon refused a runtime setting; the bindings' own message names neither key nor daemon."""
+
+
+class ToolFailed(Exception):
+    """One of HTCondor's command-line tools failed; the message carries its last line of stderr."""
 
 
 def plain(value: Any) -> Any:
@@ -244,6 +252,26 @@ def op_reconfig(daemon: dict[str, Any], collector: str | None) -> None:
     htcondor.send_command(command_target(locate(daemon, collector)), htcondor.DaemonCommand.Reconfig)
 
 
+def op_ping(daemon: dict[str, Any], authz: str, collector: str | None) -> dict[str, Any]:
+    """condor_ping: what the daemon makes of this client for `authz` (a level such as CONFIG,
+    or a command such as DC_RECONFIG_FULL). A refusal is an answer, not an error: htcondor2's ping
+    raises both when authentication fails and when the command is not authorized (seen with 23.9:
+    "Failed to start command"), so a refusal carries no identity."""
+    ad = locate(daemon, collector)
+    try:
+        reply = htcondor.ping(ad, authz)
+    except htcondor.HTCondorException as e:
+        return {"authz": authz, "authorized": False, "error": str(e) or "authentication failed"}
+    return {
+        "authz": authz,
+        "authorized": reply.get("AuthorizationSucceeded") is True,
+        "identity": reply.get("MyRemoteUserName"),
+        "method": reply.get("AuthMethods"),
+        "encryption": str(reply.get("Encryption", "")).upper() == "YES",
+        "integrity": str(reply.get("Integrity", "")).upper() == "YES",
+    }
+
+
 def op_submit(
     description: dict[str, str],
     count: int,
@@ -365,6 +393,178 @@ def op_match_ads(constraint: str, ads: list[dict[str, Any]]) -> list[bool]:
     return [expr.eval(scope=classad_of(ad)) is True for ad in ads]
 
 
+# --------------------------------------------------------------------------- tokens
+
+# The bindings (htcondor2 25.x) have no token requests, approvals or token creation: their
+# migration guide lists TokenRequest and Token as not implemented. These operations run HTCondor's
+# own command-line tools, which come with the daemons, through `tools`: a command prefix ([] when
+# the tools are on PATH; `deploy/sandbox tool POOL --` in the sandbox). The tools inherit this
+# worker's environment: CONDOR_CONFIG, and the token directory it authenticates with.
+
+
+def run_tool(tools: list[str], argv: list[str], *, stdin: str | None = None, timeout: float = 20.0) -> str:
+    """Run one tool to its end; its stdout. ToolFailed (with its last line of stderr) on a non-zero
+    exit or when it runs longer than `timeout`."""
+    try:
+        res = subprocess.run([*tools, *argv], input=stdin, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ToolFailed(f"{argv[0]} gave no answer within {timeout:g} s") from None
+    except OSError as e:
+        raise ToolFailed(f"{argv[0]}: cannot run {[*tools, argv[0]][0]}: {e.strerror}") from None
+    if res.returncode != 0:
+        lines = (res.stderr or res.stdout).strip().splitlines()
+        raise ToolFailed(f"{argv[0]} exited {res.returncode}: {lines[-1] if lines else '(no message)'}")
+    return res.stdout
+
+
+def target_args(pool: str | None, name: str | None, daemon_type: str | None) -> list[str]:
+    """The tools' -pool/-name/-type options (default: the configured collector)."""
+    args = ["-pool", pool] if pool else []
+    args += ["-name", name] if name else []
+    return args + (["-type", daemon_type] if daemon_type else [])
+
+
+def authz_args(identity: str | None, authz: list[str], lifetime: int | None) -> list[str]:
+    """The token tools' -identity/-authz/-lifetime options."""
+    args = ["-identity", identity] if identity else []
+    args += [arg for level in authz for arg in ("-authz", level)]
+    return args + (["-lifetime", str(lifetime)] if lifetime is not None else [])
+
+
+def op_create_token(
+    tools: list[str], identity: str, authz: list[str], lifetime: int | None, key: str | None
+) -> str:
+    """condor_token_create: a token signed with this machine's pool key (or the named key of
+    SEC_PASSWORD_DIRECTORY): needs read access to the key, so root on a central manager."""
+    argv = ["condor_token_create", *authz_args(identity, authz, lifetime)] + (["-key", key] if key else [])
+    token = run_tool(tools, argv).strip()
+    if token.count(".") != 2:
+        raise ToolFailed("condor_token_create printed no token")
+    return token
+
+
+def op_request_token(
+    tools: list[str],
+    identity: str,
+    authz: list[str],
+    lifetime: int | None,
+    token_file: str,
+    pool: str | None,
+    name: str | None,
+    daemon_type: str | None,
+    wait: float,
+    ssl_ca_file: str | None = None,
+    ssl_skip_host_check: bool = False,
+) -> dict[str, Any]:
+    """condor_token_request: ask a daemon (by default a collector, of another pool too) for a
+    token; returns the request id once the daemon queued it. The tool keeps running on its own
+    (no pipe to this worker: it must outlive a restart), polls until an administrator there
+    approves, and then writes the token to `token_file` (`token_file`.log holds its errors).
+
+    A client of another pool holds no token there: the request goes over SSL without a client
+    certificate (HTCondor refuses requests made without encryption or with ANONYMOUS), trusting
+    the CA certificates in `ssl_ca_file` (that pool's collector CA). The tool prints the request
+    id on stdout, which the C library buffers unless it is a terminal: stdout is a pty here."""
+    log_path = f"{token_file}.log"
+    argv = ["condor_token_request", *authz_args(identity, authz, lifetime), "-file", token_file]
+    argv += target_args(pool, name, daemon_type)
+    env = dict(os.environ)
+    knobs = {"SEC_CLIENT_AUTHENTICATION_METHODS": "SSL"}
+    if ssl_ca_file:
+        knobs["AUTH_SSL_CLIENT_CAFILE"] = ssl_ca_file
+    if ssl_skip_host_check:
+        knobs["SSL_SKIP_HOST_CHECK"] = "true"
+    for knob, value in knobs.items():
+        env[f"_CONDOR_{knob}"] = env[f"_CONDOR_TOOL.{knob}"] = value
+    master, slave = os.openpty()
+    try:
+        with open(log_path, "w") as log_file:
+            proc = subprocess.Popen(
+                [*tools, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=slave,
+                stderr=log_file,
+                start_new_session=True,
+                env=env,
+            )
+        os.close(slave)
+        slave = -1
+        text = ""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    text += os.read(master, 4096).decode(errors="replace")
+                except OSError:  # the tool closed its end (it exited)
+                    ready = []
+            if match := re.search(r"approve request ([0-9]+)", text):
+                return {"request_id": match[1], "pid": proc.pid}
+            if not ready and proc.poll() is not None:
+                with open(log_path) as log_file:
+                    lines = (log_file.read() + text).strip().splitlines()
+                raise ToolFailed(
+                    f"condor_token_request exited {proc.returncode}: {lines[-1] if lines else '(no message)'}"
+                )
+        raise ToolFailed(f"condor_token_request queued no request within {wait:g} s (still running)")
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+
+
+def op_token_requests(
+    tools: list[str], pool: str | None, name: str | None, daemon_type: str | None
+) -> list[dict[str, Any]]:
+    """condor_token_request_list -json: the requests queued at a daemon (all of them for an
+    ADMINISTRATOR there, else the caller's own), each a dict of the request's ClassAd."""
+    argv = ["condor_token_request_list", "-json", *target_args(pool, name, daemon_type)]
+    try:
+        out = run_tool(tools, argv)
+    except ToolFailed as e:
+        if "no requests pending" in str(e):
+            return []
+        raise
+    return parse_json_documents(out)
+
+
+def parse_json_documents(text: str) -> list[dict[str, Any]]:
+    """The ads of a tool's -json output: one JSON list spread over many lines (what 23.9's
+    condor_token_request_list prints), or several documents one after the other; a list's items
+    count one by one."""
+    decoder, items, at = json.JSONDecoder(), [], 0
+    text = text.replace("\x1e", " ")
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            return items
+        parsed, at = decoder.raw_decode(text, at)
+        items += parsed if isinstance(parsed, list) else [parsed]
+
+
+def op_approve_token_request(
+    tools: list[str], request_id: str, pool: str | None, name: str | None, daemon_type: str | None
+) -> None:
+    """condor_token_request_approve -reqid: approve one request (ADMINISTRATOR at that daemon, or
+    the identity requested). The tool shows the request and asks; the caller has checked it."""
+    argv = ["condor_token_request_approve", "-reqid", request_id, *target_args(pool, name, daemon_type)]
+    out = run_tool(tools, argv, stdin="yes\n")
+    if "approved successfully" not in out:
+        raise ToolFailed(f"condor_token_request_approve did not approve request {request_id}")
+
+
+def op_list_tokens(tools: list[str]) -> list[dict[str, Any]]:
+    """condor_token_list: the tokens in the client's token directory, header and payload decoded
+    (identity `sub`, issuer `iss`, `jti`, `exp`, `scope`) and the file each is in."""
+    tokens = []
+    for line in run_tool(tools, ["condor_token_list"]).splitlines():
+        match = re.match(r"Header: (\{.*?\}) Payload: (\{.*\}) File: (.*)$", line.strip())
+        if match:
+            tokens.append({"header": json.loads(match[1]), "payload": json.loads(match[2]), "file": match[3]})
+    return tokens
+
+
 OPS: dict[str, Callable[..., Any]] = {
     "version": op_version,
     "pool_load": op_pool_load,
@@ -372,6 +572,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "get_config": op_get_config,
     "set_config": op_set_config,
     "reconfig": op_reconfig,
+    "ping": op_ping,
     "submit": op_submit,
     "query_jobs": op_query_jobs,
     "job_history": op_job_history,
@@ -383,6 +584,11 @@ OPS: dict[str, Callable[..., Any]] = {
     "local_config": op_local_config,
     "edit_jobs": op_edit_jobs,
     "match_ads": op_match_ads,
+    "create_token": op_create_token,
+    "request_token": op_request_token,
+    "token_requests": op_token_requests,
+    "approve_token_request": op_approve_token_request,
+    "list_tokens": op_list_tokens,
 }
 
 

@@ -71,6 +71,7 @@ class FaultPool:
     def config_file(self, j: int) -> Path:
         local = self.local_dir(j)
         bootstrap = "" if j == 0 else f'bootstrap = "{self.address(0)}:{PORT}"'
+        token_dir = self.pool.token_dir("faultd")
         node = str(self.host(j)["name"])
         self.keys.node(node, hosts=[self.address(j)], pool=self.name)
         path = self.workdir / f"faultd-{j}.toml"
@@ -83,6 +84,7 @@ state_interval = 1.0
 
 [condor]
 condor_config = "{self.pool.client_config}"
+{f'token_dir = "{token_dir}"' if token_dir else ""}
 config_dir = "{local / "config.d"}"
 log_dir = "{local / "log"}"
 spool_dir = "{local / "spool"}"

@@ -48,14 +48,27 @@ max_pools = 3
 
 
 class Federation:
-    def __init__(self, sandbox: Sandbox, workdir: Path, names: list[str], *, slots: int = 3) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        workdir: Path,
+        names: list[str],
+        *,
+        slots: int = 3,
+        security: str | None = None,
+    ) -> None:
+        """poold on pools `names` (`security`: their mode, default the sandbox's; FLOCKING_SECURITY
+        where jobs must flock between them)."""
         self.workdir = workdir
         self.names = names
         self.keys = RingKeys(workdir / "poold-keys", ring="poold")
         self.key = self.keys.key_file
-        self.pools: dict[str, SandboxPool] = {name: sandbox.up(name, slots=slots) for name in names}
+        self.pools: dict[str, SandboxPool] = {
+            name: sandbox.up(name, slots=slots, security=security) for name in names
+        }
         self.policies: dict[str, str] = {}
         self.flocking: dict[str, str] = {}  # pool -> extra [flocking] lines for its poold
+        self.sections: dict[str, str] = {}  # pool -> extra sections (e.g. [trust]) for its poold
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def address(self, name: str) -> str:
@@ -76,6 +89,7 @@ class Federation:
             policy_path = self.workdir / f"{name}-policy.toml"
             policy_path.write_text(self.policies[name])
             policy = f'policy_file = "{policy_path}"'
+        token_dir = pool.token_dir("poold")
         hosts = sorted({self.address(name), pool.collector.rpartition(":")[0]})
         self.keys.node(name, hosts=hosts, pool=name)
         path = self.workdir / f"{name}.toml"
@@ -84,6 +98,7 @@ class Federation:
 name = "{name}"
 collector = "{pool.collector}"
 condor_config = "{pool.client_config}"
+{f'token_dir = "{token_dir}"' if token_dir else ""}
 
 [ring]
 node_name = "{name}"
@@ -92,6 +107,7 @@ port = 7640
 {bootstrap}
 {self.keys.toml(name)}
 {FAST_SETTINGS}{self.flocking.get(name, "")}
+{self.sections.get(name, "")}
 [daemon]
 control_socket = "{self.socket(name)}"
 {policy}

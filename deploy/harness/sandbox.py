@@ -24,6 +24,19 @@ T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "deploy" / "sandbox"
+SECURITY_MODES = ("open", "recommended")
+# Which security the pools of a test session, benchmark or demo run with (deploy/sandbox up
+# --security): unset, deploy/sandbox's default, HTCondor's recommended security;
+# `SANDBOX_SECURITY=open make test` runs the old open pools, for comparison.
+SECURITY_ENV = "SANDBOX_SECURITY"
+# Jobs that flock from one sandbox pool to another need cross-pool trust: the sending pool's
+# schedds accepted by the receiving pool's collector, its negotiator by the sender's schedds, each
+# with a token of the other pool's key. poolD does not negotiate that yet (issue 15, Deliver 3:
+# cross-pool trust negotiated by poolD), so what makes jobs run across pools runs in open pools,
+# from this one place: poolD's flocking test (tests/poolD/test_poold_sandbox.py), `make demo`
+# (deploy/demo.py) and bench/four-pools (deploy/harness/four_pools.py). Flip it to None (the
+# session's mode) once poolD grants the trust itself.
+FLOCKING_SECURITY: str | None = "open"
 
 
 def poll_until(
@@ -164,13 +177,47 @@ class SandboxPool:
     collector: str
     client_config: str
     hosts: list[dict[str, Any]]
+    security: str = "open"
+    trust_domain: str = ""
+    # Token directories of host-side identities (recommended mode): "client" (the sandbox user),
+    # "poold", "faultd", "admin" (deploy/sandbox SERVICE_TOKENS).
+    tokens: dict[str, str] = field(default_factory=dict)
 
     def exec(self, *argv: str, host: int = 0, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run an HTCondor tool (or anything) on one of the pool's hosts, with its config."""
         return sandbox_cli("exec", self.name, "--host", str(host), "--", *argv, check=check)
 
-    def gateway(self, **kwargs: Any) -> Gateway:
-        return Gateway(condor_config=self.client_config, collector=self.collector, **kwargs)
+    def token_dir(self, identity: str | None) -> str | None:
+        """Where the tokens of `identity` ("poold", "faultd", "admin") are, for a Gateway's
+        token_dir or a daemon's config; None in open mode (everyone is everyone there) or for
+        None (the sandbox user, the client config's default)."""
+        if identity is None or self.security != "recommended":
+            return None
+        if identity not in self.tokens:
+            raise KeyError(f"pool {self.name} has no token for {identity!r} (has {sorted(self.tokens)})")
+        return self.tokens[identity]
+
+    def gateway(self, identity: str | None = None, **kwargs: Any) -> Gateway:
+        """A gateway to the pool as the sandbox user, or as `identity` (see token_dir)."""
+        kwargs.setdefault("tools", self.tools())
+        return Gateway(
+            condor_config=self.client_config,
+            collector=self.collector,
+            token_dir=self.token_dir(identity),
+            **kwargs,
+        )
+
+    def tools(self, host: int = 0) -> list[str]:
+        """The command prefix a Gateway runs HTCondor's tools with (this machine has none): the
+        root's, on one of the pool's hosts (`deploy/sandbox tool`)."""
+        return [str(SANDBOX), "tool", self.name, "--host", str(host), "--"]
+
+    def token(self, identity: str, *authz: str, lifetime: int | None = None) -> str:
+        """A token from the pool's signing key (recommended mode): `identity` ("name" for
+        name@<trust domain>, or "user@domain") bounded to `authz`."""
+        args = ["token", self.name, "--identity", identity, *(a for z in authz for a in ("--authz", z))]
+        args += ["--lifetime", str(lifetime)] if lifetime is not None else []
+        return sandbox_cli(*args).stdout.strip()
 
     def local_dir(self, host: int = 0) -> Path:
         """A host's HTCondor LOCAL_DIR (log/, spool/, config.d/), as a path on this machine."""
@@ -196,14 +243,30 @@ class SandboxPool:
 
 
 class Sandbox:
-    def __init__(self) -> None:
+    def __init__(self, security: str | None = None) -> None:
+        """Pools in `security` mode (SECURITY_MODES), else as SANDBOX_SECURITY says, else
+        deploy/sandbox's default."""
+        self.security = security or os.environ.get(SECURITY_ENV) or None
+        if self.security is not None and self.security not in SECURITY_MODES:
+            raise ValueError(f"{SECURITY_ENV}={self.security!r}: not one of {', '.join(SECURITY_MODES)}")
         self.started: list[str] = []  # up now
         self.used: list[str] = []  # ever started by this Sandbox, down or not: what it must not leave
         self.dirs: list[str] = []
 
-    def up(self, name: str, *, slots: int = 2, hosts: int = 1, subnet_per_host: bool = False) -> SandboxPool:
-        """Start (or keep) a pool; `subnet_per_host` puts each execute host in a /24 of its own."""
+    def up(
+        self,
+        name: str,
+        *,
+        slots: int = 2,
+        hosts: int = 1,
+        subnet_per_host: bool = False,
+        security: str | None = None,
+    ) -> SandboxPool:
+        """Start (or keep) a pool; `subnet_per_host` puts each execute host in a /24 of its own;
+        `security` overrides this Sandbox's mode for this pool."""
+        security = security or self.security
         extra = ["--subnet-per-host"] if subnet_per_host else []
+        extra += ["--security", security] if security else []
         res = sandbox_cli("up", name, "--slots", str(slots), "--hosts", str(hosts), *extra, "--json")
         data = json.loads(res.stdout)
         if name not in self.started:
@@ -215,6 +278,9 @@ class Sandbox:
             collector=data["collector"],
             client_config=data["client_config"],
             hosts=data["hosts"],
+            security=data.get("security", "open"),
+            trust_domain=data.get("trust_domain", ""),
+            tokens=data.get("tokens", {}),
             _root=data["root"],
         )
 

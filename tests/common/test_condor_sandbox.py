@@ -89,7 +89,7 @@ def config_val(pool: SandboxPool, daemon: str, knob: str) -> str:
 
 
 async def test_flock_to_set_through_gateway_is_seen_by_condor_config_val(pool_a: SandboxPool) -> None:
-    async with pool_a.gateway() as gw:
+    async with pool_a.gateway("poold") as gw:  # poold's identity in a secure pool: FLOCK_TO is its
         (schedd,) = await gw.list_schedds()
         configured = config_val(pool_a, "schedd", "FLOCK_TO")
         flock_to = "10.213.200.10:9618, 10.213.201.10:9618"
@@ -102,7 +102,7 @@ async def test_flock_to_set_through_gateway_is_seen_by_condor_config_val(pool_a:
 
 async def test_runtime_config_on_a_startd_from_the_collector(pool_a: SandboxPool) -> None:
     """Startd ads say MyType "Machine", which htcondor2's send_command cannot handle by itself."""
-    async with pool_a.gateway() as gw:
+    async with pool_a.gateway("poold") as gw:  # FLOCK_FROM on startds is poold's too
         startd = (await gw.list_daemons(DaemonKind.STARTD))[0]
         configured = config_val(pool_a, "startd", "FLOCK_FROM")
         await gw.set_config(startd, {"FLOCK_FROM": "10.213.99.1, 10.213.99.2"})
@@ -180,7 +180,9 @@ async def test_two_pools_on_separate_hosts_see_each_other(pool_a: SandboxPool, p
 async def test_daemon_list_edit_starts_and_stops_a_collector(pool_b: SandboxPool) -> None:
     """What faultD's takeover does: start a collector on an execute host, then stop it."""
     master = pool_b.master(host=1)  # addressed from its address file, not via the collector
-    async with pool_b.gateway() as gw:
+    # faultD itself now writes a role file instead; in a secure pool the gateway's raw DAEMON_LIST
+    # edit needs CONFIG and ADMINISTRATOR on the master, the pool administrator's.
+    async with pool_b.gateway("admin") as gw:
         new = await gw.add_daemons(master, ["COLLECTOR"])
         assert new[-1] == "COLLECTOR" and "STARTD" in new
         listed = pool_b.exec("condor_config_val", "-master", "DAEMON_LIST", host=1).stdout

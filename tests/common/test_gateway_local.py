@@ -38,3 +38,13 @@ async def test_match_ads_evaluates_a_constraint_as_condor_q_does() -> None:
         assert await gw.match_ads("LlicDone =?= undefined", ads) == [False, False, True]
         with pytest.raises(CondorError, match=r"not a ClassAd expression: 'LlicDone >>> \('"):
             await gw.match_ads("LlicDone >>> (", ads)
+
+
+def test_token_request_list_json_as_23_9_prints_it() -> None:
+    """condor_token_request_list -json prints one list over many lines (seen on 23.9)."""
+    from common.condor.worker import parse_json_documents
+
+    text = '[\n{\n  "RequestId": "1634618",\n  "TokenLifetime": 600\n}\n]\n'
+    assert parse_json_documents(text) == [{"RequestId": "1634618", "TokenLifetime": 600}]
+    assert parse_json_documents('{"a": 1}\n{"a": 2}\n') == [{"a": 1}, {"a": 2}]
+    assert parse_json_documents("\n") == []

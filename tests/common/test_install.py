@@ -185,15 +185,15 @@ def test_one_snippet_per_role_and_what_both_set_adds_up() -> None:
     ]
     poold, faultd = knobs("60-poold-pool.conf"), knobs("60-faultd-pool.conf")
     both = set(poold) & set(faultd)
-    assert both == {"ALLOW_WRITE_COLLECTOR"}
+    assert both == {"ALLOW_DAEMON_COLLECTOR"}  # each identity's own ad (UPDATE_AD_GENERIC)
     for key in both:
         assert all(v.startswith(f"$({key}") for v in poold[key] + faultd[key]), (key, poold[key], faultd[key])
 
 
-def test_only_flock_to_and_flock_from_are_settable_at_run_time_and_only_from_the_manager() -> None:
+def test_only_flock_to_and_flock_from_are_settable_at_run_time_and_only_by_poold() -> None:
     """Issue 14's bound on HTCondor's side, in the one snippet that enables runtime config: plain
     assignments (not `$(KNOB) ...`), so an earlier file cannot widen them; faultd's snippet
-    enables nothing at run time."""
+    enables nothing at run time. Who may set them is an identity (issue 15), not a host."""
     lines = {}
     for name in ("60-poold-pool.conf", "60-faultd-pool.conf"):
         for line in (FILES / "condor" / name).read_text().splitlines():
@@ -202,6 +202,7 @@ def test_only_flock_to_and_flock_from_are_settable_at_run_time_and_only_from_the
                 lines.setdefault(key.strip(), []).append((name, value.strip()))
     assert lines["ENABLE_RUNTIME_CONFIG"] == [("60-poold-pool.conf", "True")]
     assert lines["SETTABLE_ATTRS_CONFIG"] == [("60-poold-pool.conf", "FLOCK_TO, FLOCK_FROM")]
-    assert lines["ALLOW_CONFIG"] == [("60-poold-pool.conf", "$(CONDOR_HOST)")]
+    assert lines["ALLOW_CONFIG"] == [("60-poold-pool.conf", "$(POOLD_IDENTITY)")]
+    assert lines["POOLD_IDENTITY"] == [("60-poold-pool.conf", "poold@$(TRUST_DOMAIN)")]
     assert not [k for k in lines if k.startswith(("SETTABLE_ATTRS", "ENABLE_")) and k not in (
         "SETTABLE_ATTRS_CONFIG", "ENABLE_RUNTIME_CONFIG")]  # fmt: skip

@@ -190,6 +190,25 @@ def test_poold_and_faultd_from_the_wheel(
         shutil.copy(root.path / f"root/{daemon}-ca/ca.pub", root.path / f"etc/{daemon}/ca.pub")
         for f in ("ring.key", "node.key", "node.pub", "node.cert", "ca.pub"):
             os.chown(root.path / f"etc/{daemon}/{f}", uid, gid)
+    # -- in a pool under HTCondor's recommended security (the sandbox's default), each daemon's
+    # HTCondor identity as the README's "Security model" says: a token from the pool's signing
+    # key, bounded to what the daemon needs, alone in its token_dir (owner and mode as its keys)
+    token_dirs = {"poold": "", "faultd": ""}
+    if pool.security == "recommended":
+        for daemon, (uid, gid), authz in (
+            ("poold", (condor_uid, condor_gid), ("READ", "CONFIG", "ADMINISTRATOR", "DAEMON")),
+            ("faultd", (0, 0), ("READ", "ADMINISTRATOR", "DAEMON")),
+        ):
+            identity = f"{daemon}@{pool.trust_domain}"
+            argv = ["condor_token_create", "-identity", identity, *(a for z in authz for a in ("-authz", z))]
+            token = root.run(*argv).stdout.strip()
+            token_dir = root.path / f"etc/{daemon}/tokens.d"
+            token_dir.mkdir(mode=0o700)
+            (token_dir / daemon).write_text(token + "\n")
+            (token_dir / daemon).chmod(0o600)
+            for path in (token_dir, token_dir / daemon):
+                os.chown(path, uid, gid)
+            token_dirs[daemon] = f'token_dir = "/etc/{daemon}/tokens.d"'
     run_dir = work / "run"
     run_dir.mkdir()
     os.chown(run_dir, condor_uid, condor_gid)
@@ -197,6 +216,7 @@ def test_poold_and_faultd_from_the_wheel(
 [pool]
 name = "{POOL}"
 condor_config = "{cm["config_file"]}"
+{token_dirs["poold"]}
 [ring]
 node_name = "{POOL}"
 bind = "{address}"
@@ -218,6 +238,7 @@ manager_name = "{cm["name"]}"
 state_interval = 1.0
 [condor]
 condor_config = "{cm["config_file"]}"
+{token_dirs["faultd"]}
 [ring]
 node_name = "{cm["name"]}"
 bind = "{address}"

@@ -24,7 +24,7 @@ from common.overlay.envelope import SignedSealer
 from common.overlay.identity import IdentityFiles, load_identity
 from common.overlay.messages import Direct, Peer, overlay_codec
 from deploy.harness.federation import Federation
-from deploy.harness.sandbox import SANDBOX, Sandbox, SandboxPool
+from deploy.harness.sandbox import FLOCKING_SECURITY, SANDBOX, Sandbox, SandboxPool
 from poolD.messages import Announcement
 
 pytestmark = pytest.mark.htcondor
@@ -41,7 +41,8 @@ comment = "not with fc"
 
 @pytest.fixture(scope="module")
 def federation(sandbox: Sandbox) -> Iterator[Federation]:
-    fed = Federation(sandbox, sandbox.shared_dir(), POOLS)
+    # fd's jobs run in fa and fb: flocking between pools, open until poolD grants cross-pool trust.
+    fed = Federation(sandbox, sandbox.shared_dir(), POOLS, security=FLOCKING_SECURITY)
     fed.policies["fd"] = FD_POLICY
     try:
         fed.start_all()
