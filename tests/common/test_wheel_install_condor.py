@@ -199,9 +199,9 @@ def test_poold_and_faultd_from_the_wheel(
             ("poold", (condor_uid, condor_gid), ("READ", "CONFIG", "ADMINISTRATOR", "DAEMON")),
             ("faultd", (0, 0), ("READ", "ADMINISTRATOR", "DAEMON")),
         ):
-            identity = f"{daemon}@{pool.trust_domain}"
-            argv = ["condor_token_create", "-identity", identity, *(a for z in authz for a in ("-authz", z))]
-            token = root.run(*argv).stdout.strip()
+            # condor_token_create -identity <daemon>@<trust domain> -authz ..., as the key's owner
+            # (in the sandbox the daemons' unprivileged user, not root: deploy/sandbox token)
+            token = pool.token(daemon, *authz)
             token_dir = root.path / f"etc/{daemon}/tokens.d"
             token_dir.mkdir(mode=0o700)
             (token_dir / daemon).write_text(token + "\n")
