@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from common.condor.gateway import token_environment
 from common.overlay.auth import generate_key_file
 from common.service import query_control
 from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli, stop_process
@@ -121,6 +122,17 @@ class Root:
         assert res.returncode == 0, f"{argv}: {res.stderr}"
         return res
 
+    def as_admin(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """A tool run by the pool's administrator: as root, and in a recommended pool with the
+        administrator's token (the sandbox user, as whom `deploy/sandbox exec` runs, was refused
+        condor_off there: DENIED for condor-sandbox@sandbox)."""
+        admin = self.pool.token_dir("admin")
+        inside = "/" + str(Path(admin).relative_to(self.path)) if admin else None
+        env = tuple(f"{k}={v}" for k, v in token_environment(inside).items())
+        res = subprocess.run(self.argv(*argv, env=env), capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, f"{argv}: {res.stderr}"
+        return res
+
     def ids(self, user: str) -> tuple[int, int]:
         for line in (self.path / "etc/passwd").read_text().splitlines():
             parts = line.split(":")
@@ -199,9 +211,9 @@ def test_poold_and_faultd_from_the_wheel(
             ("poold", (condor_uid, condor_gid), ("READ", "CONFIG", "ADMINISTRATOR", "DAEMON")),
             ("faultd", (0, 0), ("READ", "ADMINISTRATOR", "DAEMON")),
         ):
-            identity = f"{daemon}@{pool.trust_domain}"
-            argv = ["condor_token_create", "-identity", identity, *(a for z in authz for a in ("-authz", z))]
-            token = root.run(*argv).stdout.strip()
+            # condor_token_create -identity <daemon>@<trust domain> -authz ..., as the key's owner
+            # (in the sandbox the daemons' unprivileged user, not root: deploy/sandbox token)
+            token = pool.token(daemon, *authz)
             token_dir = root.path / f"etc/{daemon}/tokens.d"
             token_dir.mkdir(mode=0o700)
             (token_dir / daemon).write_text(token + "\n")
@@ -308,7 +320,7 @@ metrics_listen = "{address}:{FAULTD_METRICS}"
         master = (
             (Path(root.path) / cm["local_dir"].lstrip("/") / "log/.master_address").read_text().split()[0]
         )
-        pool.exec("condor_off", "-addr", master, "-daemon", "collector")
+        root.as_admin("condor_off", "-addr", master, "-daemon", "collector")
         off = time.monotonic()
         poll_until("the collector to stop answering", lambda: not condor_status_any(pool, "PoolD", "Name"),
                    timeout=120)  # fmt: skip
@@ -321,7 +333,7 @@ metrics_listen = "{address}:{FAULTD_METRICS}"
         while time.monotonic() - off < 3 * WATCHDOG_S:
             assert procs["poold"].poll() is None, "poold died while the collector was off"
             time.sleep(0.5)
-        pool.exec("condor_on", "-addr", master, "-daemon", "collector")
+        root.as_admin("condor_on", "-addr", master, "-daemon", "collector")
         on = time.monotonic()
         pings = [t for t in notify["poold"].times("WATCHDOG=1") if off <= t <= on]
         gaps = [b - a for a, b in zip([off, *pings], [*pings, on], strict=True)]
