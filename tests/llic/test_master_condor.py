@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
+from deploy.harness.sandbox import LLIC_MASTER_SECURITY, Sandbox, SandboxPool, poll_until, sandbox_cli
 from llic import submitter
 from llic.master_core import MasterStatus
 from llic.state import MasterState, load_state
@@ -41,7 +41,7 @@ echo "err $1" >&2
 @pytest.fixture(scope="module")
 def pool(sandbox: Sandbox) -> Iterator[SandboxPool]:
     sandbox_cli("install-selforg")  # the master runs inside the root, from this checkout
-    pool = sandbox.up(POOL, slots=2, hosts=3)
+    pool = sandbox.up(POOL, slots=2, hosts=3, security=LLIC_MASTER_SECURITY)
     yield pool
     sandbox.down(POOL)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import htcondor2
 import pytest
 
-from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
+from deploy.harness.sandbox import LLIC_MASTER_SECURITY, Sandbox, SandboxPool, poll_until, sandbox_cli
 from llic.master_core import MasterStatus
 from llic.state import MasterState, load_state
 from llic.taskbook import TaskState
@@ -44,7 +44,7 @@ echo "task $1 done after $n runs"
 @pytest.fixture(scope="module")
 def pool(sandbox: Sandbox) -> Iterator[SandboxPool]:
     sandbox_cli("install-selforg")  # the master runs inside the root, from this checkout
-    pool = sandbox.up(POOL, slots=2, hosts=3)
+    pool = sandbox.up(POOL, slots=2, hosts=3, security=LLIC_MASTER_SECURITY)
     yield pool
     sandbox.down(POOL)
 
