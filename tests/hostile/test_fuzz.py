@@ -24,8 +24,10 @@ from common.overlay.claims import ClaimChecker, endorse
 from common.overlay.envelope import SignedSealer
 from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
 from common.overlay.messages import (
+    OVERLAY_MESSAGES,
     Broadcast,
     Direct,
+    Heartbeat,
     Hello,
     JoinInfo,
     JoinRequest,
@@ -61,7 +63,7 @@ from llic.master_core import MasterCore
 from llic.task import STATUS_LAUNCH_FAILED, STATUS_OK, TaskResult
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import CoreSettings, PoolCore
-from poolD.messages import Announcement, FlockIntent, FlockReply
+from poolD.messages import Announcement, FlockIntent, FlockReply, TokenRequestNotice, TokenVerdict
 from poolD.policy import Policy
 
 pytestmark = pytest.mark.hostile
@@ -203,25 +205,27 @@ def test_drop_log_writes_a_bounded_number_of_lines(drops: list[tuple[str, str]])
 # ----------------------------------------------------------------------------- the cores
 
 
-overlay_messages = st.one_of(
-    st.builds(Ping, sender=peers, nonce=small, sent=times),
-    st.builds(Pong, sender=peers, nonce=small, sent=times),
-    st.builds(JoinRequest, joiner=peers, hops=small, refresh=st.booleans()),
-    st.builds(
+# Every overlay message type, generated with any well-typed content (a type added to
+# OVERLAY_MESSAGES without an entry here fails test_every_overlay_message_type_is_fuzzed).
+overlay_strategies: dict[type, st.SearchStrategy] = {
+    Ping: st.builds(Ping, sender=peers, nonce=small, sent=times),
+    Pong: st.builds(Pong, sender=peers, nonce=small, sent=times),
+    JoinRequest: st.builds(JoinRequest, joiner=peers, hops=small, refresh=st.booleans()),
+    JoinInfo: st.builds(
         JoinInfo,
         sender=peers,
         candidates=st.lists(peers, max_size=6),
         leaf_set=st.lists(peers, max_size=6),
         root=st.booleans(),
     ),
-    st.builds(Hello, sender=peers),
-    st.builds(LeafSetRequest, sender=peers),
-    st.builds(LeafSetPush, sender=peers, leaf_set=st.lists(peers, max_size=20)),
-    st.builds(RowRequest, sender=peers, row=st.integers(0, 127)),
-    st.builds(RowReply, sender=peers, row=st.integers(0, 127), entries=st.lists(peers, max_size=8)),
-    st.builds(RouteAck, sender=peers, hop_nonce=small),
-    st.builds(Direct, sender=peers, payload=st.just(FlockReply(pool="p", accepted=False, reason=""))),
-    st.builds(
+    Hello: st.builds(Hello, sender=peers),
+    LeafSetRequest: st.builds(LeafSetRequest, sender=peers),
+    LeafSetPush: st.builds(LeafSetPush, sender=peers, leaf_set=st.lists(peers, max_size=20)),
+    RowRequest: st.builds(RowRequest, sender=peers, row=st.integers(0, 127)),
+    RowReply: st.builds(RowReply, sender=peers, row=st.integers(0, 127), entries=st.lists(peers, max_size=8)),
+    RouteAck: st.builds(RouteAck, sender=peers, hop_nonce=small),
+    Direct: st.builds(Direct, sender=peers, payload=st.just(FlockReply(pool="p", accepted=False, reason=""))),
+    Route: st.builds(
         Route,
         key=ids,
         origin=peers,
@@ -230,14 +234,20 @@ overlay_messages = st.one_of(
         via=st.none() | peers,
         hop_nonce=small,
     ),
-    st.builds(
+    Broadcast: st.builds(
         Broadcast,
         origin=peers,
         seq=small,
         level=st.integers(0, 128),
         payload=st.just(FlockReply(pool="p", accepted=False, reason="")),
     ),
-)
+    Heartbeat: st.builds(Heartbeat, sender=peers),
+}
+overlay_messages = st.one_of(*overlay_strategies.values())
+
+
+def test_every_overlay_message_type_is_fuzzed() -> None:
+    assert set(overlay_strategies) == set(OVERLAY_MESSAGES)
 
 
 @FAST
@@ -324,17 +334,44 @@ pool_messages = st.one_of(
         origin=peers,
         schedd_hosts=st.lists(st.sampled_from(["h1", "h2", ""]), max_size=4),
     ),
-    st.builds(FlockReply, pool=st.sampled_from(["a", "b"]), accepted=st.booleans(), reason=st.just("r")),
+    st.builds(
+        FlockReply,
+        pool=st.sampled_from(["a", "b"]),
+        accepted=st.booleans(),
+        reason=st.just("r"),
+        trust_domain=st.none() | st.sampled_from(["a.example", "b.example"]),
+    ),
+    st.builds(
+        TokenRequestNotice,
+        pool=st.sampled_from(["a", "b", "home"]),
+        origin=peers,
+        role=st.sampled_from(["schedd", "negotiator"]),
+        request_id=st.integers(0, 10**20 - 1).map(str),
+        identity=st.sampled_from(["schedd-a@home.example", "negotiator-b@home.example", "x@y"]),
+        authz=st.lists(
+            st.sampled_from(["READ", "ADVERTISE_SCHEDD", "NEGOTIATOR", "ADMINISTRATOR"]), max_size=8
+        ),
+        lifetime=st.integers(1, 7 * 86_400),
+    ),
+    st.builds(
+        TokenVerdict,
+        pool=st.sampled_from(["a", "b"]),
+        role=st.sampled_from(["schedd", "negotiator"]),
+        request_id=st.integers(0, 10**20 - 1).map(str),
+        approved=st.booleans(),
+        reason=st.just("r"),
+    ),
 )
 
 
 @settings(max_examples=60, deadline=None)
-@given(script=st.lists(st.tuples(pool_messages, st.floats(0, 30)), max_size=30))
-def test_pool_core_survives_any_well_typed_message(script: list) -> None:
+@given(script=st.lists(st.tuples(pool_messages, st.floats(0, 30)), max_size=30), trust=st.booleans())
+def test_pool_core_survives_any_well_typed_message(script: list, trust: bool) -> None:
     overlay = OverlayNode(Peer(id=IDS[5], addr="me:1"), OverlayParams(), random.Random(1))
     overlay.start(0.0)
     settings_ = CoreSettings(pool="home", collector="me:9618", discovery=DiscoverySection(),
-                             flocking=FlockingSection())  # fmt: skip
+                             flocking=FlockingSection(),
+                             trust_domain="home.example" if trust else None)  # fmt: skip
     core = PoolCore(settings_, overlay, Policy.allow_all(), random.Random(1))
     core.start(0.0)
     core.on_load(PoolLoad(total_slots=4, free_slots=0, claimed_slots=4, schedds=[]), 0.0)
