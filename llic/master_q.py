@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.classad_text import literal
 from common.cli import EXIT_USER_ERROR, new_parser, run_main
 from common.config import ConfigError
 from llic.chef import ChefState
@@ -177,20 +178,9 @@ def task_ads(state: MasterState) -> list[dict[str, Any]]:
     return out
 
 
-def classad_value(value: Any) -> str:
-    """A value as ClassAd text (-long): strings quoted, booleans true/false, None undefined."""
-    if value is None:
-        return "undefined"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(str(value))
-
-
 def autoformat(value: Any) -> str:
     """A value as condor_q -af prints it: strings bare, the rest as ClassAd text."""
-    return value if isinstance(value, str) else classad_value(value)
+    return value if isinstance(value, str) else literal(value)
 
 
 def _rate(state: MasterState) -> float | None:
@@ -442,7 +432,7 @@ def _print_masters(args: argparse.Namespace, rows: list[dict[str, Any]], title: 
         for ad in ads:
             print(" ".join(autoformat(ad.get(attr)) for attr in args.af))
     elif args.long:
-        print("\n\n".join("\n".join(f"{k} = {classad_value(v)}" for k, v in ad.items()) for ad in ads))
+        print("\n\n".join("\n".join(f"{k} = {literal(v)}" for k, v in ad.items()) for ad in ads))
     elif args.net:
         print(render_net(rows, title))
     elif args.totals:
@@ -460,7 +450,7 @@ def _print_tasks(args: argparse.Namespace, ads: list[dict[str, Any]], title: str
         for ad in ads:
             print(" ".join(autoformat(ad.get(attr)) for attr in args.af))
     elif args.long:
-        print("\n\n".join("\n".join(f"{k} = {classad_value(v)}" for k, v in ad.items()) for ad in ads))
+        print("\n\n".join("\n".join(f"{k} = {literal(v)}" for k, v in ad.items()) for ad in ads))
     else:
         print(render_tasks(ads, title, totals_only=args.totals))
 

@@ -24,6 +24,7 @@ from typing import Any
 import classad2
 import htcondor2 as htcondor
 
+from common.classad_text import literal
 from common.condor.knobs import check_knob_name, check_value_text
 from common.wire import FrameDecoder, frame, pack, unpack
 
@@ -342,17 +343,6 @@ def classad_of(attrs: dict[str, Any]) -> classad2.ClassAd:
     return classad2.ClassAd({k: v for k, v in attrs.items() if v is not None})
 
 
-def expression(value: Any) -> str:
-    """A plain value as ClassAd expression text (strings quoted, booleans true/false)."""
-    if value is None:
-        return "undefined"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return classad2.quote(str(value))
-
-
 def op_advertise(ad: dict[str, Any], collector: str | None) -> None:
     """Put one generic ad (its MyType and Name set by the caller) into a collector:
     UPDATE_AD_GENERIC, which the collector authorizes at the DAEMON level."""
@@ -379,7 +369,7 @@ def op_edit_jobs(
     target = schedd_for(schedd, collector)
     edited = 0
     for key, value in attrs.items():
-        edited = max(edited, int(target.edit(constraint, key, expression(value))))
+        edited = max(edited, int(target.edit(constraint, key, literal(value))))
     return edited
 
 
