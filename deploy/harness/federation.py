@@ -4,6 +4,15 @@ Each poold runs on its pool's central-manager host (inside that host's network n
 program of this machine), joins the ring through the first pool, and talks to its pool through
 the gateway with the pool's client config. Intervals are seconds, not minutes, so that a demo
 shows a whole cycle quickly.
+
+Pools in HTCondor's recommended security (each its own signing key and TRUST_DOMAIN) get poold's
+`[trust]` section (trust_section): poold negotiates the tokens that let jobs flock between them
+by itself (docs/security-htcondor.md, "Cross-pool trust"); no token between pools is made here.
+What the pool's HTCondor side needs for it, deploy/sandbox already writes in every recommended
+pool: the shipped 60-poold-pool.conf (SSL for token requests at the collector, the request limits,
+the negotiator identities at the schedds) and, per host, the collector's own CA and host
+certificate and SEC_TOKEN_SYSTEM_DIRECTORY. Open pools get no `[trust]`: there host-based
+FLOCK_FROM is all a pool needs.
 """
 
 from __future__ import annotations
@@ -70,6 +79,72 @@ class Federation:
         self.flocking: dict[str, str] = {}  # pool -> extra [flocking] lines for its poold
         self.sections: dict[str, str] = {}  # pool -> extra sections (e.g. [trust]) for its poold
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        for name in names:
+            for token in self.flock_token_paths(name):
+                # Left by an earlier run on a pool kept up: every flocking token must come from
+                # the poolds started here.
+                token.unlink()
+
+    def trusting(self, name: str) -> bool:
+        """Whether the pool's poold negotiates cross-pool trust (recommended security)."""
+        return self.pools[name].security == "recommended"
+
+    def token_dir(self, name: str) -> Path:
+        """The token directory of the pool's schedd and negotiator (both on the central manager):
+        its SEC_TOKEN_SYSTEM_DIRECTORY, owned by the daemons' user, mode 0700 (deploy/sandbox).
+        poold installs the tokens it negotiated there, owned like the directory."""
+        return self.pools[name].local_dir(0) / "tokens.d"
+
+    def flock_token_paths(self, name: str) -> list[Path]:
+        return sorted(self.token_dir(name).glob("flock-*"))
+
+    def flock_tokens(self, name: str) -> list[str]:
+        """The tokens poold installed for the pool's daemons: `flock-schedd-<pool>` (our schedds
+        at a pool we flock to), `flock-negotiator-<pool>` (that pool's negotiator at our schedds)."""
+        return [p.name for p in self.flock_token_paths(name)]
+
+    def collector_ca(self, name: str) -> Path:
+        """The CA certificate the pool's collector made itself at start-up (TRUST_DOMAIN_CAFILE,
+        COLLECTOR_BOOTSTRAP_SSL_CERTIFICATE): what its administrator hands the pools it flocks with."""
+        return self.pools[name].local_dir(0) / "ssl" / "ca.pem"
+
+    def peer_ca_file(self, name: str) -> Path:
+        """Every other pool's collector CA in one file: the peer CA exchange, done here as an
+        administrator would (by hand, once per peer), before any poold starts."""
+        peers = [self.collector_ca(n) for n in self.names if n != name]
+        self.wait("the peer collectors made their CA", lambda: all(p.exists() for p in peers))
+        path = self.workdir / f"{name}-peer-collectors-ca.pem"
+        path.write_text("".join(p.read_text() for p in peers))
+        return path
+
+    def trust_section(self, name: str) -> str:
+        """poold's `[trust]` for a recommended pool.
+
+        - request_dir: in the workdir, under /tmp, which the sandbox root shares, so HTCondor's
+          tool (run inside the root) writes the token it receives where poold reads it.
+        - schedd_token_dir, negotiator_token_dir: the central manager's SEC_TOKEN_SYSTEM_DIRECTORY,
+          where both daemons read their tokens.
+        - peer_ca_file: the other pools' collector CAs only (no system bundle), so a token request
+          trusts nothing else.
+        - ssl_skip_host_check: the peers' collectors are named by address (FLOCK_TO and the
+          FlockReply carry `10.213.x.y:9618`), and the host certificate a collector makes itself
+          names only its host name (seen: subject and subjectAltName `DNS:cm.<pool>.sandbox`, no
+          IP entry): checking the host would refuse every peer. The pinned CA file still
+          authenticates each collector as its pool's.
+        - tools: HTCondor's token tools come from the sandbox root, run on the central manager's
+          network with its config (`deploy/sandbox tool`)."""
+        tools = ", ".join(f'"{part}"' for part in self.pools[name].tools())
+        return f"""
+[trust]
+trust_domain = "{self.pools[name].trust_domain}"
+token_lifetime = 600
+request_dir = "{self.workdir / f"{name}-token-requests"}"
+schedd_token_dir = "{self.token_dir(name)}"
+negotiator_token_dir = "{self.token_dir(name)}"
+peer_ca_file = "{self.peer_ca_file(name)}"
+ssl_skip_host_check = true
+tools = [{tools}]
+"""
 
     def address(self, name: str) -> str:
         return str(self.pools[name].hosts[0]["address"])
@@ -108,6 +183,7 @@ port = 7640
 {self.keys.toml(name)}
 {FAST_SETTINGS}{self.flocking.get(name, "")}
 {self.sections.get(name, "")}
+{self.trust_section(name) if self.trusting(name) and "[trust]" not in self.sections.get(name, "") else ""}
 [daemon]
 control_socket = "{self.socket(name)}"
 {policy}
@@ -115,8 +191,15 @@ control_socket = "{self.socket(name)}"
         return path
 
     def start(self, name: str) -> None:
+        """Start the pool's poold. Under its unit's jail, except where it negotiates trust: in the
+        sandbox its token tools run through `deploy/sandbox tool` (a network namespace and a
+        chroot: privileges the unit rightly takes away), and it installs tokens for daemons that
+        run as another user (condor-sandbox; poold runs as root here, as `condor` in its unit,
+        whose ReadWritePaths tests/common/test_systemd_units.py checks)."""
         netns = self.pools[name].hosts[0]["netns"]
-        self.procs[name] = start_in_netns(netns, "poolD", self.config_file(name), self.log_file(name))
+        self.procs[name] = start_in_netns(
+            netns, "poolD", self.config_file(name), self.log_file(name), jail=not self.trusting(name)
+        )
 
     def start_all(self) -> None:
         for name in self.names:

@@ -107,15 +107,18 @@ def _poll_timeout(what: str, last: Any, logs: Iterable[Path]) -> TimeoutError:
 UNITS = {"poolD": DEPLOY_FILES / "systemd/poold.service", "faultD": DEPLOY_FILES / "systemd/faultd.service"}
 
 
-def start_in_netns(netns: str, module: str, config: Path, log_file: Path) -> subprocess.Popen[bytes]:
+def start_in_netns(
+    netns: str, module: str, config: Path, log_file: Path, *, jail: bool = True
+) -> subprocess.Popen[bytes]:
     """One of our daemons (`python -m MODULE run --config CONFIG`) on a sandbox host's network,
     as a program of this machine, logging to `log_file`, under the restrictions of its systemd
     unit (deploy/harness/unit_jail.py; SELFORG_UNIT_JAIL=0 turns that off). The pid is the
     jail's, which forwards signals to the daemon and exits with its status (without the jail,
-    `ip netns exec` execs the daemon in place and the pid is its own)."""
+    `ip netns exec` execs the daemon in place and the pid is its own). `jail=False`: for a
+    caller that says why the unit's restrictions cannot hold in the sandbox."""
     command = [sys.executable, "-m", module, "run", "--config", str(config)]
     unit = UNITS.get(module)
-    if unit is not None and os.environ.get("SELFORG_UNIT_JAIL", "1") != "0":
+    if jail and unit is not None and os.environ.get("SELFORG_UNIT_JAIL", "1") != "0":
         command = [sys.executable, "-m", "deploy.harness.unit_jail", str(unit), "--", *command]
     with open(log_file, "ab") as log:
         return subprocess.Popen(["ip", "netns", "exec", netns, *command], stdout=log, stderr=log, cwd=REPO)
