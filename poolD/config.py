@@ -106,6 +106,12 @@ class PooldDaemonSection(DaemonSection):
 
     control_socket: Path = Path("/run/poold/poold.sock")
     policy_file: Path | None = Field(None, description="none: every pool may share with us")
+    state_file: Path | None = Field(
+        None,
+        description="poold's state file, resumed from at start and replicated by faultD (its "
+        "[condor] poold_state names the same file); none: poold keeps no state (the shipped "
+        "poold.toml sets /var/lib/poold/state.json)",
+    )
 
 
 class PooldConfig(StrictModel):

@@ -13,9 +13,11 @@ It owns the I/O the core asks for and feeds the answers back, each with `trio.cu
   watchdog (common.systemd); SIGHUP reloads the policy and what else can change without a
   restart (`RELOADABLE`), and logs what cannot;
 - the daemon's ClassAd (MyType "PoolD") in the pool's collector, and the optional Prometheus
-  endpoint, both showing `figures()`.
+  endpoint, both showing `figures()`;
+- the state file (`[daemon] state_file`, poolD.state): read at start and resumed from (a file it
+  cannot use is set aside and poold starts fresh), written atomically within a second of a change.
 On SIGTERM the runtime FLOCK_TO is removed and the ad withdrawn, so the schedds fall back to
-their own config.
+their own config; the state file then says so.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -60,6 +63,7 @@ from poolD.core import (
 )
 from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
 from poolD.policy import Policy
+from poolD.state import PooldState, StateFileError, load_state, save_state, set_aside, summary
 
 log = structlog.get_logger("poold")
 
@@ -67,6 +71,7 @@ GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom
 # What a SIGHUP takes on from a changed poold.toml; any other change waits for a restart (the
 # revocation list, [ring] revoked_file, is read again on every SIGHUP).
 RELOADABLE = ("daemon.policy_file", "daemon.log_level", "daemon.gateway_timeout", "daemon.advertise_interval")
+STATE_SAVE_INTERVAL = 1.0  # seconds: a change reaches the state file within this
 
 
 class PoolDaemon:
@@ -117,6 +122,8 @@ class PoolDaemon:
         # The core keeps at most one reading, one FLOCK_TO change and a bounded number of
         # FLOCK_FROM changes outstanding, so this queue is bounded by what the core asks for.
         self._condor_in, self._condor_out = trio.open_memory_channel[GatewayAction](float("inf"))
+        self._wall_offset = 0.0  # wall clock - trio's clock (the state file holds wall-clock times)
+        self._saved: PooldState | None = None  # the document last written (saved_at zeroed)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -205,7 +212,11 @@ class PoolDaemon:
                 nursery.start_soon(self._condor_loop)
                 nursery.start_soon(self._wakeup.run, self._on_timer)
                 self._trust_nursery = nursery
+                self._wall_offset = time.time() - trio.current_time()
+                await self._resume()
                 await self._apply(self.core.start(trio.current_time()))
+                if cfg.daemon.state_file is not None:
+                    nursery.start_soon(self._state_loop, cfg.daemon.state_file)
                 self.metrics_port = await start_daemon_tasks(
                     nursery,
                     "poold",
@@ -222,14 +233,74 @@ class PoolDaemon:
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(15):
                 if self.core is not None:
-                    out = self.core.stop()
+                    core = self.core
+                    out = core.stop()
                     self._notes(out)
                     for action in out.actions:
                         assert isinstance(action, SetFlockTo)
-                        await apply_flock_to(self.gateway, action)
+                        applied = await apply_flock_to(self.gateway, action)
+                        self._notes(core.on_flock_to_applied(applied, trio.current_time()))
+                    if self.config.daemon.state_file is not None:
+                        await self._save_state(self.config.daemon.state_file)
                 await self.advertiser.withdraw()
                 await self.gateway.aclose()
                 await self.advertiser.gateway.aclose()
+
+    # ------------------------------------------------------------------ the state file
+
+    async def _resume(self) -> None:
+        """Resume from the state file, if there is one: a file poold cannot use (damaged,
+        hostile, of another version or another pool) is logged naming the file and field, set
+        aside, and poold starts fresh."""
+        path, core = self.config.daemon.state_file, self.core
+        if path is None or core is None:
+            return
+        try:
+            state = await trio.to_thread.run_sync(load_state, path)
+            if state is None:
+                return
+            try:
+                out = core.restore_state(state, trio.current_time(), self._wall_offset)
+            except ValueError as e:
+                raise StateFileError(f"{path}: {e}") from None
+        except StateFileError as e:
+            self.counters["state_file_rejected"] += 1
+            aside = set_aside(path)
+            where = f"set aside as {aside}" if aside is not None else "could not be set aside"
+            log.error("state file not resumed from: starting fresh", error=str(e), aside=str(aside))
+            self._note(note("state_rejected", f"{e}; {where}; starting fresh", error=str(e)))
+            return
+        log.info("state resumed", file=str(path), **summary(state))
+        await self._apply(out)
+
+    async def _state_loop(self, path: Path) -> None:
+        """Write the state file when the core's state changed, at most once a STATE_SAVE_INTERVAL."""
+        while True:
+            await trio.sleep(STATE_SAVE_INTERVAL)
+            await self._save_state(path)
+
+    async def _save_state(self, path: Path) -> None:
+        """Write the core's state if it changed since the last write; a failure is logged and
+        counted, and tried again at the next interval."""
+        if self.core is None:
+            return
+        try:
+            state = self.core.export_state(trio.current_time(), self._wall_offset)
+        except Exception as e:  # a document that fails its own bounds: a bug, not a reason to stop
+            self.counters["state_save_errors"] += 1
+            log.exception("state not exported", error=str(e))
+            return
+        unstamped = state.model_copy(update={"saved_at": 0.0})
+        if unstamped == self._saved:
+            return
+        try:
+            await trio.to_thread.run_sync(save_state, path, state)
+        except StateFileError as e:
+            self.counters["state_save_errors"] += 1
+            log.error("state file not written", error=str(e))
+            return
+        self._saved = unstamped
+        self.counters["state_saves"] += 1
 
     # ------------------------------------------------------------------ feeding the core
 
