@@ -319,6 +319,7 @@ class PoolCore:
 
     @epoch.setter
     def epoch(self, value: int) -> None:
+        """Set by the active/standby gate (poolD.manager_role) from faultD's reading."""
         self.discovery.epoch = value
 
     @property
