@@ -112,6 +112,15 @@ class PooldDaemonSection(DaemonSection):
         "[condor] poold_state names the same file); none: poold keeps no state (the shipped "
         "poold.toml sets /var/lib/poold/state.json)",
     )
+    faultd_socket: Path | None = Field(
+        None,
+        description="faultD's control socket on this machine: poold stands by unless faultD says "
+        "this machine holds the pool's manager role (issue 16); none: poold always acts",
+    )
+    faultd_poll_interval: float = Field(0.5, gt=0, le=10, description="seconds between faultD readings")
+    faultd_silence: float = Field(
+        3.0, gt=0, le=60, description="faultD silent this long: poold stands by (faultD's takeover time)"
+    )
 
 
 class PooldConfig(StrictModel):
