@@ -962,9 +962,10 @@ class PoolCore:
                 if u > now
             ][:MAX_POOLS],
             flock_to=list(self.flocking.active),
-            flock_to_seen=[SavedFlockTo(schedd=s, collectors=c[:100]) for s, c in self.flock_to_seen.items()][
-                :MAX_HOSTS
-            ],
+            flock_to_seen=[  # as read back from HTCondor: bounded to what the document holds
+                SavedFlockTo(schedd=s[:300], collectors=[x[:300] for x in c[:100]])
+                for s, c in self.flock_to_seen.items()
+            ][:MAX_HOSTS],
             flocking_since=None if self.flocking_since is None else wall(self.flocking_since),
             quiet_since=None if self.flocking.quiet_since is None else wall(self.flocking.quiet_since),
             flock_from=sorted(self.flock_from)[:MAX_HOSTS],

@@ -297,3 +297,11 @@ def test_the_file_poold_writes_is_what_faultd_replicates_and_restores(tmp_path: 
     poold = core(collector="cm2.home.example.org:9618")
     poold.restore_state(restored, 0.0, WALL + 100.0)
     assert poold.flocking.active == state.flock_to and set(poold.grants) == {"visitor"}
+
+
+def test_what_htcondor_read_back_cannot_stop_the_state_from_being_saved(tmp_path: Path) -> None:
+    c = flocking_core()
+    c.flock_to_seen["s" * 500] = ["c" * 500] * 300  # an administrator's odd FLOCK_TO, read back
+    state = c.export_state(80.0, WALL)
+    save_state(tmp_path / "state.json", state)
+    assert load_state(tmp_path / "state.json") == state
