@@ -214,9 +214,7 @@ class PoolDaemon:
                 self._trust_nursery = nursery
                 self._wall_offset = time.time() - trio.current_time()
                 if cfg.daemon.faultd_socket is None:
-                    self.core = self._make_core()
-                    await self._resume()
-                    await self._apply(self.core.start(trio.current_time()))
+                    await self._run_core(self._make_core())
                 else:
                     nursery.start_soon(self._gate_loop, cfg.daemon.faultd_socket)
                 if cfg.daemon.state_file is not None:
@@ -290,12 +288,11 @@ class PoolDaemon:
 
     async def _on_gate(self, action: GateAction) -> None:
         if isinstance(action, Activate):
-            self.core = core = self._make_core()
+            core = self._make_core()
             core.epoch = action.epoch
             text = f"this machine holds the pool's manager role (epoch {action.epoch}): poold active"
             self._note(note("poold_active", text, epoch=action.epoch))
-            await self._resume()
-            await self._apply(core.start(trio.current_time()))
+            await self._run_core(core)
         elif isinstance(action, Raise):
             if self.core is not None:
                 self.core.epoch = action.epoch
@@ -321,17 +318,26 @@ class PoolDaemon:
 
     # ------------------------------------------------------------------ the state file
 
-    async def _resume(self) -> None:
-        """Resume from the state file, if there is one: a file poold cannot use (damaged,
-        hostile, of another version or another pool) is logged naming the file and field, set
-        aside, and poold starts fresh."""
-        path, core = self.config.daemon.state_file, self.core
-        if path is None or core is None:
-            return
+    async def _run_core(self, core: PoolCore) -> None:
+        """Resume `core` from the state file, then make it poold's core and start it (nothing
+        reaches it before it resumed)."""
+        resumed = await self._resume(core)
+        self.core = core
+        if resumed is not None:
+            await self._apply(resumed)
+        await self._apply(core.start(trio.current_time()))
+
+    async def _resume(self, core: PoolCore) -> CoreOutput | None:
+        """Resume from the state file, if there is one; the restore's output, to apply once the
+        core runs. A file poold cannot use (damaged, hostile, of another version or another
+        pool) is logged naming the file and field, set aside, and poold starts fresh."""
+        path = self.config.daemon.state_file
+        if path is None:
+            return None
         try:
             state = await trio.to_thread.run_sync(load_state, path)
             if state is None:
-                return
+                return None
             try:
                 out = core.restore_state(state, trio.current_time(), self._wall_offset)
             except ValueError as e:
@@ -342,9 +348,9 @@ class PoolDaemon:
             where = f"set aside as {aside}" if aside is not None else "could not be set aside"
             log.error("state file not resumed from: starting fresh", error=str(e), aside=str(aside))
             self._note(note("state_rejected", f"{e}; {where}; starting fresh", error=str(e)))
-            return
+            return None
         log.info("state resumed", file=str(path), **summary(state))
-        await self._apply(out)
+        return out
 
     async def _state_loop(self, path: Path) -> None:
         """Write the state file when the core's state changed, at most once a STATE_SAVE_INTERVAL."""

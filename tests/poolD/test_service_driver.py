@@ -84,7 +84,7 @@ async def test_the_driver_writes_the_state_file_when_it_changed_and_resumes_from
     await d._save_state(path)  # unchanged: not written again
     assert d.counters["state_saves"] == 1 and path.exists()
     again, _ = daemon_with_state(tmp_path)
-    await again._resume()
+    assert await again._resume(again.core) is not None
     assert "liar" in again.core.policy.blacklist and again.counters["state_file_rejected"] == 0
 
 
@@ -92,7 +92,7 @@ async def test_the_driver_sets_a_bad_state_file_aside_and_starts_fresh(tmp_path:
     d, path = daemon_with_state(tmp_path)
     path.parent.mkdir()
     path.write_text('{"format": "poold-state", "version": 99}')
-    await d._resume()
+    assert await d._resume(d.core) is None
     assert d.counters["state_file_rejected"] == 1 and not path.exists()
     (aside,) = path.parent.glob("state.json.rejected-*")
     assert "99" in aside.read_text()  # kept for a person to look at
