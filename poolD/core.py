@@ -108,6 +108,9 @@ GRANT_PERIODS = 2  # a grant lasts this many reauthorize_after periods: one lost
 MAX_MOVES = 3
 MOVE_WINDOW = 300.0
 MOVE_NOTICE_DELAYS = (0.0, 2.0, 6.0)
+# A pool's epoch grows by one per takeover; a word whose epoch jumps further than this past what
+# the pool said before is refused (a forged huge epoch would pin its collector for good).
+MAX_EPOCH_JUMP = 1000
 # Offers made after a restore continue our sequence this far ahead: the state a replacement
 # restores may be a few offers behind the last one the old manager sent.
 SEQ_RESTART_GAP = 1000
@@ -813,6 +816,9 @@ class PoolCore:
                 self._moves.pop(oldest, None)
             self.collector_claims[pool] = CollectorClaim(collector, origin, epoch, seq)
             return True
+        if epoch > claim.epoch + MAX_EPOCH_JUMP:
+            self.counters["collector_epoch_jumps"] += 1
+            return False
         newer = (epoch, seq) > (claim.epoch, claim.seq)
         if collector == claim.collector:
             if newer:

@@ -18,6 +18,7 @@ from common.overlay.messages import Peer
 from deploy.harness.ring_keys import RingKeys
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import (
+    MAX_EPOCH_JUMP,
     MAX_MOVES,
     MOVE_NOTICE_DELAYS,
     MOVE_WINDOW,
@@ -230,3 +231,12 @@ def test_only_the_pools_own_certified_node_may_name_its_collector(keys: RingKeys
     assert checker.payload_problem(endorse(other_pool, lie, now), now) is not None
     elsewhere = moved(NEW, seq=1, origin=origin(wrong_host))  # B's node, but not the collector's host
     assert checker.payload_problem(endorse(wrong_host, elsewhere, now), now) is not None
+
+
+def test_an_epoch_jumping_out_of_reach_is_refused() -> None:
+    """A node of B's that forged a huge epoch would pin B's collector for good."""
+    c = flocking_to_b()
+    out = c.on_message(moved(seq=5, epoch=MAX_EPOCH_JUMP + 1), 70.0)
+    assert of(out, SetFlockTo) == [] and c.counters["collector_epoch_jumps"] == 1
+    assert c.collector_claims["b"].epoch == 0
+    assert of(c.on_message(moved(seq=6, epoch=3), 71.0), SetFlockTo) != []  # three takeovers: fine
