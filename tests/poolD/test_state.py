@@ -305,3 +305,23 @@ def test_what_htcondor_read_back_cannot_stop_the_state_from_being_saved(tmp_path
     state = c.export_state(80.0, WALL)
     save_state(tmp_path / "state.json", state)
     assert load_state(tmp_path / "state.json") == state
+
+
+def test_a_replacement_keeps_flock_to_and_withdraws_it_when_the_queue_drains() -> None:
+    """A's manager died; A's replacement resumes A's FLOCK_TO and takes it back once quiet."""
+    state = flocking_core().export_state(100.0, WALL)
+    replacement = core(collector="cm2.home.example.org:9618")
+    replacement.restore_state(state, 0.0, WALL + 100.0)
+    replacement.start(0.0)
+    assert replacement.flocking.active == state.flock_to
+    withdrawn = []
+    t = 0.0
+    while t < 60.0 + FlockingSection().withdraw_after + 2 * INTERVAL:
+        t += INTERVAL
+        replacement.on_load(load(free=3, idle=0), t)  # the queue drained
+        out = replacement.on_timer(t)
+        for action in of(out, SetFlockTo):
+            withdrawn.append(action)
+            replacement.on_flock_to_applied(FlockToApplied(action, True, {}), t)
+    assert [a.collectors for a in withdrawn] == [()]
+    assert replacement.flocking.active == []
