@@ -118,3 +118,26 @@ def test_faultds_own_status_drives_the_gate() -> None:
     machine.on_timer(10.0)  # nobody's alive heard: the original manages
     reply = machine.status(10.0) | {"condor": {"managing": True}}  # faultD.service adds this
     assert g.on_reading(reading_from_status(reply), 10.0) == [Activate(reply["epoch"])]
+
+
+def test_poold_status_shows_the_gate() -> None:
+    from poolD.cli import render_status
+
+    g = gate()
+    g.on_reading(reading_from_status(status(epoch=2)), 0.0)
+    base = {
+        "pool": "b",
+        "collector": ME,
+        "node": {"addr": "b2:7640", "id": "07" * 16},
+        "joined": True,
+        "leaf_set": [],
+        "routing_table": [],
+        "willing_list": [],
+        "flock_to": {},
+        "blacklist": {},
+        "offers": {"accepted": 0, "dropped": {}},
+        "overlay_drops": {},
+        "decisions": [],
+    }
+    assert "manager role: active (epoch 2)" in render_status(base | {"manager_role": g.status(1.0)})
+    assert "manager role" not in render_status(base | {"manager_role": None})
