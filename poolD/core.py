@@ -900,6 +900,11 @@ class PoolCore:
             addr, domain = claim.origin.addr, claim.trust_domain
             self._take(self.trust.want(pool, "schedd", claim.collector, addr, domain, now), out)
 
+    @property
+    def announcing_move(self) -> bool:
+        """Whether notices of our collector's move are still to be sent."""
+        return bool(self._move_notices)
+
     def announce_move(self, now: float) -> CoreOutput:
         """Our pool's collector is ours now, where it was another (a takeover, or the original
         taking its role back): tell the pools that flock to us and our routing table, now and

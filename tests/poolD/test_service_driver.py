@@ -207,3 +207,26 @@ async def test_the_gate_runs_poold_only_while_faultd_says_this_machine_manages(t
         await d.read_role(sock)
         assert d.core is None and "faultd silent" in d.decisions[-1]
         nursery.cancel_scope.cancel()
+
+
+async def test_an_activation_without_a_state_file_still_tells_where_our_collector_is(tmp_path: Path) -> None:
+    sock = tmp_path / "faultd.sock"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    config = daemon(tmp_path, policy).config
+    config = config.model_copy(update={"daemon": config.daemon.model_copy(update={"faultd_socket": sock})})
+    d = PoolDaemon(config)
+    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    d.overlay.core._consider(Peer(id=9 << 124, addr="10.0.0.9:7640"), 0.0, firsthand=True)  # type: ignore[attr-defined]
+    d.overlay.core._flush()  # type: ignore[attr-defined]
+
+    async def faultd(request: dict) -> dict:
+        return faultd_status("manager", 5, manages=True)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_control, sock, faultd)
+        await d.read_role(sock)
+        nursery.cancel_scope.cancel()
+    assert d.core is not None and d.core.epoch == 5
+    told = [(a, m) for a, m in d.overlay.sent if type(m).__name__ == "CollectorMoved"]  # type: ignore[attr-defined]
+    assert [a for a, _ in told] == ["10.0.0.9:7640"] and told[0][1].epoch == 5  # type: ignore[attr-defined]
