@@ -900,6 +900,16 @@ class PoolCore:
             addr, domain = claim.origin.addr, claim.trust_domain
             self._take(self.trust.want(pool, "schedd", claim.collector, addr, domain, now), out)
 
+    def reassert_flock_from(self, now: float) -> CoreOutput:
+        """The manager role came to this machine: whatever FLOCK_FROM its collector and startds
+        had from an earlier stint here, set it to exactly the grants now (none: removed)."""
+        out = CoreOutput()
+        if self._pending_intents == 0:
+            why = "manager role taken: FLOCK_FROM set to the grants"
+            self._set_flock_from(self._granted(), None, None, why, out)
+        out.wakeup = self._wakeup()
+        return out
+
     @property
     def announcing_move(self) -> bool:
         """Whether notices of our collector's move are still to be sent."""

@@ -293,6 +293,7 @@ class PoolDaemon:
             text = f"this machine holds the pool's manager role (epoch {action.epoch}): poold active"
             self._note(note("poold_active", text, epoch=action.epoch))
             await self._run_core(core)
+            await self._apply(core.reassert_flock_from(trio.current_time()))
             if not core.announcing_move:
                 # The state resumed (if any) named our own collector, yet the role came here from
                 # elsewhere, or may have: the pools that flock to us learn where we are now.

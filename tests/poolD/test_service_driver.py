@@ -230,3 +230,5 @@ async def test_an_activation_without_a_state_file_still_tells_where_our_collecto
     assert d.core is not None and d.core.epoch == 5
     told = [(a, m) for a, m in d.overlay.sent if type(m).__name__ == "CollectorMoved"]  # type: ignore[attr-defined]
     assert [a for a, _ in told] == ["10.0.0.9:7640"] and told[0][1].epoch == 5  # type: ignore[attr-defined]
+    (flock_from,) = [a for a in queued(d) if isinstance(a, SetFlockFrom)]
+    assert flock_from.hosts == ()  # no grants: whatever an earlier stint here left is removed
