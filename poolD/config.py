@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 
 from common.cli import DaemonSection
 from common.condor_defaults import collector_address, require
-from common.config import StrictModel
+from common.config import ConfigError, StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
 from poolD.messages import POOL_NAME, TRUST_DOMAIN
@@ -139,6 +139,11 @@ def with_condor_values(config: PooldConfig, values: dict[str, str | None], sourc
     out; a ConfigError when neither gives one. Pure: the caller reads `values`."""
     if config.pool.collector is not None:
         return config
+    if config.daemon.faultd_socket is not None:
+        raise ConfigError(
+            f"{source}: pool.collector is not set: with daemon.faultd_socket, name this machine's own "
+            "collector (host:port); HTCondor's COLLECTOR_HOST names the pool's current manager"
+        )
     collector = collector_address(values.get("COLLECTOR_HOST"))
     require(collector, source, "pool.collector", "COLLECTOR_HOST")
     return config.model_copy(update={"pool": config.pool.model_copy(update={"collector": collector})})

@@ -5,6 +5,7 @@ losing the role, or faultD falling silent, stands poold by at once."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,3 +142,21 @@ def test_poold_status_shows_the_gate() -> None:
     }
     assert "manager role: active (epoch 2)" in render_status(base | {"manager_role": g.status(1.0)})
     assert "manager role" not in render_status(base | {"manager_role": None})
+
+
+def test_with_faultd_the_collector_must_be_this_machines_own(tmp_path: Path) -> None:
+    from common.config import ConfigError
+    from poolD.config import with_condor_values
+    from tests.poolD.test_reload import daemon
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    config = daemon(tmp_path, policy).config
+    unset = config.model_copy(
+        update={
+            "pool": config.pool.model_copy(update={"collector": None}),
+            "daemon": config.daemon.model_copy(update={"faultd_socket": tmp_path / "faultd.sock"}),
+        }
+    )
+    with pytest.raises(ConfigError, match=r"pool\.collector is not set: with daemon\.faultd_socket"):
+        with_condor_values(unset, {"COLLECTOR_HOST": "cm.example.org"}, "poold.toml")
