@@ -133,6 +133,11 @@ def render_status(s: dict[str, Any]) -> str:
         f"pool {s['pool']} (collector {s['collector']}), overlay node {s['node']['addr']} "
         f"id {s['node']['id'][:8]}…, {'joined' if s['joined'] else 'joining'}"
     ]
+    gate = s.get("manager_role")
+    if gate:  # poold behind faultD's role (issue 16)
+        epoch = gate["active_epoch"] if gate["mode"] == "active" else gate["epoch"]
+        why = f"; {gate['problem']}" if gate.get("problem") else ""
+        lines.append(f"manager role: {gate['mode']} (epoch {epoch}){why}")
     load = s.get("load")
     if load:
         idle = sum(x["idle"] for x in load["schedds"])

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 
 from common.cli import DaemonSection
 from common.condor_defaults import collector_address, require
-from common.config import StrictModel
+from common.config import ConfigError, StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
 from poolD.messages import POOL_NAME, TRUST_DOMAIN
@@ -106,6 +106,21 @@ class PooldDaemonSection(DaemonSection):
 
     control_socket: Path = Path("/run/poold/poold.sock")
     policy_file: Path | None = Field(None, description="none: every pool may share with us")
+    state_file: Path | None = Field(
+        None,
+        description="poold's state file, resumed from at start and replicated by faultD (its "
+        "[condor] poold_state names the same file); none: poold keeps no state (the shipped "
+        "poold.toml sets /var/lib/poold/state.json)",
+    )
+    faultd_socket: Path | None = Field(
+        None,
+        description="faultD's control socket on this machine: poold stands by unless faultD says "
+        "this machine holds the pool's manager role (issue 16); none: poold always acts",
+    )
+    faultd_poll_interval: float = Field(0.5, gt=0, le=10, description="seconds between faultD readings")
+    faultd_silence: float = Field(
+        3.0, gt=0, le=60, description="faultD silent this long: poold stands by (faultD's takeover time)"
+    )
 
 
 class PooldConfig(StrictModel):
@@ -124,6 +139,11 @@ def with_condor_values(config: PooldConfig, values: dict[str, str | None], sourc
     out; a ConfigError when neither gives one. Pure: the caller reads `values`."""
     if config.pool.collector is not None:
         return config
+    if config.daemon.faultd_socket is not None:
+        raise ConfigError(
+            f"{source}: pool.collector is not set: with daemon.faultd_socket, name this machine's own "
+            "collector (host:port); HTCondor's COLLECTOR_HOST names the pool's current manager"
+        )
     collector = collector_address(values.get("COLLECTOR_HOST"))
     require(collector, source, "pool.collector", "COLLECTOR_HOST")
     return config.model_copy(update={"pool": config.pool.model_copy(update={"collector": collector})})

@@ -49,21 +49,22 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from common.condor.address import sinful_host
-from common.condor.knobs import check_host, grant_covers, is_host_glob
+from common.condor.knobs import check_host, check_host_grant, grant_covers, is_host_glob
 from common.condor.types import PoolLoad
 from common.events import Note, note
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode
 from common.wire import Message
 from poolD.config import DiscoverySection, FlockingSection
-from poolD.discovery import Discovery, DiscoverySettings, peer_host
+from poolD.discovery import Discovery, DiscoverySettings, _collector_problem, peer_host
 from poolD.flock_trust import (
     ApproveToken,
+    Asked,
     InstallToken,
     RemoveToken,
     RequestToken,
@@ -73,12 +74,46 @@ from poolD.flock_trust import (
     TrustSettings,
 )
 from poolD.flocking import FlockingManager
-from poolD.messages import Announcement, FlockIntent, FlockReply, TokenRequestNotice, TokenVerdict
+from poolD.messages import (
+    Announcement,
+    CollectorMoved,
+    FlockIntent,
+    FlockReply,
+    TokenRequestNotice,
+    TokenVerdict,
+)
 from poolD.policy import Direction, Policy, Subject
+from poolD.state import (
+    MAX_HOSTS,
+    MAX_POOLS,
+    PooldState,
+    SavedAuthorization,
+    SavedBlacklisting,
+    SavedCollector,
+    SavedFlockTo,
+    SavedGrant,
+    SavedOffer,
+    SavedPeer,
+    SavedRound,
+    SavedToken,
+    SavedTokenRequest,
+)
 from poolD.willing import WillingEntry, WillingList
 
 MAX_PENDING_INTENTS = 64  # authorization requests from other pools waiting for FLOCK_FROM to be set
 GRANT_PERIODS = 2  # a grant lasts this many reauthorize_after periods: one lost renewal is survived
+# Repointing (issue 16): a pool's collector may move at most MAX_MOVES times in MOVE_WINDOW
+# seconds (a takeover and a takeback fit; a node that flaps does not redirect our FLOCK_TO more);
+# our own move is told again after these delays (datagrams get lost).
+MAX_MOVES = 3
+MOVE_WINDOW = 300.0
+MOVE_NOTICE_DELAYS = (0.0, 2.0, 6.0)
+# A pool's epoch grows by one per takeover; a word whose epoch jumps further than this past what
+# the pool said before is refused (a forged huge epoch would pin its collector for good).
+MAX_EPOCH_JUMP = 1000
+# Offers made after a restore continue our sequence this far ahead: the state a replacement
+# restores may be a few offers behind the last one the old manager sent.
+SEQ_RESTART_GAP = 1000
 
 
 # ----------------------------------------------------------------------------- actions
@@ -216,6 +251,19 @@ class Grant:
 
 
 @dataclass
+class CollectorClaim:
+    """What a pool last said of its collector (an offer or a CollectorMoved), ordered by (epoch,
+    seq); `trust_domain` is the pool's, from its FlockReply (to ask the moved collector for our
+    schedds' token)."""
+
+    collector: str
+    origin: Peer
+    epoch: int
+    seq: int
+    trust_domain: str | None = None
+
+
+@dataclass
 class _Round:
     """A flocking round waiting for other pools to authorize our schedds."""
 
@@ -255,10 +303,27 @@ class PoolCore:
         self._round: _Round | None = None
         self._applying: SetFlockTo | None = None
         self._intent_sent: dict[str, float] = {}  # pool -> when we last asked it to renew
+        # Issue 16: repointing and the state file.
+        self.collector_claims: dict[str, CollectorClaim] = {}  # pool -> what it said of its collector
+        self.grant_addrs: dict[str, str] = {}  # pool holding a grant -> its overlay address
+        self._moves: dict[str, deque[float]] = {}  # pool -> when its collector moved, newest last
+        self._moved: dict[str, str] = {}  # old collector -> new, while FLOCK_TO still names the old
+        self._move_notices: list[float] = []  # when to tell others our collector moved
         self.trust: TrustBroker | None = None
         if settings.trust_domain is not None:
             trust = TrustSettings(settings.pool, settings.trust_domain, settings.token_lifetime)
             self.trust = TrustBroker(trust, overlay.me)
+
+    @property
+    def epoch(self) -> int:
+        """faultD's epoch of our pool's manager role (0 without faultD): orders what we say of
+        our collector after what an earlier manager said (issue 16)."""
+        return self.discovery.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        """Set by the active/standby gate (poolD.manager_role) from faultD's reading."""
+        self.discovery.epoch = value
 
     @property
     def policy(self) -> Policy:
@@ -279,6 +344,7 @@ class PoolCore:
         self._review_grants(now, out)
         if self.trust is not None:
             self._take(self.trust.expire(now), out)
+        self._send_move_notices(now, out)
         if self._round is not None and now >= self._round.deadline:
             self._finish_round(now, out)
         round_due = self._round is None and now >= self._next_round
@@ -328,6 +394,8 @@ class PoolCore:
             self._take(self.trust.on_notice(message, may, why, now), out)
         elif isinstance(message, TokenVerdict) and self.trust is not None:
             self._take(self.trust.on_verdict(message, now), out)
+        elif isinstance(message, CollectorMoved):
+            self._on_collector_moved(message, now, out)
         out.wakeup = self._wakeup()
         return out
 
@@ -356,6 +424,7 @@ class PoolCore:
             self.flocking_since = now if result.action.collectors else None
             if self.trust is not None:
                 self._drop_tokens_of_pools_left(now, out)
+        self._repoint(out)
         out.wakeup = self._wakeup()
         return out
 
@@ -410,6 +479,8 @@ class PoolCore:
     # ------------------------------------------------------------------ the Information Gatherer
 
     def _on_announcement(self, ann: Announcement, now: float, out: CoreOutput) -> None:
+        if not self._collector_claim(ann.pool, ann.collector, ann.origin, ann.epoch, ann.seq, now, out):
+            return  # an older word of the pool's collector, or one moved too often: not taken
         forwards = self.discovery.on_announcement(ann, now)
         out.actions += [Send(addr, msg) for addr, msg in forwards]
         if ann.pool in self.willing.entries and ann.origin.id not in self.overlay.rtt:
@@ -448,6 +519,9 @@ class PoolCore:
             return
         until = now + GRANT_PERIODS * fl.reauthorize_after
         self.grants[intent.pool] = Grant(frozenset(hosts), subject.host, until, decision.rule)
+        self.grant_addrs[intent.pool] = addr  # told first if our collector moves
+        for gone in [p for p in self.grant_addrs if p not in self.grants]:
+            del self.grant_addrs[gone]
         wanted = self._granted()
         if wanted == self._flock_from_wanted and self._pending_intents == 0:
             self._reply(addr, intent.pool, True, decision.rule, out)
@@ -533,6 +607,9 @@ class PoolCore:
 
     def _on_flock_reply(self, reply: FlockReply, now: float, out: CoreOutput) -> None:
         self.authorized[reply.pool] = Authorization(reply.accepted, reply.reason, now)
+        claim = self.collector_claims.get(reply.pool)
+        if claim is not None and reply.trust_domain:
+            claim.trust_domain = reply.trust_domain  # for a token at its collector if that moves
         entry = self.willing.entries.get(reply.pool)
         if self.trust is not None and reply.accepted and reply.trust_domain and entry is not None:
             # Our schedds will advertise there: ask its collector for their token.
@@ -654,6 +731,8 @@ class PoolCore:
         times += [g.until for g in self.grants.values()]
         if self.trust is not None and (due := self.trust.wakeup()) is not None:
             times.append(due)
+        if self._move_notices:
+            times.append(self._move_notices[0])
         return min(times)
 
     # ------------------------------------------------------------------ cross-pool trust
@@ -717,6 +796,355 @@ class PoolCore:
             self._take(self.trust.drop(pool, "schedd", "flocking to it ended"), out)
             self._take(self.trust.revoke(pool, "negotiator", "flocking to it ended"), out)
 
+    # ------------------------------------------------------------------ repointing (issue 16)
+
+    def _collector_claim(
+        self, pool: str, collector: str, origin: Peer, epoch: int, seq: int, now: float, out: CoreOutput
+    ) -> bool:
+        """Take what a pool says of its collector (the driver checked that the signer's
+        certificate is the pool's and covers the collector's host). The same collector, or a
+        first word: recorded. Another collector: a move, taken only when `(epoch, seq)` is newer
+        than what the pool said before and the pool has not moved MAX_MOVES times in
+        MOVE_WINDOW; then our FLOCK_TO follows at once. False: the message is not to be taken."""
+        if pool == self.settings.pool:
+            return True  # our own offer: discovery drops it
+        claim = self.collector_claims.get(pool)
+        if claim is None:
+            if len(self.collector_claims) >= MAX_POOLS:
+                oldest = next(iter(self.collector_claims))
+                del self.collector_claims[oldest]
+                self._moves.pop(oldest, None)
+            self.collector_claims[pool] = CollectorClaim(collector, origin, epoch, seq)
+            return True
+        if epoch > claim.epoch + MAX_EPOCH_JUMP:
+            self.counters["collector_epoch_jumps"] += 1
+            return False
+        newer = (epoch, seq) > (claim.epoch, claim.seq)
+        if collector == claim.collector:
+            if newer:
+                claim.origin, claim.epoch, claim.seq = origin, epoch, seq
+            return True
+        if not newer:
+            self.counters["collector_moves_stale"] += 1
+            return False
+        if _collector_problem(collector) is not None:
+            self.counters["collector_moves_refused"] += 1
+            return False
+        moves = self._moves.setdefault(pool, deque(maxlen=MAX_MOVES))
+        if len(moves) == MAX_MOVES and now - moves[0] < MOVE_WINDOW:
+            self.counters["collector_moves_limited"] += 1
+            text = f"{pool} moved its collector {MAX_MOVES} times in {MOVE_WINDOW:.0f} s: {collector} refused"
+            out.notes.append(note("collector_move_limited", text, pool=pool, collector=collector))
+            return False
+        moves.append(now)
+        old = claim.collector
+        claim.collector, claim.origin, claim.epoch, claim.seq = collector, origin, epoch, seq
+        self.counters["collector_moves"] += 1
+        text = f"{pool} moved its collector from {old} to {collector} (epoch {epoch})"
+        out.notes.append(note("collector_moved", text, pool=pool, old=old, new=collector, epoch=epoch))
+        entry = self.willing.entries.get(pool)
+        if entry is not None:
+            entry.collector, entry.origin = collector, origin
+        if old in self.flocking.active or (self._applying is not None and old in self._applying.collectors):
+            self._moved[old] = collector
+            self._reestablish(pool, claim, now, out)
+        for stale in [c for c in self._moved if c == collector]:
+            del self._moved[stale]  # moved back before FLOCK_TO followed
+        self._repoint(out)
+        return True
+
+    def _on_collector_moved(self, msg: CollectorMoved, now: float, out: CoreOutput) -> None:
+        """A pool we know says its collector moved; a pool we never heard of is ignored (nothing
+        is kept for it), as is one the policy refuses."""
+        if msg.pool not in self.collector_claims and msg.pool not in self.willing.entries:
+            self.counters["collector_moves_unknown"] += 1
+            return
+        decision = self.policy.decide(Subject(msg.pool, peer_host(msg.origin)), Direction.ACCEPT, now)
+        if not decision.allowed:
+            self.counters["collector_moves_refused"] += 1
+            return
+        self._collector_claim(msg.pool, msg.collector, msg.origin, msg.epoch, msg.seq, now, out)
+
+    def _repoint(self, out: CoreOutput) -> None:
+        """FLOCK_TO names a collector that moved: set it to the new one now (one change at a time)."""
+        active = self.flocking.active
+        if self._applying is not None or not any(c in self._moved for c in active):
+            for gone in [c for c in self._moved if c not in active]:
+                if self._applying is None:
+                    del self._moved[gone]
+            return
+        target: list[str] = []
+        for c in active:
+            new = self._moved.get(c, c)
+            if new not in target:
+                target.append(new)
+        moved = ", ".join(f"{c} -> {self._moved[c]}" for c in active if c in self._moved)
+        reason = f"collector moved: {moved}"
+        out.notes.append(note("flock_to", reason, flock_to=",".join(target), pools=len(target)))
+        action = SetFlockTo(tuple(target), reason)
+        self._applying = action
+        self._moved = {}
+        out.actions.append(action)
+
+    def _reestablish(self, pool: str, claim: CollectorClaim, now: float, out: CoreOutput) -> None:
+        """We flock to `pool`, whose collector moved: ask its new manager's poold to authorize
+        our schedds again (its FLOCK_FROM is on the new collector now) and, with cross-pool
+        trust, its new collector for our schedds' token. The token we hold stays where our
+        schedds read it until the new one replaces it."""
+        if self.load is not None:
+            self._intent_sent[pool] = now
+            out.actions.append(Send(claim.origin.addr, self._intent(self._schedd_hosts(self.load))))
+        if self.trust is not None and claim.trust_domain is not None:
+            self.trust.held.pop((pool, "schedd"), None)
+            self.trust.asked.pop((pool, "schedd"), None)
+            addr, domain = claim.origin.addr, claim.trust_domain
+            self._take(self.trust.want(pool, "schedd", claim.collector, addr, domain, now), out)
+
+    def reassert_flock_from(self, now: float) -> CoreOutput:
+        """The manager role came to this machine: whatever FLOCK_FROM its collector and startds
+        had from an earlier stint here, set it to exactly the grants now (none: removed)."""
+        out = CoreOutput()
+        if self._pending_intents == 0:
+            why = "manager role taken: FLOCK_FROM set to the grants"
+            self._set_flock_from(self._granted(), None, None, why, out)
+        out.wakeup = self._wakeup()
+        return out
+
+    @property
+    def announcing_move(self) -> bool:
+        """Whether notices of our collector's move are still to be sent."""
+        return bool(self._move_notices)
+
+    def announce_move(self, now: float) -> CoreOutput:
+        """Our pool's collector is ours now, where it was another (a takeover, or the original
+        taking its role back): tell the pools that flock to us and our routing table, now and
+        twice more (MOVE_NOTICE_DELAYS)."""
+        self._move_notices = [now + d for d in MOVE_NOTICE_DELAYS]
+        out = CoreOutput()
+        self._send_move_notices(now, out)
+        out.wakeup = self._wakeup()
+        return out
+
+    def _send_move_notices(self, now: float, out: CoreOutput) -> None:
+        if not self._move_notices or self._move_notices[0] > now:
+            return
+        while self._move_notices and self._move_notices[0] <= now:
+            self._move_notices.pop(0)
+        self.discovery.seq += 1
+        moved = CollectorMoved(
+            pool=self.settings.pool,
+            collector=self.settings.collector,
+            origin=self.overlay.me,
+            epoch=self.epoch,
+            seq=self.discovery.seq,
+        )
+        targets = dict.fromkeys(self.grant_addrs[p] for p in self.grants if p in self.grant_addrs)
+        targets |= dict.fromkeys(self.discovery.announce_targets(now))
+        out.actions += [Send(addr, moved) for addr in targets]
+        self.counters["collector_move_notices"] += len(targets)
+
+    # ------------------------------------------------------------------ the state file (issue 16)
+
+    def export_state(self, now: float, wall_offset: float) -> PooldState:
+        """Our durable state as a document (poolD.state); times become wall-clock seconds
+        (`wall_offset` = wall clock - `now`). Pure: the driver writes it."""
+
+        def wall(t: float) -> float:
+            return t + wall_offset
+
+        offers = [
+            SavedOffer(
+                pool=e.pool,
+                collector=e.collector,
+                origin=SavedPeer.of(e.origin),
+                row=e.row,
+                free_slots=e.free_slots,
+                total_slots=e.total_slots,
+                queue_length=e.queue_length,
+                utilization=e.utilization,
+                expires_at=wall(e.expires_at),
+                tiebreak=e.tiebreak,
+            )
+            for e in self.willing.entries.values()
+            if e.expires_at > now
+        ]
+        trust = self.trust
+        r = self._round
+        return PooldState(
+            pool=self.settings.pool,
+            collector=self.settings.collector,
+            saved_at=wall(now),
+            epoch=self.epoch,
+            seq=self.discovery.seq,
+            offers=offers[:MAX_POOLS],
+            blacklist=[
+                SavedBlacklisting(pool=p, until=wall(u), reason=why[:500])
+                for p, (u, why) in self.policy.blacklist.items()
+                if u > now
+            ][:MAX_POOLS],
+            flock_to=list(self.flocking.active),
+            flock_to_seen=[  # as read back from HTCondor: bounded to what the document holds
+                SavedFlockTo(schedd=s[:300], collectors=[x[:300] for x in c[:100]])
+                for s, c in self.flock_to_seen.items()
+            ][:MAX_HOSTS],
+            flocking_since=None if self.flocking_since is None else wall(self.flocking_since),
+            quiet_since=None if self.flocking.quiet_since is None else wall(self.flocking.quiet_since),
+            flock_from=sorted(self.flock_from)[:MAX_HOSTS],
+            grants=[
+                SavedGrant(
+                    pool=p,
+                    hosts=sorted(g.hosts),
+                    host=g.host,
+                    until=wall(g.until),
+                    rule=g.rule[:500],
+                    addr=self.grant_addrs.get(p),
+                )
+                for p, g in self.grants.items()
+            ][:MAX_POOLS],
+            authorized=[
+                SavedAuthorization(pool=p, accepted=a.accepted, reason=a.reason[:500], at=wall(a.at))
+                for p, a in self.authorized.items()
+            ][:MAX_POOLS],
+            tokens_held=[] if trust is None else _saved_tokens(trust.held, wall),
+            tokens_issued=[] if trust is None else _saved_tokens(trust.issued, wall),
+            token_requests=[]
+            if trust is None
+            else [
+                SavedTokenRequest(
+                    pool=p, role=role, request_id=a.request_id, addr=a.addr, deadline=wall(a.deadline)
+                )
+                for (p, role), a in trust.asked.items()
+            ][:MAX_POOLS],
+            round=None
+            if r is None
+            else SavedRound(
+                pools=[e.pool for e in r.entries],
+                reason=r.reason[:500],
+                waiting=sorted(r.waiting),
+                deadline=wall(r.deadline),
+            ),
+            collectors=[
+                SavedCollector(
+                    pool=p,
+                    collector=c.collector,
+                    origin=SavedPeer.of(c.origin),
+                    epoch=c.epoch,
+                    seq=c.seq,
+                    trust_domain=c.trust_domain,
+                )
+                for p, c in self.collector_claims.items()
+            ][:MAX_POOLS],
+        )
+
+    def restore_state(self, state: PooldState, now: float, wall_offset: float) -> CoreOutput:
+        """Resume from a document `export_state` made (here, or on the machine that managed the
+        pool before). What it holds is checked as if a peer had said it: hosts and collectors
+        by HTCondor's grammar, expiries no later than this core would give them now, bounds
+        as the core's own. FLOCK_TO is taken as what the schedds still have (not set again);
+        FLOCK_FROM is set again when the document comes from another collector (the manager
+        role moved here), and then the pools we know are told our collector moved. Expired
+        grants are revoked at once. ValueError if the document is another pool's."""
+        if state.pool != self.settings.pool:
+            raise ValueError(f"pool: the state is pool {state.pool!r}'s, not {self.settings.pool!r}'s")
+        out = CoreOutput()
+        fl, disc = self.settings.flocking, self.settings.discovery
+
+        def mono(t: float, at_most: float) -> float:
+            return min(t - wall_offset, at_most)
+
+        for o in state.offers:
+            if o.pool == self.settings.pool or _collector_problem(o.collector) is not None:
+                self.counters["state_entries_refused"] += 1
+                continue
+            self.willing.entries[o.pool] = WillingEntry(
+                pool=o.pool,
+                collector=o.collector,
+                origin=o.origin.peer(),
+                row=o.row,
+                free_slots=min(o.free_slots, o.total_slots),
+                total_slots=o.total_slots,
+                queue_length=o.queue_length,
+                utilization=o.utilization,
+                expires_at=mono(o.expires_at, now + disc.max_valid_for),
+                tiebreak=o.tiebreak,
+            )
+        for b in state.blacklist:
+            until = mono(b.until, now + fl.blacklist_for)
+            if until > now:
+                self.policy.add_to_blacklist(b.pool, until, b.reason)
+        self.willing.expire(now)
+        for pool in list(self.willing.entries):
+            if pool in self.policy.blacklist:
+                self.willing.remove(pool)
+        self.flocking.active = [c for c in state.flock_to if _collector_problem(c) is None][: fl.max_pools]
+        self.flock_to_seen = {s.schedd: list(s.collectors) for s in state.flock_to_seen}
+        if self.flocking.active and state.flocking_since is not None:
+            self.flocking_since = mono(state.flocking_since, now)
+        if state.quiet_since is not None:
+            self.flocking.quiet_since = mono(state.quiet_since, now)
+        self._restore_grants(state, now, mono)
+        for a in state.authorized:
+            self.authorized[a.pool] = Authorization(a.accepted, a.reason, mono(a.at, now))
+        if self.trust is not None:
+            life = self.trust.settings.lifetime
+            self.trust.held |= {(t.pool, t.role): mono(t.until, now + life) for t in state.tokens_held}
+            self.trust.issued |= {(t.pool, t.role): mono(t.until, now + life) for t in state.tokens_issued}
+            timeout = self.trust.settings.request_timeout
+            for q in state.token_requests:
+                deadline = mono(q.deadline, now + timeout)
+                self.trust.asked[(q.pool, q.role)] = Asked(q.request_id, q.addr, deadline)
+        for c in state.collectors:
+            if c.pool != self.settings.pool and _collector_problem(c.collector) is None:
+                claim = CollectorClaim(c.collector, c.origin.peer(), c.epoch, c.seq, c.trust_domain)
+                self.collector_claims[c.pool] = claim
+        r = state.round
+        if r is not None:
+            entries = [self.willing.entries[p] for p in r.pools if p in self.willing.entries]
+            waiting = {p for p in r.waiting if p in self.willing.entries}
+            if entries:
+                deadline = mono(r.deadline, now + fl.authorize_timeout)
+                self._round = _Round(entries, r.reason, waiting, deadline)
+        self.discovery.seq = max(self.discovery.seq, state.seq + SEQ_RESTART_GAP)
+        moved = state.collector != self.settings.collector
+        if moved:
+            self.flock_from = set()  # a new collector: FLOCK_FROM is set there anew
+            self._flock_from_wanted = set()
+        text = f"resumed from the state saved at {state.saved_at:.0f}" + (
+            f" by the manager at {state.collector}" if moved else ""
+        )
+        offers, grants = len(self.willing.entries), len(self.grants)
+        out.notes.append(note("state_restored", text, offers=offers, grants=grants, moved=moved))
+        self._review_grants(now, out)
+        if self.trust is not None:
+            self._take(self.trust.expire(now), out)
+        if moved:
+            self._move_notices = [now + d for d in MOVE_NOTICE_DELAYS]
+            self._send_move_notices(now, out)
+        out.wakeup = self._wakeup()
+        return out
+
+    def _restore_grants(self, state: PooldState, now: float, mono: Any) -> None:
+        """The grants of a document, each host checked as an intent's would be (a host, or a
+        grant the policy names exactly: `_review_grants` revokes what it no longer grants),
+        within the per-pool and total bounds; FLOCK_FROM as applied, only of such hosts."""
+        fl = self.settings.flocking
+        longest = now + GRANT_PERIODS * fl.reauthorize_after
+        total: set[str] = set()
+        for g in state.grants:
+            hosts = {h for h in g.hosts if _is_grant(h)}
+            if len(hosts) != len(g.hosts) or len(hosts) > fl.flock_from_hosts_per_pool:
+                self.counters["state_entries_refused"] += 1
+                continue
+            if len(total | hosts) > fl.flock_from_max_hosts:
+                self.counters["state_entries_refused"] += 1
+                continue
+            total |= hosts
+            self.grants[g.pool] = Grant(frozenset(hosts), g.host, mono(g.until, longest), g.rule)
+            if g.addr is not None:
+                self.grant_addrs[g.pool] = g.addr
+        self.flock_from = {h for h in state.flock_from if _is_grant(h)}
+        self._flock_from_wanted = set(self.flock_from)
+
     # ------------------------------------------------------------------ status
 
     def status(self, now: float) -> dict[str, Any]:
@@ -775,6 +1203,19 @@ def _is_host(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _is_grant(text: str) -> bool:
+    """A host or a grant glob (check_host_grant): what FLOCK_FROM may hold at all."""
+    try:
+        check_host_grant(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _saved_tokens(tokens: dict[tuple[str, str], float], wall: Any) -> list[SavedToken]:
+    return [SavedToken(pool=p, role=role, until=wall(u)) for (p, role), u in tokens.items()][:MAX_POOLS]  # type: ignore[arg-type]
 
 
 def _granted_by(grants: tuple[str, ...], host: str) -> bool:

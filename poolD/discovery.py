@@ -76,6 +76,7 @@ class Discovery:
         self.policy = policy
         self.willing = willing
         self.seq = 0
+        self.epoch = 0  # faultD's epoch of our manager role, in our offers (issue 16)
         self.pool_of: dict[int, str] = {}  # overlay id -> pool name, learned from offers
         self.dropped: Counter[str] = Counter()
         self.accepted = 0
@@ -105,6 +106,7 @@ class Discovery:
             valid_for=self.settings.valid_for,
             ttl=self.settings.ttl,
             row=0,
+            epoch=self.epoch,
         )
         sends: list[Send] = []
         for row in range(self.overlay.table.used_rows()):
@@ -113,6 +115,13 @@ class Discovery:
                 ann = first if row == 0 else first.model_copy(update={"row": row})
                 sends += [(addr, ann) for addr in targets]
         return sends
+
+    def announce_targets(self, now: float) -> list[str]:
+        """Every address of our routing table the policy lets us announce to (each once)."""
+        targets: dict[str, None] = {}
+        for row in range(self.overlay.table.used_rows()):
+            targets |= dict.fromkeys(self._row_targets(row, now))
+        return list(targets)
 
     def _row_targets(self, row: int, now: float) -> list[str]:
         """The addresses in a routing-table row that the policy lets us announce to.

@@ -10,6 +10,8 @@ POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 HOST_PORT = r"^[A-Za-z0-9._-]+:[0-9]{1,5}$"
 TRUST_DOMAIN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
 REQUEST_ID = r"^[0-9]{1,20}$"
+EPOCH_LIMIT = 1 << 61  # faultD's MAX_EPOCH: beyond any number of takeovers
+SEQ_LIMIT = 1 << 62
 
 
 @app_message
@@ -22,7 +24,7 @@ class Announcement(AppMessage):
     pool: str = Field(pattern=POOL_NAME)
     collector: str = Field(pattern=HOST_PORT, description="what a flocking schedd puts in FLOCK_TO")
     origin: Peer
-    seq: int = Field(ge=0)
+    seq: int = Field(ge=0, lt=SEQ_LIMIT)
     free_slots: int = Field(ge=0, le=10_000_000)
     total_slots: int = Field(ge=0, le=10_000_000)
     queue_length: int = Field(ge=0, le=100_000_000)
@@ -30,6 +32,9 @@ class Announcement(AppMessage):
     valid_for: float = Field(gt=0.0, le=86_400.0, description="seconds the offer stands, from receipt")
     ttl: int = Field(ge=0, le=32)
     row: int = Field(ge=0, le=127)
+    # Issue 16: faultD's epoch of the pool's manager role (0 without faultD); (epoch, seq) orders
+    # what a pool says of its collector, so that an older offer cannot move it back.
+    epoch: int = Field(0, ge=0, lt=EPOCH_LIMIT)
 
     FORWARD_MUTABLE = frozenset({"ttl"})
 
@@ -107,3 +112,24 @@ class TokenVerdict(AppMessage):
     def claims(self) -> Claims:
         """The answer speaks for the pool that gives it."""
         return Claims(pool=self.pool)
+
+
+@app_message
+class CollectorMoved(AppMessage):
+    """Our pool's manager role moved (faultD took it over, or the original took it back): the
+    pool's collector is now `collector` (issue 16, Deliver 3). Sent by the poold that now acts
+    for the pool to the pools it knows flock to it and along its routing table, a few times;
+    a pool whose FLOCK_TO names our old collector points it here at once. `(epoch, seq)` orders
+    it after what the pool said before; its claims make the signer's certificate vouch for the
+    pool and the collector's host, so no other pool's node can move our collector."""
+
+    TYPE = "poold.collector_moved"
+    pool: str = Field(pattern=POOL_NAME)
+    collector: str = Field(pattern=HOST_PORT)
+    origin: Peer
+    epoch: int = Field(ge=0, lt=EPOCH_LIMIT)
+    seq: int = Field(ge=0, lt=SEQ_LIMIT)
+
+    def claims(self) -> Claims:
+        """The origin speaks for its pool and its collector's host."""
+        return Claims(node=self.origin, pool=self.pool, hosts=(self.collector.rpartition(":")[0],))

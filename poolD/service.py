@@ -13,9 +13,15 @@ It owns the I/O the core asks for and feeds the answers back, each with `trio.cu
   watchdog (common.systemd); SIGHUP reloads the policy and what else can change without a
   restart (`RELOADABLE`), and logs what cannot;
 - the daemon's ClassAd (MyType "PoolD") in the pool's collector, and the optional Prometheus
-  endpoint, both showing `figures()`.
+  endpoint, both showing `figures()`;
+- the state file (`[daemon] state_file`, poolD.state): read at start and resumed from (a file it
+  cannot use is set aside and poold starts fresh), written atomically within a second of a change;
+- with `[daemon] faultd_socket`, the active/standby gate (poolD.manager_role): poold on every
+  candidate manager polls faultD there, and only while faultD says this machine holds the pool's
+  manager role does it run a core (resumed from the state file faultD restored); on losing the
+  role it drops the core and every HTCondor action not yet carried out, withdrawing nothing.
 On SIGTERM the runtime FLOCK_TO is removed and the ad withdrawn, so the schedds fall back to
-their own config.
+their own config; the state file then says so.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -41,6 +48,7 @@ from common.overlay.ids import digit, id_hex
 from common.overlay.messages import Peer
 from common.overlay.node import Event, Received
 from common.reload import plan_reload
+from common.service import query_control
 from common.systemd import StatusReporter
 from common.timer import Wakeup
 from poolD.condor_flock import apply_flock_from, apply_flock_to
@@ -59,7 +67,9 @@ from poolD.core import (
     SetFlockTo,
 )
 from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
+from poolD.manager_role import Activate, Deactivate, GateAction, ManagerGate, Raise, reading_from_status
 from poolD.policy import Policy
+from poolD.state import PooldState, StateFileError, load_state, save_state, set_aside, summary
 
 log = structlog.get_logger("poold")
 
@@ -67,6 +77,7 @@ GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom
 # What a SIGHUP takes on from a changed poold.toml; any other change waits for a restart (the
 # revocation list, [ring] revoked_file, is read again on every SIGHUP).
 RELOADABLE = ("daemon.policy_file", "daemon.log_level", "daemon.gateway_timeout", "daemon.advertise_interval")
+STATE_SAVE_INTERVAL = 1.0  # seconds: a change reaches the state file within this
 
 
 class PoolDaemon:
@@ -117,6 +128,11 @@ class PoolDaemon:
         # The core keeps at most one reading, one FLOCK_TO change and a bounded number of
         # FLOCK_FROM changes outstanding, so this queue is bounded by what the core asks for.
         self._condor_in, self._condor_out = trio.open_memory_channel[GatewayAction](float("inf"))
+        self._wall_offset = 0.0  # wall clock - trio's clock (the state file holds wall-clock times)
+        self._saved: PooldState | None = None  # the document last written (saved_at zeroed)
+        self.gate: ManagerGate | None = None  # with faultD: whether this machine manages the pool
+        if config.daemon.faultd_socket is not None:
+            self.gate = ManagerGate(config.pool.collector, silence_limit=config.daemon.faultd_silence)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,20 +208,17 @@ class PoolDaemon:
                 await nursery.start(self.overlay.run)
                 assert self.overlay.core is not None
                 cfg = self.config
-                settings = CoreSettings(
-                    pool=cfg.pool.name,
-                    collector=cfg.pool.collector,
-                    discovery=cfg.discovery,
-                    flocking=cfg.flocking,
-                    trust_domain=cfg.trust.trust_domain,
-                    token_lifetime=cfg.trust.token_lifetime,
-                )
-                self.core = PoolCore(settings, self.overlay.core, self.policy, random.Random())
                 nursery.start_soon(self._event_loop)
                 nursery.start_soon(self._condor_loop)
                 nursery.start_soon(self._wakeup.run, self._on_timer)
                 self._trust_nursery = nursery
-                await self._apply(self.core.start(trio.current_time()))
+                self._wall_offset = time.time() - trio.current_time()
+                if cfg.daemon.faultd_socket is None:
+                    await self._run_core(self._make_core())
+                else:
+                    nursery.start_soon(self._gate_loop, cfg.daemon.faultd_socket)
+                if cfg.daemon.state_file is not None:
+                    nursery.start_soon(self._state_loop, cfg.daemon.state_file)
                 self.metrics_port = await start_daemon_tasks(
                     nursery,
                     "poold",
@@ -221,15 +234,157 @@ class PoolDaemon:
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(15):
-                if self.core is not None:
-                    out = self.core.stop()
+                if self.core is not None and self._acting():
+                    core = self.core
+                    out = core.stop()
                     self._notes(out)
                     for action in out.actions:
                         assert isinstance(action, SetFlockTo)
-                        await apply_flock_to(self.gateway, action)
+                        applied = await apply_flock_to(self.gateway, action)
+                        self._notes(core.on_flock_to_applied(applied, trio.current_time()))
+                    if self.config.daemon.state_file is not None:
+                        await self._save_state(self.config.daemon.state_file)
                 await self.advertiser.withdraw()
                 await self.gateway.aclose()
                 await self.advertiser.gateway.aclose()
+
+    def _make_core(self) -> PoolCore:
+        """A core for this pool, on the overlay node poold runs (joined at start)."""
+        assert self.overlay.core is not None
+        cfg = self.config
+        assert cfg.pool.collector is not None
+        settings = CoreSettings(
+            pool=cfg.pool.name,
+            collector=cfg.pool.collector,
+            discovery=cfg.discovery,
+            flocking=cfg.flocking,
+            trust_domain=cfg.trust.trust_domain,
+            token_lifetime=cfg.trust.token_lifetime,
+        )
+        return PoolCore(settings, self.overlay.core, self.policy, random.Random())
+
+    def _acting(self) -> bool:
+        """Whether poold here acts for the pool: always without faultD, else while the gate says so."""
+        return self.gate is None or self.gate.active
+
+    # ------------------------------------------------------------------ the active/standby gate
+
+    async def _gate_loop(self, socket: Path) -> None:
+        """Ask faultD on this machine for its role, every `faultd_poll_interval`, and follow the gate."""
+        while True:
+            await self.read_role(socket)
+            await trio.sleep(self.config.daemon.faultd_poll_interval)
+
+    async def read_role(self, socket: Path) -> None:
+        """One reading of faultD's role (or its silence) through the gate, and what it decides."""
+        assert self.gate is not None
+        try:
+            reply = await trio.to_thread.run_sync(query_control, socket, {"cmd": "status"}, 1.0)
+            actions = self.gate.on_reading(reading_from_status(reply), trio.current_time())
+        except (OSError, ValueError) as e:
+            actions = self.gate.on_silence(f"{socket}: {e}", trio.current_time())
+        for action in actions:
+            await self._on_gate(action)
+
+    async def _on_gate(self, action: GateAction) -> None:
+        if isinstance(action, Activate):
+            core = self._make_core()
+            core.epoch = action.epoch
+            text = f"this machine holds the pool's manager role (epoch {action.epoch}): poold active"
+            self._note(note("poold_active", text, epoch=action.epoch))
+            await self._run_core(core)
+            await self._apply(core.reassert_flock_from(trio.current_time()))
+            if not core.announcing_move:
+                # The state resumed (if any) named our own collector, yet the role came here from
+                # elsewhere, or may have: the pools that flock to us learn where we are now.
+                await self._apply(core.announce_move(trio.current_time()))
+        elif isinstance(action, Raise):
+            if self.core is not None:
+                self.core.epoch = action.epoch
+        else:
+            self._stand_by(action)
+
+    def _stand_by(self, action: Deactivate) -> None:
+        """Losing the role: the core goes, and with it every HTCondor action not yet carried out;
+        nothing is withdrawn (the poold now active owns FLOCK_TO and FLOCK_FROM), and the state
+        file is no longer written (faultD replicates the active poold's)."""
+        self.core = None
+        self._saved = None
+        dropped = 0
+        while True:
+            try:
+                self._condor_out.receive_nowait()
+            except trio.WouldBlock:
+                break
+            dropped += 1
+        self.counters["condor_actions_dropped"] += dropped
+        text = f"poold standing by: {action.reason}"
+        self._note(note("poold_standby", text, reason=action.reason, dropped=dropped))
+
+    # ------------------------------------------------------------------ the state file
+
+    async def _run_core(self, core: PoolCore) -> None:
+        """Resume `core` from the state file, then make it poold's core and start it (nothing
+        reaches it before it resumed)."""
+        resumed = await self._resume(core)
+        self.core = core
+        if resumed is not None:
+            await self._apply(resumed)
+        await self._apply(core.start(trio.current_time()))
+
+    async def _resume(self, core: PoolCore) -> CoreOutput | None:
+        """Resume from the state file, if there is one; the restore's output, to apply once the
+        core runs. A file poold cannot use (damaged, hostile, of another version or another
+        pool) is logged naming the file and field, set aside, and poold starts fresh."""
+        path = self.config.daemon.state_file
+        if path is None:
+            return None
+        try:
+            state = await trio.to_thread.run_sync(load_state, path)
+            if state is None:
+                return None
+            try:
+                out = core.restore_state(state, trio.current_time(), self._wall_offset)
+            except ValueError as e:
+                raise StateFileError(f"{path}: {e}") from None
+        except StateFileError as e:
+            self.counters["state_file_rejected"] += 1
+            aside = set_aside(path)
+            where = f"set aside as {aside}" if aside is not None else "could not be set aside"
+            log.error("state file not resumed from: starting fresh", error=str(e), aside=str(aside))
+            self._note(note("state_rejected", f"{e}; {where}; starting fresh", error=str(e)))
+            return None
+        log.info("state resumed", file=str(path), **summary(state))
+        return out
+
+    async def _state_loop(self, path: Path) -> None:
+        """Write the state file when the core's state changed, at most once a STATE_SAVE_INTERVAL."""
+        while True:
+            await trio.sleep(STATE_SAVE_INTERVAL)
+            await self._save_state(path)
+
+    async def _save_state(self, path: Path) -> None:
+        """Write the core's state if it changed since the last write; a failure is logged and
+        counted, and tried again at the next interval."""
+        if self.core is None or not self._acting():
+            return
+        try:
+            state = self.core.export_state(trio.current_time(), self._wall_offset)
+        except Exception as e:  # a document that fails its own bounds: a bug, not a reason to stop
+            self.counters["state_save_errors"] += 1
+            log.exception("state not exported", error=str(e))
+            return
+        unstamped = state.model_copy(update={"saved_at": 0.0})
+        if unstamped == self._saved:
+            return
+        try:
+            await trio.to_thread.run_sync(save_state, path, state)
+        except StateFileError as e:
+            self.counters["state_save_errors"] += 1
+            log.error("state file not written", error=str(e))
+            return
+        self._saved = unstamped
+        self.counters["state_saves"] += 1
 
     # ------------------------------------------------------------------ feeding the core
 
@@ -241,31 +396,35 @@ class PoolDaemon:
                 self.counters["events_overflow"] += 1
 
     async def _event_loop(self) -> None:
-        assert self.core is not None
-        core = self.core
         async for event in self._events_out:
             assert isinstance(event, Received)
-            await self._feed("events", lambda e=event: core.on_message(e.payload, trio.current_time()))
+            core = self.core
+            if core is None:
+                self.counters["messages_while_standby"] += 1
+                continue
+            await self._feed("events", lambda e=event, c=core: c.on_message(e.payload, trio.current_time()))
 
     async def _on_timer(self, now: float) -> None:
-        assert self.core is not None
         core = self.core
-        await self._feed("timer", lambda: core.on_timer(now))
+        if core is not None:
+            await self._feed("timer", lambda: core.on_timer(now))
 
     async def _condor_loop(self) -> None:
         """Carry out the core's HTCondor actions one at a time and feed back their outcome. An
         action that fails in an unexpected way is fed back as failed (so the core decides again)
         and counted; the loop goes on."""
-        assert self.core is not None
-        core = self.core
         async for action in self._condor_out:
+            core = self.core
+            if core is None or not self._acting():
+                self.counters["condor_actions_dropped"] += 1
+                continue
             try:
                 outcome = await self._carry_out(core, action)
             except Exception as e:  # a bug or an HTCondor surprise must not stop poold's decisions
                 self.counters["condor_action_errors"] += 1
                 log.exception("HTCondor action failed", action=type(action).__name__, error=str(e))
                 outcome = self._failed(core, action, f"{type(e).__name__}: {e}")
-            await self._feed(type(action).__name__, outcome)
+            await self._feed(type(action).__name__, outcome, core)
 
     async def _carry_out(self, core: PoolCore, action: GatewayAction) -> Callable[[], CoreOutput]:
         """Do one action through the gateway; return the step that feeds its outcome to the core."""
@@ -288,20 +447,24 @@ class PoolDaemon:
     ) -> None:
         """One token action (poolD.condor_trust), its outcome fed back to the core; a failure of
         any kind is fed back as a failure with its reason."""
-        assert self.core is not None
         core, trust = self.core, self.config.trust
+        if core is None or not self._acting():
+            self.counters["token_actions_dropped"] += 1
+            return
         now = trio.current_time
         try:
             if isinstance(action, RequestToken):
                 rid, error = await request_token(self.gateway, trust, action)
-                await self._feed("token_request", lambda: core.on_token_requested(action, rid, error, now()))
+                await self._feed(
+                    "token_request", lambda: core.on_token_requested(action, rid, error, now()), core
+                )
             elif isinstance(action, ApproveToken):
                 assert trust.trust_domain is not None
                 why = await approve_token(self.gateway, trust.trust_domain, action)
-                await self._feed("token_approval", lambda: core.on_token_approved(action, why, now()))
+                await self._feed("token_approval", lambda: core.on_token_approved(action, why, now()), core)
             elif isinstance(action, InstallToken):
                 why = await install_token(trust, action)
-                await self._feed("token_install", lambda: core.on_token_installed(action, why, now()))
+                await self._feed("token_install", lambda: core.on_token_installed(action, why, now()), core)
             else:
                 remove_token(trust, action)
         except Exception as e:  # a bug or an HTCondor surprise must not stop poold's decisions
@@ -309,11 +472,13 @@ class PoolDaemon:
             log.exception("token action failed", action=type(action).__name__, error=str(e))
             error = f"{type(e).__name__}: {e}"
             if isinstance(action, RequestToken):
-                await self._feed("token_request", lambda: core.on_token_requested(action, None, error, now()))
+                await self._feed(
+                    "token_request", lambda: core.on_token_requested(action, None, error, now()), core
+                )
             elif isinstance(action, ApproveToken):
-                await self._feed("token_approval", lambda: core.on_token_approved(action, error, now()))
+                await self._feed("token_approval", lambda: core.on_token_approved(action, error, now()), core)
             elif isinstance(action, InstallToken):
-                await self._feed("token_install", lambda: core.on_token_installed(action, error, now()))
+                await self._feed("token_install", lambda: core.on_token_installed(action, error, now()), core)
 
     @staticmethod
     def _failed(core: PoolCore, action: GatewayAction, error: str) -> Callable[[], CoreOutput]:
@@ -324,9 +489,14 @@ class PoolDaemon:
             return lambda: core.on_flock_to_applied(FlockToApplied(action, False, {}), trio.current_time())
         return lambda: core.on_flock_from_applied(FlockFromApplied(action, error), trio.current_time())
 
-    async def _feed(self, what: str, step: Callable[[], CoreOutput]) -> None:
+    async def _feed(self, what: str, step: Callable[[], CoreOutput], core: PoolCore | None = None) -> None:
         """Run one step of the core and carry out its output; a failure is logged and counted,
-        and the daemon goes on (one bad step must not take the central manager's daemon down)."""
+        and the daemon goes on (one bad step must not take the central manager's daemon down).
+        With `core`: only while it is still the core (an outcome arriving after poold stood by
+        goes nowhere)."""
+        if core is not None and core is not self.core:
+            self.counters["outcomes_after_standby"] += 1
+            return
         try:
             await self._apply(step())
         except Exception as e:
@@ -335,6 +505,9 @@ class PoolDaemon:
 
     async def _apply(self, out: CoreOutput) -> None:
         self._notes(out)
+        if not self._acting():
+            self.counters["actions_while_standby"] += len(out.actions)
+            return
         if out.wakeup is not None:
             self._wakeup.set(out.wakeup)
         for action in out.actions:
@@ -362,6 +535,9 @@ class PoolDaemon:
     def describe(self) -> str:
         """One line for systemd's STATUS=: what poold is doing, or what it waits for."""
         node, core, cfg = self.overlay.core, self.core, self.config
+        if self.gate is not None and not self.gate.active and node is not None and node.joined:
+            why = self.gate.problem or "this machine does not hold the pool's manager role"
+            return f"standby: {why}"
         if node is None or core is None or not node.joined:
             via = f" via {cfg.ring.bootstrap}" if cfg.ring.bootstrap else ""
             return f"joining the ring of central managers{via}"
@@ -461,4 +637,5 @@ class PoolDaemon:
             "offers": decisions.get("offers", {"accepted": 0, "dropped": {}}),
             "overlay_drops": self.overlay.drops,
             "counters": dict(self.counters) | (dict(core.counters) if core else {}),
+            "manager_role": self.gate.status(now) if self.gate is not None else None,
         }

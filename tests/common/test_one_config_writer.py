@@ -42,6 +42,10 @@ def test_config_files_are_written_by_the_file_sink_only() -> None:
     assert set(calls("write_config_file")) == {"faultD/condor_role.py"}
     # write_atomically writes what is not HTCondor configuration (the Accountant log, poold's
     # state) and the sink's own files; nobody else writes files next to HTCondor's config.
-    assert set(calls("write_atomically")) == {"common/condor/config_files.py", "faultD/condor_role.py"}
+    assert set(calls("write_atomically")) == {
+        "common/condor/config_files.py",
+        "faultD/condor_role.py",
+        "poolD/state.py",
+    }
     role = (REPO / "faultD/condor_role.py").read_text()
     assert "config_dir /" not in role.replace("self.section.config_dir / self.section.role_file", "")

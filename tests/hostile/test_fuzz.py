@@ -24,6 +24,7 @@ from common.overlay.claims import ClaimChecker, endorse
 from common.overlay.envelope import SignedSealer
 from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
 from common.overlay.messages import (
+    _APP_TYPES,
     OVERLAY_MESSAGES,
     Broadcast,
     Direct,
@@ -63,8 +64,16 @@ from llic.master_core import MasterCore
 from llic.task import STATUS_LAUNCH_FAILED, STATUS_OK, TaskResult
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import CoreSettings, PoolCore
-from poolD.messages import Announcement, FlockIntent, FlockReply, TokenRequestNotice, TokenVerdict
+from poolD.messages import (
+    Announcement,
+    CollectorMoved,
+    FlockIntent,
+    FlockReply,
+    TokenRequestNotice,
+    TokenVerdict,
+)
 from poolD.policy import Policy
+from poolD.state import decode_state, encode_state
 
 pytestmark = pytest.mark.hostile
 
@@ -325,23 +334,25 @@ announcements = st.builds(
     valid_for=st.floats(0.1, 86_400),
     ttl=st.integers(0, 32),
     row=st.integers(0, 127),
+    epoch=st.integers(0, 5),
 )
-pool_messages = st.one_of(
-    announcements,
-    st.builds(
+# Every poold message type, keyed by type (test_every_pool_message_type_is_fuzzed checks this).
+pool_strategies = {
+    Announcement: announcements,
+    FlockIntent: st.builds(
         FlockIntent,
         pool=st.sampled_from(["a", "b"]),
         origin=peers,
         schedd_hosts=st.lists(st.sampled_from(["h1", "h2", ""]), max_size=4),
     ),
-    st.builds(
+    FlockReply: st.builds(
         FlockReply,
         pool=st.sampled_from(["a", "b"]),
         accepted=st.booleans(),
         reason=st.just("r"),
         trust_domain=st.none() | st.sampled_from(["a.example", "b.example"]),
     ),
-    st.builds(
+    TokenRequestNotice: st.builds(
         TokenRequestNotice,
         pool=st.sampled_from(["a", "b", "home"]),
         origin=peers,
@@ -353,7 +364,7 @@ pool_messages = st.one_of(
         ),
         lifetime=st.integers(1, 7 * 86_400),
     ),
-    st.builds(
+    TokenVerdict: st.builds(
         TokenVerdict,
         pool=st.sampled_from(["a", "b"]),
         role=st.sampled_from(["schedd", "negotiator"]),
@@ -361,7 +372,21 @@ pool_messages = st.one_of(
         approved=st.booleans(),
         reason=st.just("r"),
     ),
-)
+    CollectorMoved: st.builds(
+        CollectorMoved,
+        pool=st.sampled_from(["a", "b", "home", "stranger"]),
+        collector=st.sampled_from(["n1:9618", "n2:9618", "me:9618"]),
+        origin=peers,
+        epoch=st.integers(0, 5),
+        seq=small,
+    ),
+}
+pool_messages = st.one_of(*pool_strategies.values())
+
+
+def test_every_pool_message_type_is_fuzzed() -> None:
+    poold_types = {cls for cls in _APP_TYPES.values() if cls.TYPE.startswith("poold.")}
+    assert set(pool_strategies) == poold_types
 
 
 @settings(max_examples=60, deadline=None)
@@ -382,6 +407,12 @@ def test_pool_core_survives_any_well_typed_message(script: list, trust: bool) ->
         core.on_timer(now)
     assert all(v >= 0 for v in core.counters.values())
     assert "home" not in core.willing.entries  # our own offers are never taken
+    assert "home" not in core.collector_claims and "stranger" not in core.collector_claims
+    # whatever it went through, its state file round-trips and resumes (issue 16)
+    state = core.export_state(now, 1e9)
+    again = PoolCore(settings_, overlay, Policy.allow_all(), random.Random(1))
+    again.restore_state(decode_state(encode_state(state), "fuzz"), now, 1e9)
+    assert again.flocking.active == core.flocking.active
 
 
 def _result(process: int, attempt: int, ran: bool, code: int | None) -> TaskResult:

@@ -10,7 +10,19 @@ import trio
 
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode, OverlayParams
-from poolD.core import CoreSettings, PoolCore, ReadLoad, SetFlockTo
+from common.service import serve_control
+from poolD.core import (
+    CoreOutput,
+    CoreSettings,
+    FlockFromApplied,
+    PoolCore,
+    ReadLoad,
+    SetFlockFrom,
+    SetFlockTo,
+)
+from poolD.messages import FlockIntent
+from poolD.service import PoolDaemon
+from poolD.state import save_state
 from tests.poolD.test_reload import daemon
 
 
@@ -47,3 +59,176 @@ async def test_an_unexpected_failure_of_an_action_is_counted_and_fed_back(tmp_pa
         nursery.cancel_scope.cancel()
     assert core._applying is None  # fed back as not applied: the core decides again
     assert core.load_error == "RuntimeError: surprise"  # and the reading as failed
+
+
+def daemon_with_state(tmp_path: Path) -> tuple:
+    """A daemon whose config names a state file, with its core (no overlay, no HTCondor)."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    d = daemon(tmp_path, policy)
+    path = tmp_path / "state" / "state.json"
+    d.config = d.config.model_copy(update={"daemon": d.config.daemon.model_copy(update={"state_file": path})})
+    cfg = d.config
+    settings = CoreSettings(
+        pool=cfg.pool.name, collector=cfg.pool.collector, discovery=cfg.discovery, flocking=cfg.flocking
+    )
+    node = OverlayNode(Peer(id=1, addr="127.0.0.1:7640"), OverlayParams(), random.Random(0))
+    d.core = PoolCore(settings, node, d.policy, random.Random(0))
+    return d, path
+
+
+async def test_the_driver_writes_the_state_file_when_it_changed_and_resumes_from_it(tmp_path: Path) -> None:
+    d, path = daemon_with_state(tmp_path)
+    d.core.policy.add_to_blacklist("liar", trio.current_time() + 600.0, "stayed idle")
+    await d._save_state(path)
+    await d._save_state(path)  # unchanged: not written again
+    assert d.counters["state_saves"] == 1 and path.exists()
+    again, _ = daemon_with_state(tmp_path)
+    assert await again._resume(again.core) is not None
+    assert "liar" in again.core.policy.blacklist and again.counters["state_file_rejected"] == 0
+
+
+async def test_the_driver_sets_a_bad_state_file_aside_and_starts_fresh(tmp_path: Path) -> None:
+    d, path = daemon_with_state(tmp_path)
+    path.parent.mkdir()
+    path.write_text('{"format": "poold-state", "version": 99}')
+    assert await d._resume(d.core) is None
+    assert d.counters["state_file_rejected"] == 1 and not path.exists()
+    (aside,) = path.parent.glob("state.json.rejected-*")
+    assert "99" in aside.read_text()  # kept for a person to look at
+    assert any("version: 99" in line for line in d.decisions)
+
+
+class OverlayRecorder:
+    """The overlay as far as the driver uses it here: a joined node, and what was sent."""
+
+    def __init__(self) -> None:
+        self.core = OverlayNode(Peer(id=1, addr="127.0.0.1:7640"), OverlayParams(), random.Random(0))
+        self.sent: list[tuple[str, object]] = []
+
+    async def send_direct(self, addr: str, payload: object) -> None:
+        self.sent.append((addr, payload))
+
+    async def measure(self, peer: Peer) -> None:
+        pass
+
+
+def faultd_status(role: str, epoch: int, manages: bool) -> dict:
+    """faultD's status reply on this machine (the fields poolD.manager_role reads)."""
+    me, other = f"{7:032x}", f"{9:032x}"
+    return {
+        "role": role,
+        "node_id": me,
+        "manager": me if manages else other,
+        "manager_collector": "127.0.0.1:9618" if manages else "10.9.9.9:9618",
+        "epoch": epoch,
+        "condor": {"managing": manages},
+    }
+
+
+def queued(d: PoolDaemon) -> list:
+    """The HTCondor actions waiting for the driver's condor loop (taken off the queue)."""
+    items = []
+    while True:
+        try:
+            items.append(d._condor_out.receive_nowait())
+        except trio.WouldBlock:
+            return items
+
+
+async def test_the_gate_runs_poold_only_while_faultd_says_this_machine_manages(tmp_path: Path) -> None:
+    sock, state_file = tmp_path / "faultd.sock", tmp_path / "state.json"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    config = daemon(tmp_path, policy).config
+    config = config.model_copy(
+        update={"daemon": config.daemon.model_copy(update={"faultd_socket": sock, "state_file": state_file})}
+    )
+    d = PoolDaemon(config)
+    d._wall_offset = 1_800_000_000.0 - trio.current_time()
+    t0 = trio.current_time()
+    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    # The manager that failed (collector 10.9.9.9) had let pool 'visitor' in; faultD restored its
+    # poold's state file here.
+    before = PoolCore(
+        CoreSettings(
+            pool="home", collector="10.9.9.9:9618", discovery=config.discovery, flocking=config.flocking
+        ),
+        OverlayRecorder().core,
+        d.policy,
+        random.Random(0),
+    )
+    out = before.on_message(
+        FlockIntent(pool="visitor", origin=Peer(id=40, addr="10.0.0.40:7640"), schedd_hosts=["v.org"]), t0
+    )
+    for action in out.actions:
+        if isinstance(action, SetFlockFrom):
+            before.on_flock_from_applied(FlockFromApplied(action, None), t0)
+    save_state(state_file, before.export_state(t0, d._wall_offset))
+
+    reply = {"now": faultd_status("listener", 1, manages=False)}
+
+    async def faultd(request: dict) -> dict:
+        return reply["now"]
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_control, sock, faultd)
+        await d.read_role(sock)
+        assert d.core is None and not d._acting()
+        await d._apply(CoreOutput(actions=[SetFlockTo(("x.org:9618",), "standby must not")]))
+        assert queued(d) == [] and d.counters["actions_while_standby"] == 1
+        await d._save_state(state_file)
+        assert d.counters["state_saves"] == 0  # a standby poold never writes the state file
+
+        reply["now"] = faultd_status("manager", 2, manages=True)  # this machine took the role over
+        await d.read_role(sock)
+        assert d.core is not None and d.core.epoch == 2 and "visitor" in d.core.grants
+        assert any(type(m).__name__ == "CollectorMoved" for _, m in d.overlay.sent)  # type: ignore[attr-defined]
+        waiting = queued(d)
+        assert any(isinstance(a, SetFlockFrom) for a in waiting)  # FLOCK_FROM set on our collector
+        for action in waiting:
+            d._condor_in.send_nowait(action)
+
+        reply["now"] = faultd_status("listener", 3, manages=False)  # the original took it back
+        await d.read_role(sock)
+        assert d.core is None and queued(d) == []
+        assert d.counters["condor_actions_dropped"] == len(waiting)
+        assert "poold standing by" in d.decisions[-1]
+
+        reply["now"] = faultd_status("manager", 2, manages=True)  # a stale answer: fenced
+        await d.read_role(sock)
+        assert d.core is None and d.gate is not None and d.gate.fenced == 1
+
+        reply["now"] = faultd_status("manager", 4, manages=True)
+        await d.read_role(sock)
+        assert d.core is not None
+        d.gate.silence_limit = 0.0  # faultD's takeover time, shortened for the test
+        sock.unlink()  # faultD is gone
+        await d.read_role(sock)
+        assert d.core is None and "faultd silent" in d.decisions[-1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_activation_without_a_state_file_still_tells_where_our_collector_is(tmp_path: Path) -> None:
+    sock = tmp_path / "faultd.sock"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    config = daemon(tmp_path, policy).config
+    config = config.model_copy(update={"daemon": config.daemon.model_copy(update={"faultd_socket": sock})})
+    d = PoolDaemon(config)
+    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    d.overlay.core._consider(Peer(id=9 << 124, addr="10.0.0.9:7640"), 0.0, firsthand=True)  # type: ignore[attr-defined]
+    d.overlay.core._flush()  # type: ignore[attr-defined]
+
+    async def faultd(request: dict) -> dict:
+        return faultd_status("manager", 5, manages=True)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_control, sock, faultd)
+        await d.read_role(sock)
+        nursery.cancel_scope.cancel()
+    assert d.core is not None and d.core.epoch == 5
+    told = [(a, m) for a, m in d.overlay.sent if type(m).__name__ == "CollectorMoved"]  # type: ignore[attr-defined]
+    assert [a for a, _ in told] == ["10.0.0.9:7640"] and told[0][1].epoch == 5  # type: ignore[attr-defined]
+    (flock_from,) = [a for a in queued(d) if isinstance(a, SetFlockFrom)]
+    assert flock_from.hosts == ()  # no grants: whatever an earlier stint here left is removed

@@ -1,0 +1,242 @@
+"""Repointing (issue 16, Deliver 3), in poolD's pure core: when pool B's manager role moves, B's
+new collector reaches us (CollectorMoved, or B's next offer) and our FLOCK_TO follows at once,
+B is asked to authorize our schedds again and, with cross-pool trust, its new collector for
+their token; an older word, a flapping pool, an unknown pool or another pool's node cannot move
+it (the last is the driver's claim check, tested here at the certificate level too)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from common.overlay.claims import ClaimChecker, endorse
+from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
+from common.overlay.messages import Peer
+from deploy.harness.ring_keys import RingKeys
+from poolD.config import DiscoverySection, FlockingSection
+from poolD.core import (
+    MAX_EPOCH_JUMP,
+    MAX_MOVES,
+    MOVE_NOTICE_DELAYS,
+    MOVE_WINDOW,
+    CoreOutput,
+    CoreSettings,
+    FlockToApplied,
+    PoolCore,
+    RequestToken,
+    SetFlockTo,
+)
+from poolD.messages import Announcement, CollectorMoved, FlockIntent, FlockReply
+from poolD.policy import Policy, PolicyFile, Rule
+from tests.poolD.test_core import INTERVAL, load, of, round_at, sends
+from tests.poolD.test_discovery import node_with_rows
+
+OLD, NEW = "b1.example.org:9618", "b2.example.org:9618"
+B1 = Peer(id=0x5 << 124, addr="10.0.0.5:7640")  # B's original manager (in our routing table)
+B2 = Peer(id=0x7 << 124, addr="10.0.0.7:7640")  # the machine that took B's manager role over
+
+
+def core(policy: Policy | None = None, trust: bool = False) -> PoolCore:
+    settings = CoreSettings(
+        pool="home",
+        collector="home.example.org:9618",
+        discovery=DiscoverySection(interval=INTERVAL, valid_for=600.0),
+        flocking=FlockingSection(interval=INTERVAL, authorize_timeout=5.0),
+        trust_domain="home.example" if trust else None,
+    )
+    return PoolCore(settings, node_with_rows(), policy or Policy.allow_all(), random.Random(1))
+
+
+def offer_of_b(origin: Peer, collector: str, *, seq: int, epoch: int = 0) -> Announcement:
+    return Announcement(
+        pool="b",
+        collector=collector,
+        origin=origin,
+        seq=seq,
+        free_slots=5,
+        total_slots=10,
+        queue_length=0,
+        utilization=0.5,
+        valid_for=600.0,
+        ttl=1,
+        row=0,
+        epoch=epoch,
+    )
+
+
+def moved(
+    collector: str = NEW, *, seq: int, epoch: int = 1, origin: Peer = B2, pool: str = "b"
+) -> CollectorMoved:
+    return CollectorMoved(pool=pool, collector=collector, origin=origin, epoch=epoch, seq=seq)
+
+
+def flocking_to_b(trust: bool = False, policy: Policy | None = None) -> PoolCore:
+    """A needy core whose FLOCK_TO names B's original collector."""
+    c = core(policy, trust)
+    c.start(0.0)
+    c.overlay.rtt[B1.id] = 0.01
+    c.on_message(offer_of_b(B1, OLD, seq=1), 1.0)
+    round_at(c, 60.0, load(free=0, idle=5))
+    reply = FlockReply(pool="b", accepted=True, reason="ok", trust_domain="b.example" if trust else None)
+    out = c.on_message(reply, 61.0)
+    (action,) = of(out, SetFlockTo)
+    c.on_flock_to_applied(FlockToApplied(action, True, {}), 61.0)
+    assert c.flocking.active == [OLD]
+    return c
+
+
+def apply_all(c: PoolCore, out: CoreOutput, now: float) -> list[SetFlockTo]:
+    """Apply every FLOCK_TO change the core asks for (and those it asks for next)."""
+    applied = []
+    pending = of(out, SetFlockTo)
+    while pending:
+        action = pending.pop(0)
+        applied.append(action)
+        pending += of(c.on_flock_to_applied(FlockToApplied(action, True, {}), now), SetFlockTo)
+    return applied
+
+
+def test_a_moved_collector_repoints_flock_to_at_once() -> None:
+    c = flocking_to_b()
+    out = c.on_message(moved(seq=5), 70.0)  # long before the next round (120)
+    assert [a.collectors for a in of(out, SetFlockTo)] == [(NEW,)]
+    assert [s.addr for s in sends(out, FlockIntent)] == [B2.addr]  # authorize us at B's new manager
+    apply_all(c, out, 70.0)
+    assert c.flocking.active == [NEW]
+    assert c.willing.entries["b"].collector == NEW and c.willing.entries["b"].origin == B2
+    assert c.counters["collector_moves"] == 1
+
+
+def test_an_offer_from_the_new_manager_repoints_too() -> None:
+    c = flocking_to_b()
+    out = c.on_message(offer_of_b(B2, NEW, seq=2, epoch=1), 70.0)
+    assert [a.collectors for a in of(out, SetFlockTo)] == [(NEW,)]
+
+
+def test_an_older_word_cannot_move_it_back() -> None:
+    c = flocking_to_b()
+    apply_all(c, c.on_message(moved(seq=5, epoch=1), 70.0), 70.0)
+    for late in (
+        offer_of_b(B1, OLD, seq=4, epoch=1),
+        offer_of_b(B1, OLD, seq=99, epoch=0),
+        moved(OLD, seq=5),
+    ):
+        out = c.on_message(late, 71.0)  # a delayed offer, the old manager back from a partition
+        assert of(out, SetFlockTo) == []
+    assert c.flocking.active == [NEW] and c.willing.entries["b"].collector == NEW
+    assert c.counters["collector_moves_stale"] == 3
+
+
+def test_the_original_taking_its_role_back_repoints_again() -> None:
+    c = flocking_to_b()
+    apply_all(c, c.on_message(moved(seq=5, epoch=1), 70.0), 70.0)
+    out = c.on_message(moved(OLD, seq=6, epoch=2, origin=B1), 90.0)
+    assert [a.collectors for a in apply_all(c, out, 90.0)] == [(OLD,)]
+
+
+def test_a_flapping_pool_moves_flock_to_a_bounded_number_of_times() -> None:
+    c = flocking_to_b()
+    changes = 0
+    for i in range(20):  # a node of B (its certificate is B's) alternates every second
+        out = c.on_message(moved(NEW if i % 2 == 0 else OLD, seq=10 + i, epoch=1 + i), 70.0 + i)
+        changes += len(apply_all(c, out, 70.0 + i))
+    assert changes == MAX_MOVES
+    # after the third move, every other message names the collector it already has (no move)
+    assert c.counters["collector_moves_limited"] == (20 - MAX_MOVES) // 2 + 1
+    later = 70.0 + MOVE_WINDOW + 1  # the window passed: it may move again
+    assert len(apply_all(c, c.on_message(moved(OLD, seq=99, epoch=99), later), later)) == 1
+
+
+def test_an_unknown_or_refused_pool_moves_nothing_and_leaves_nothing_behind() -> None:
+    c = flocking_to_b()
+    out = c.on_message(moved(pool="stranger", seq=1), 70.0)
+    assert out.actions == [] and "stranger" not in c.collector_claims
+    assert c.counters["collector_moves_unknown"] == 1
+    deny_b = Policy(PolicyFile(default="allow", rule=[Rule(action="deny", pools=["b"])]))
+    c.replace_policy(deny_b)
+    assert of(c.on_message(moved(seq=5), 71.0), SetFlockTo) == []
+    assert c.flocking.active == [OLD]
+
+
+def test_a_move_during_a_flock_to_change_follows_once_it_is_applied() -> None:
+    c = flocking_to_b()
+    withdraw = c.stop().actions[0]  # a FLOCK_TO change in flight (naming nothing)
+    assert of(c.on_message(moved(seq=5), 70.0), SetFlockTo) == []
+    (action,) = of(c.on_flock_to_applied(FlockToApplied(withdraw, False, {}), 71.0), SetFlockTo)
+    assert action.collectors == (NEW,)  # the change failed, FLOCK_TO still names B's old collector
+
+
+def test_with_cross_pool_trust_the_new_collector_is_asked_for_our_schedds_token() -> None:
+    c = flocking_to_b(trust=True)
+    out = c.on_message(moved(seq=5), 70.0)
+    (request,) = of(out, RequestToken)
+    assert request.collector == NEW and request.peer == "b" and request.role == "schedd"
+
+
+def test_our_own_move_is_told_to_the_pools_that_flock_to_us_a_few_times() -> None:
+    c = core()
+    c.start(0.0)
+    c.on_load(load(free=3, idle=0), 0.5)
+    intent = FlockIntent(
+        pool="a", origin=Peer(id=0x9 << 124, addr="10.0.0.99:7640"), schedd_hosts=["s.a.org"]
+    )
+    c.on_message(intent, 1.0)
+    c.epoch = 4
+    out = c.announce_move(10.0)
+    notices = [s for s in out.actions if isinstance(getattr(s, "message", None), CollectorMoved)]
+    assert "10.0.0.99:7640" in {s.addr for s in notices}  # the pool holding a grant here
+    assert {s.message.epoch for s in notices} == {4}
+    assert out.wakeup == 10.0 + MOVE_NOTICE_DELAYS[1]
+    told = []
+    for t in (11.0, 10.0 + MOVE_NOTICE_DELAYS[1], 10.0 + MOVE_NOTICE_DELAYS[2], 30.0):
+        again = c.on_timer(t).actions
+        told.append(len([s for s in again if isinstance(getattr(s, "message", None), CollectorMoved)]))
+    assert told == [0, len(notices), len(notices), 0]  # told again twice, then no more
+
+
+# ----------------------------------------------------------------------------- who may move it
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RingKeys]:
+    yield RingKeys(tmp_path_factory.mktemp("repoint-keys"), ring="poold")
+
+
+def identity(keys: RingKeys, name: str, host: str, pool: str) -> NodeIdentity:
+    files = keys.node(name, hosts=[host], pool=pool)
+    return load_identity(IdentityFiles(files.key, files.cert, keys.ca_file, None))
+
+
+def test_only_the_pools_own_certified_node_may_name_its_collector(keys: RingKeys, tmp_path: Path) -> None:
+    """The driver checks every payload's claims against its signer's certificate: a
+    CollectorMoved (or an offer) must come from a node certified for the pool it names, whose
+    certificate covers the collector's host."""
+    del tmp_path
+    me = identity(keys, "home", "10.0.0.1", "home")
+    checker = ClaimChecker(me)
+    replacement = identity(keys, "b2", "b2.example.org", "b")
+    other_pool = identity(keys, "evil", "b2.example.org", "c")
+    wrong_host = identity(keys, "b3", "b3.example.org", "b")
+    now = replacement.cert.not_before + 10
+
+    def origin(who: NodeIdentity) -> Peer:
+        return Peer(id=who.cert.node_id, addr=f"{who.cert.hosts[0]}:7640")
+
+    good = moved(NEW, seq=1, origin=origin(replacement))
+    assert checker.payload_problem(endorse(replacement, good, now), now) is None
+    lie = moved(NEW, seq=1, origin=origin(other_pool))  # another pool's node names B's collector
+    assert checker.payload_problem(endorse(other_pool, lie, now), now) is not None
+    elsewhere = moved(NEW, seq=1, origin=origin(wrong_host))  # B's node, but not the collector's host
+    assert checker.payload_problem(endorse(wrong_host, elsewhere, now), now) is not None
+
+
+def test_an_epoch_jumping_out_of_reach_is_refused() -> None:
+    """A node of B's that forged a huge epoch would pin B's collector for good."""
+    c = flocking_to_b()
+    out = c.on_message(moved(seq=5, epoch=MAX_EPOCH_JUMP + 1), 70.0)
+    assert of(out, SetFlockTo) == [] and c.counters["collector_epoch_jumps"] == 1
+    assert c.collector_claims["b"].epoch == 0
+    assert of(c.on_message(moved(seq=6, epoch=3), 71.0), SetFlockTo) != []  # three takeovers: fine
