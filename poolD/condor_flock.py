@@ -6,7 +6,12 @@ is never sent, and the change counts as failed.
 
 FLOCK_TO is applied schedd by schedd: read the old value, set the new one, read it back; a
 schedd that refuses, or reads back something else, gets its old value restored, and the whole
-change counts as not applied (the core then decides again next round)."""
+change counts as not applied (the core then decides again next round).
+
+Shutting a revoked pool out (ShutOutSchedds, after FLOCK_FROM lost its hosts) is one gateway
+call: the worker takes its schedds' ads out of our collector and vacates the claims they hold on
+our startds, never touching our own schedds (checked there against the collector's home schedds,
+as the core already left them out)."""
 
 from __future__ import annotations
 
@@ -14,7 +19,14 @@ import structlog
 
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
 from common.condor.knobs import POOLD_FLOCK_TO, KnobRefused, check_config, poold_flock_from
-from poolD.core import FlockFromApplied, FlockToApplied, SetFlockFrom, SetFlockTo
+from poolD.core import (
+    FlockFromApplied,
+    FlockToApplied,
+    SetFlockFrom,
+    SetFlockTo,
+    ShutOutDone,
+    ShutOutSchedds,
+)
 from poolD.flocking import format_flock_to, parse_flock_to
 
 log = structlog.get_logger("poold")
@@ -81,3 +93,24 @@ async def apply_flock_from(gateway: Gateway, action: SetFlockFrom) -> FlockFromA
     except GatewayError as e:
         return FlockFromApplied(action, error=str(e))
     return FlockFromApplied(action, error=None)
+
+
+async def shut_out_schedds(gateway: Gateway, action: ShutOutSchedds) -> ShutOutDone:
+    """Take the revoked pool's schedd and submitter ads out of our collector and vacate the
+    claims its schedds hold on our startds (Gateway.shut_out_schedds)."""
+    try:
+        done = await gateway.shut_out_schedds(action.hosts)
+    except GatewayError as e:
+        log.warning("shut-out failed", pool=action.pool, error=str(e))
+        return ShutOutDone(action, error=str(e))
+    if done.refused:
+        log.error("shut-out named our own schedds' hosts; left alone", pool=action.pool, hosts=done.refused)
+    log.info(
+        "pool shut out",
+        pool=action.pool,
+        hosts=",".join(done.targets),
+        ads=done.invalidated,
+        vacated=",".join(done.vacated),
+    )
+    error = "; ".join(done.errors)[:500] or None
+    return ShutOutDone(action, done.invalidated, tuple(done.vacated), error)

@@ -6,12 +6,13 @@ The core is fed, each with `now`:
   Flocking Manager's round on the latest reading, and ends authorization waits that timed out;
 - a reading of the pool's load (`on_load`): the Information Gatherer offers free slots;
 - a message from another pool (`on_message`): an offer, an authorization request or its answer;
-- the outcome of an action it asked for (`on_flock_to_applied`, `on_flock_from_applied`).
+- the outcome of an action it asked for (`on_flock_to_applied`, `on_flock_from_applied`,
+  `on_shut_out`).
 
 It returns a `CoreOutput`: actions for the driver to carry out (`ReadLoad`, `Send`, `Measure`,
-`SetFlockTo`, `SetFlockFrom`), decisions worth a log line, and when it next wants `on_timer`. It
-never reads a clock, sleeps, sends or calls HTCondor, so `poold run` (poolD.service) and every
-`poold simulate` experiment drive this same object.
+`SetFlockTo`, `SetFlockFrom`, `ShutOutSchedds`), decisions worth a log line, and when it next
+wants `on_timer`. It never reads a clock, sleeps, sends or calls HTCondor, so `poold run`
+(poolD.service) and every `poold simulate` experiment drive this same object.
 
 One load reading per cycle: a reading is asked for when the gatherer's interval or a flocking
 round is due, and the round then decides on it. The round runs from `on_timer`, after the
@@ -33,6 +34,15 @@ in lists `schedd_hosts`, hosts outside it are dropped (a glob passes only if the
 exactly). The hosts a pool is granted replace its earlier grant, are bounded (per pool and in
 all), and last two `reauthorize_after` periods: a grant not renewed by then, or whose pool the
 policy now refuses (a reloaded file, the blacklist), is revoked, and FLOCK_FROM shrinks.
+
+Shutting a pool out: FLOCK_FROM only decides who may advertise and be let in from now on. A
+schedd that already holds a claim on one of our startds keeps starting its jobs there (it reuses
+the claim without asking the collector), and its submitter ads stay in our collector until they
+expire. So when the *policy* revokes a pool's grant (not when a grant merely lapses unrenewed:
+that pool is leaving by itself), once FLOCK_FROM no longer holds its hosts the core asks for
+`ShutOutSchedds`: its schedd and submitter ads go from our collector and the claims its schedds
+hold on our startds are vacated. The hosts are the revoked grant's, without our own schedds'
+hosts and without hosts another pool's grant still holds (the driver checks our own again).
 
 Cross-pool trust (issue 15, with `trust_domain` set; poolD.flock_trust): the pools of a flocking
 pair ask each other's collectors for the tokens their daemons need (our schedds at the pool we
@@ -162,12 +172,25 @@ class SetFlockFrom:
     globs: frozenset[str] = frozenset()  # entries of `hosts` that are globs a policy rule granted
 
 
+@dataclass(frozen=True)
+class ShutOutSchedds:
+    """The policy revoked `pool`'s grant and FLOCK_FROM no longer lets its schedds in: take their
+    schedd and submitter ads out of our collector and vacate the claims they hold on our startds
+    (a claim outlives FLOCK_FROM: the schedd reuses it). `hosts`: the revoked grant's schedd
+    hosts (and globs it named), never our own schedds'. Report back with `on_shut_out`."""
+
+    pool: str
+    hosts: tuple[str, ...]
+    reason: str
+
+
 Action = (
     ReadLoad
     | Send
     | Measure
     | SetFlockTo
     | SetFlockFrom
+    | ShutOutSchedds
     | RequestToken
     | ApproveToken
     | InstallToken
@@ -203,6 +226,17 @@ class FlockFromApplied:
 
     action: SetFlockFrom
     error: str | None  # None: set
+
+
+@dataclass(frozen=True)
+class ShutOutDone:
+    """What shutting a pool out did: ads taken out of our collector, claims vacated (slot
+    names), or `error` (what was done before it is still counted)."""
+
+    action: ShutOutSchedds
+    ads_invalidated: int = 0
+    claims_vacated: tuple[str, ...] = ()
+    error: str | None = None
 
 
 # ----------------------------------------------------------------------------- the core
@@ -309,6 +343,8 @@ class PoolCore:
         self._moves: dict[str, deque[float]] = {}  # pool -> when its collector moved, newest last
         self._moved: dict[str, str] = {}  # old collector -> new, while FLOCK_TO still names the old
         self._move_notices: list[float] = []  # when to tell others our collector moved
+        # pools whose grant the policy revoked, shut out once FLOCK_FROM no longer holds their hosts
+        self._shut_out_due: dict[str, ShutOutSchedds] = {}
         self.trust: TrustBroker | None = None
         if settings.trust_domain is not None:
             trust = TrustSettings(settings.pool, settings.trust_domain, settings.token_lifetime)
@@ -436,6 +472,7 @@ class PoolCore:
         self._pending_intents -= 1
         if result.error is None:
             self.flock_from = set(action.hosts)
+            self._release_shut_outs(out)
             if action.reply_to is not None and action.pool is not None:
                 self._reply(action.reply_to, action.pool, True, action.rule, out)
             else:
@@ -453,6 +490,37 @@ class PoolCore:
             else:
                 text = f"FLOCK_FROM not changed ({result.error}); trying again"
                 out.notes.append(note("flock_from_failed", text, error=result.error))
+        out.wakeup = self._wakeup()
+        return out
+
+    def on_shut_out(self, result: ShutOutDone, now: float) -> CoreOutput:
+        """A revoked pool's schedds were shut out (or not: counted and logged; FLOCK_FROM keeps
+        them from coming back, and their claims end with their jobs)."""
+        out = CoreOutput()
+        pool = result.action.pool
+        vacated = len(result.claims_vacated)
+        self.counters["claims_vacated"] += vacated
+        self.counters["schedd_ads_invalidated"] += result.ads_invalidated
+        if result.error is None:
+            self.counters["pools_shut_out"] += 1
+            text = (
+                f"{pool} shut out: {result.ads_invalidated} ad(s) invalidated, {vacated} claim(s) "
+                f"vacated ({result.action.reason})"
+            )
+            out.notes.append(
+                note(
+                    "shut_out",
+                    text,
+                    pool=pool,
+                    ads=result.ads_invalidated,
+                    claims=vacated,
+                    reason=result.action.reason,
+                )
+            )
+        else:
+            self.counters["shut_out_errors"] += 1
+            text = f"{pool} not fully shut out: {result.error}"
+            out.notes.append(note("shut_out_failed", text, pool=pool, error=result.error))
         out.wakeup = self._wakeup()
         return out
 
@@ -495,7 +563,8 @@ class PoolCore:
         decision = self.policy.decide(subject, Direction.ACCEPT, now)
         addr = intent.origin.addr
         if not decision.allowed:
-            self._revoke([intent.pool], f"{intent.pool} refused: {decision.rule}", now, out)
+            why = f"{intent.pool} refused: {decision.rule}"
+            self._revoke([intent.pool], why, now, out, shut_out=True)
             self._reply(addr, intent.pool, False, decision.rule, out)
             return
         self._want_negotiator_token(intent, now, out)
@@ -518,6 +587,7 @@ class PoolCore:
             self._reply(addr, intent.pool, False, "busy: too many authorizations in progress", out)
             return
         until = now + GRANT_PERIODS * fl.reauthorize_after
+        self._shut_out_due.pop(intent.pool, None)  # let in again before it was shut out
         self.grants[intent.pool] = Grant(frozenset(hosts), subject.host, until, decision.rule)
         self.grant_addrs[intent.pool] = addr  # told first if our collector moves
         for gone in [p for p in self.grant_addrs if p not in self.grants]:
@@ -566,9 +636,14 @@ class PoolCore:
         globs = frozenset(h for h in wanted if is_host_glob(h))
         out.actions.append(SetFlockFrom(tuple(sorted(wanted)), reply_to, pool, rule, globs))
 
-    def _revoke(self, pools: list[str], why: str, now: float, out: CoreOutput) -> None:
-        """Take these pools' grants back; FLOCK_FROM shrinks (unless another pool holds the hosts)."""
-        revoked = [p for p in pools if self.grants.pop(p, None) is not None]
+    def _revoke(
+        self, pools: list[str], why: str, now: float, out: CoreOutput, *, shut_out: bool = False
+    ) -> None:
+        """Take these pools' grants back; FLOCK_FROM shrinks (unless another pool holds the hosts).
+        `shut_out` (a policy revocation): their schedds are shut out once FLOCK_FROM lets them
+        in no more (ShutOutSchedds)."""
+        granted = {p: self.grants.pop(p) for p in pools if p in self.grants}
+        revoked = list(granted)
         if self.trust is not None:
             for pool in pools:
                 self._take(self.trust.revoke(pool, "schedd", why), out)
@@ -578,9 +653,29 @@ class PoolCore:
         self.counters["flock_from_revoked"] += len(revoked)
         text = f"FLOCK_FROM grant revoked for {', '.join(sorted(revoked))}: {why}"
         out.notes.append(note("flock_from_revoked", text, pools=",".join(sorted(revoked)), reason=why))
+        if shut_out:
+            still = self._granted() | self._own_hosts()
+            for pool, grant in granted.items():
+                hosts = tuple(sorted(grant.hosts - still))
+                if hosts:
+                    self._shut_out_due[pool] = ShutOutSchedds(pool, hosts, why)
         wanted = self._granted()
         if wanted != self._flock_from_wanted and self._pending_intents < MAX_PENDING_INTENTS:
             self._set_flock_from(wanted, None, None, why, out)
+        self._release_shut_outs(out)
+
+    def _release_shut_outs(self, out: CoreOutput) -> None:
+        """Shut out the revoked pools whose hosts FLOCK_FROM holds no more (applied, and not on
+        its way back in): before that their schedds could advertise again at once."""
+        present = self.flock_from | self._flock_from_wanted
+        for pool, action in list(self._shut_out_due.items()):
+            if present.isdisjoint(action.hosts):
+                del self._shut_out_due[pool]
+                out.actions.append(action)
+
+    def _own_hosts(self) -> set[str]:
+        """Our own schedds' hosts, as the latest reading shows them: never shut out."""
+        return set(self._schedd_hosts(self.load)) if self.load is not None else set()
 
     def _review_grants(self, now: float, out: CoreOutput) -> None:
         """Revoke grants that expired or that the policy no longer gives; redo a FLOCK_FROM change
@@ -590,7 +685,8 @@ class PoolCore:
         for pool, grant in list(self.grants.items()):
             decision = self.policy.decide(Subject(pool, grant.host), Direction.ACCEPT, now)
             if not decision.allowed or not all(_granted_by(decision.schedd_hosts, h) for h in grant.hosts):
-                self._revoke([pool], f"the policy no longer grants it ({decision.rule})", now, out)
+                why = f"the policy no longer grants it ({decision.rule})"
+                self._revoke([pool], why, now, out, shut_out=True)
         wanted = self._granted()
         if self._pending_intents == 0 and wanted != self.flock_from:
             self._set_flock_from(wanted, None, None, "FLOCK_FROM brought in line with the grants", out)

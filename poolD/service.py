@@ -3,8 +3,8 @@
 It owns the I/O the core asks for and feeds the answers back, each with `trio.current_time()`:
 - the overlay (UDP ring of central managers): messages from other pools go to the core, the
   core's `Send` and `Measure` actions go out through it at once;
-- the gateway (HTCondor): `ReadLoad`, `SetFlockTo` and `SetFlockFrom` are carried out one at a
-  time by one task, in the order the core asked for them, and their outcome is fed back;
+- the gateway (HTCondor): `ReadLoad`, `SetFlockTo`, `SetFlockFrom` and `ShutOutSchedds` are
+  carried out one at a time by one task, in the order the core asked for them, and their outcome is fed back;
 - token directories and HTCondor's token tools (cross-pool trust, `[trust]`): `RequestToken`,
   `ApproveToken`, `InstallToken` and `RemoveToken` each run as a task of their own (an install
   waits for the tool to receive the token), bounded by the core (poolD.flock_trust);
@@ -51,7 +51,7 @@ from common.reload import plan_reload
 from common.service import query_control
 from common.systemd import StatusReporter
 from common.timer import Wakeup
-from poolD.condor_flock import apply_flock_from, apply_flock_to
+from poolD.condor_flock import apply_flock_from, apply_flock_to, shut_out_schedds
 from poolD.condor_trust import approve_token, install_token, remove_token, request_token
 from poolD.config import PooldConfig
 from poolD.core import (
@@ -65,6 +65,8 @@ from poolD.core import (
     Send,
     SetFlockFrom,
     SetFlockTo,
+    ShutOutDone,
+    ShutOutSchedds,
 )
 from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
 from poolD.manager_role import Activate, Deactivate, GateAction, ManagerGate, Raise, reading_from_status
@@ -73,7 +75,7 @@ from poolD.state import PooldState, StateFileError, load_state, save_state, set_
 
 log = structlog.get_logger("poold")
 
-GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom
+GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom | ShutOutSchedds
 # What a SIGHUP takes on from a changed poold.toml; any other change waits for a restart (the
 # revocation list, [ring] revoked_file, is read again on every SIGHUP).
 RELOADABLE = ("daemon.policy_file", "daemon.log_level", "daemon.gateway_timeout", "daemon.advertise_interval")
@@ -126,7 +128,8 @@ class PoolDaemon:
         self._wakeup = Wakeup()
         self._events_in, self._events_out = trio.open_memory_channel[Event](1000)
         # The core keeps at most one reading, one FLOCK_TO change and a bounded number of
-        # FLOCK_FROM changes outstanding, so this queue is bounded by what the core asks for.
+        # FLOCK_FROM changes outstanding, and one shut-out per revoked grant, so this queue is
+        # bounded by what the core asks for.
         self._condor_in, self._condor_out = trio.open_memory_channel[GatewayAction](float("inf"))
         self._wall_offset = 0.0  # wall clock - trio's clock (the state file holds wall-clock times)
         self._saved: PooldState | None = None  # the document last written (saved_at zeroed)
@@ -439,6 +442,9 @@ class PoolDaemon:
         if isinstance(action, SetFlockTo):
             applied = await apply_flock_to(self.gateway, action)
             return lambda: core.on_flock_to_applied(applied, trio.current_time())
+        if isinstance(action, ShutOutSchedds):
+            done = await shut_out_schedds(self.gateway, action)
+            return lambda: core.on_shut_out(done, trio.current_time())
         granted = await apply_flock_from(self.gateway, action)
         return lambda: core.on_flock_from_applied(granted, trio.current_time())
 
@@ -487,6 +493,8 @@ class PoolDaemon:
             return lambda: core.on_load(None, trio.current_time(), error)
         if isinstance(action, SetFlockTo):
             return lambda: core.on_flock_to_applied(FlockToApplied(action, False, {}), trio.current_time())
+        if isinstance(action, ShutOutSchedds):
+            return lambda: core.on_shut_out(ShutOutDone(action, error=error), trio.current_time())
         return lambda: core.on_flock_from_applied(FlockFromApplied(action, error), trio.current_time())
 
     async def _feed(self, what: str, step: Callable[[], CoreOutput], core: PoolCore | None = None) -> None:

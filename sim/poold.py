@@ -12,6 +12,9 @@ virtual time:
 - FLOCK_TO is applied at once, and becomes `targets[pool]` (pool indices, in order), through
   which the experiment's schedulers flock;
 - RTT probes (`Measure`) go to the experiment's `measure`;
+- shutting a revoked pool out (`ShutOutSchedds`) has nothing to act on: the simulated schedulers
+  hold no claims beyond the next step, and they follow FLOCK_FROM's grants at once; it is counted
+  (`shut_outs`) and fed back as done with nothing to undo;
 - load readings (`ReadLoad`) are not needed: the experiment hands one in whenever it steps a pool.
 """
 
@@ -32,6 +35,8 @@ from poolD.core import (
     Send,
     SetFlockFrom,
     SetFlockTo,
+    ShutOutDone,
+    ShutOutSchedds,
 )
 from poolD.messages import Announcement
 
@@ -57,6 +62,7 @@ class SimulatedPoolDs:
         self.measure = measure
         self.targets: list[list[int]] = [[] for _ in cores]
         self.flock_changes = 0
+        self.shut_outs = 0
 
     def start(self, now: float) -> None:
         """Start every core at `now` and carry out what they ask for."""
@@ -92,5 +98,8 @@ class SimulatedPoolDs:
                 self.execute(p, core.on_flock_to_applied(FlockToApplied(action, True, {}), now), now)
             elif isinstance(action, SetFlockFrom):
                 self.execute(p, core.on_flock_from_applied(FlockFromApplied(action, None), now), now)
+            elif isinstance(action, ShutOutSchedds):
+                self.shut_outs += 1
+                self.execute(p, core.on_shut_out(ShutOutDone(action), now), now)
             else:
                 assert isinstance(action, ReadLoad)

@@ -35,6 +35,7 @@ from common.condor.types import (
     DaemonKind,
     DaemonRef,
     PoolLoad,
+    ShutOut,
     SubmitResult,
     TokenInfo,
     TokenRequest,
@@ -417,6 +418,19 @@ class Gateway:
     async def invalidate(self, my_type: str, name: str, *, collector: str | None = None) -> None:
         """Take the generic ad of this MyType and Name out of the collector."""
         await self.call("invalidate", my_type=my_type, name=name, collector=self._pool(collector))
+
+    async def shut_out_schedds(
+        self, hosts: Iterable[str], *, collector: str | None = None, timeout: float | None = None
+    ) -> ShutOut:
+        """Shut another pool's schedds (on `hosts`: names, addresses, or globs a policy granted)
+        out of our pool: their schedd and submitter ads leave our collector and the claims they
+        hold on our startds are vacated, slot by slot. Our own schedds are never touched (the
+        worker checks `hosts` against the schedds at home in the collector). Needs
+        ADVERTISE_SCHEDD at the collector and ADMINISTRATOR at the startds."""
+        result = await self.call(
+            "shut_out_schedds", hosts=list(hosts), collector=self._pool(collector), timeout=timeout
+        )
+        return ShutOut.model_validate(result)
 
     async def local_config(self, keys: Iterable[str]) -> dict[str, str | None]:
         """This machine's HTCondor configuration (the gateway's CONDOR_CONFIG, as

@@ -131,6 +131,18 @@ class TokenInfo(_Frozen):
         )
 
 
+class ShutOut(_Frozen):
+    """What shutting another pool's schedds out did (Gateway.shut_out_schedds): the host entries
+    acted on, those refused as our own schedds', how many ads left the collector, the slots
+    whose claims were vacated, and the slots that could not be (why)."""
+
+    targets: list[str] = []
+    refused: list[str] = []
+    invalidated: int = 0
+    vacated: list[str] = []
+    errors: list[str] = []
+
+
 class SubmitResult(_Frozen):
     """What one submit made: a cluster and the range of its proc ids."""
 

@@ -26,6 +26,7 @@ import htcondor2 as htcondor
 
 from common.classad_text import literal
 from common.condor.knobs import check_knob_name, check_value_text
+from common.condor.shut_out import SCHEDD_ATTRS, SLOT_ATTRS, SUBMITTER_ATTRS, plan_shut_out
 from common.wire import FrameDecoder, frame, pack, unpack
 
 MY_TYPES = {
@@ -356,6 +357,65 @@ def op_invalidate(my_type: str, name: str, collector: str | None) -> None:
     collector_for(collector).advertise([query], "INVALIDATE_ADS_GENERIC")
 
 
+def op_shut_out_schedds(hosts: list[str], collector: str | None) -> dict[str, Any]:
+    """Shut another pool's schedds out of this pool (poold, when its policy revoked that pool):
+    take their schedd ads (INVALIDATE_SCHEDD_ADS) and submitter ads (INVALIDATE_SUBMITTOR_ADS,
+    both ADVERTISE_SCHEDD at the collector) out of the collector, then vacate, slot by slot
+    (VACATE_CLAIM_FAST, ADMINISTRATOR at the startd), the claims they hold on our startds: a
+    claim outlives FLOCK_FROM's change, the schedd would reuse it. The ads are invalidated
+    first, so that the slots read afterwards include claims made until then. Our own schedds
+    (those at home in the collector) are never touched: common.condor.shut_out."""
+    coll = collector_for(collector)
+    at_home = home_schedd_filter(coll, collector)
+    schedds = [plain(ad) for ad in coll.query(htcondor.AdType.Schedd, projection=list(SCHEDD_ATTRS))]
+    own = [ad for ad in schedds if at_home(ad)]
+    foreign = [ad for ad in schedds if not at_home(ad)]
+    submitters = [plain(ad) for ad in coll.query(htcondor.AdType.Submitter, projection=list(SUBMITTER_ATTRS))]
+    plan = plan_shut_out(hosts, own, foreign, submitters, [])
+    invalidated = 0
+    for target, command, ads in (
+        ("Scheduler", "INVALIDATE_SCHEDD_ADS", plan.schedd_ads),
+        ("Submitter", "INVALIDATE_SUBMITTOR_ADS", plan.submitter_ads),
+    ):
+        if ads:
+            invalidate_ads(coll, target, command, ads)
+            invalidated += len(ads)
+    claimed = "ClientMachine =!= undefined || RemoteScheddName =!= undefined"
+    slots = [plain(ad) for ad in coll.query(htcondor.AdType.Startd, claimed, projection=list(SLOT_ATTRS))]
+    plan = plan_shut_out(hosts, own, [], [], slots)
+    vacated, errors = [], []
+    for slot in plan.slots:
+        location = classad2.ClassAd({"MyAddress": slot["MyAddress"]})
+        try:
+            htcondor.Startd(location).vacateSlot(slot["Name"], htcondor.VacateType.Fast)
+        except htcondor.HTCondorException as e:
+            errors.append(f"{slot['Name']}: {e}")
+            continue
+        vacated.append(slot["Name"])
+    return {
+        "targets": plan.targets,
+        "refused": plan.refused,
+        "invalidated": invalidated,
+        "vacated": vacated,
+        "errors": errors,
+    }
+
+
+def invalidate_ads(
+    coll: htcondor.Collector, target_type: str, command: str, ads: list[dict[str, str]]
+) -> None:
+    """Take exactly these ads out of a collector: one query ad whose Requirements match each
+    ad's identifying attributes (no Name in the query ad itself, so the collector scans by the
+    constraint instead of looking one ad up by its hash key)."""
+    terms = [
+        "(" + " && ".join(f"{attr} =?= {classad2.quote(value)}" for attr, value in ad.items()) + ")"
+        for ad in ads
+    ]
+    query = classad2.ClassAd({"MyType": "Query", "TargetType": target_type})
+    query["Requirements"] = classad2.ExprTree(" || ".join(terms))
+    coll.advertise([query], command)
+
+
 def op_local_config(keys: list[str]) -> dict[str, str | None]:
     """Values of this machine's HTCondor configuration (the worker's CONDOR_CONFIG), as
     condor_config_val prints them; None for a key that is not defined."""
@@ -572,6 +632,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "advertise": op_advertise,
     "invalidate": op_invalidate,
     "local_config": op_local_config,
+    "shut_out_schedds": op_shut_out_schedds,
     "edit_jobs": op_edit_jobs,
     "match_ads": op_match_ads,
     "create_token": op_create_token,

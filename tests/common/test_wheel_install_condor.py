@@ -207,8 +207,11 @@ def test_poold_and_faultd_from_the_wheel(
     # key, bounded to what the daemon needs, alone in its token_dir (owner and mode as its keys)
     token_dirs = {"poold": "", "faultd": ""}
     if pool.security == "recommended":
+        # poold's levels as the README's condor_token_create line: ADVERTISE_SCHEDD takes a revoked
+        # pool's schedd and submitter ads out of the collector (issue 15)
+        poold_authz = ("READ", "CONFIG", "ADMINISTRATOR", "DAEMON", "ADVERTISE_SCHEDD")
         for daemon, (uid, gid), authz in (
-            ("poold", (condor_uid, condor_gid), ("READ", "CONFIG", "ADMINISTRATOR", "DAEMON")),
+            ("poold", (condor_uid, condor_gid), poold_authz),
             ("faultd", (0, 0), ("READ", "ADMINISTRATOR", "DAEMON")),
         ):
             # condor_token_create -identity <daemon>@<trust domain> -authz ..., as the key's owner

@@ -11,13 +11,16 @@ import math
 import os
 import random
 import time
+from collections import deque
 from collections.abc import Iterator
+from typing import get_args
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
-from common.condor.types import PoolLoad
+from common.condor.types import PoolLoad, ScheddLoad
 from common.droplog import DropLog
 from common.overlay.certs import NodeCertificate
 from common.overlay.claims import ClaimChecker, endorse
@@ -63,7 +66,22 @@ from llic.events import AgentConnected, BulkReady, ConnectionBroken, ResultRecei
 from llic.master_core import MasterCore
 from llic.task import STATUS_LAUNCH_FAILED, STATUS_OK, TaskResult
 from poolD.config import DiscoverySection, FlockingSection
-from poolD.core import CoreSettings, PoolCore
+from poolD.core import (
+    Action,
+    CoreOutput,
+    CoreSettings,
+    FlockFromApplied,
+    FlockToApplied,
+    Measure,
+    PoolCore,
+    ReadLoad,
+    Send,
+    SetFlockFrom,
+    SetFlockTo,
+    ShutOutDone,
+    ShutOutSchedds,
+)
+from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
 from poolD.messages import (
     Announcement,
     CollectorMoved,
@@ -72,7 +90,7 @@ from poolD.messages import (
     TokenRequestNotice,
     TokenVerdict,
 )
-from poolD.policy import Policy
+from poolD.policy import Policy, PolicyFile, Rule
 from poolD.state import decode_state, encode_state
 
 pytestmark = pytest.mark.hostile
@@ -336,14 +354,14 @@ announcements = st.builds(
     row=st.integers(0, 127),
     epoch=st.integers(0, 5),
 )
-# Every poold message type, keyed by type (test_every_pool_message_type_is_fuzzed checks this).
+# Every poold message type, keyed by type (test_every_pool_core_action_and_message_is_fuzzed checks this).
 pool_strategies = {
     Announcement: announcements,
     FlockIntent: st.builds(
         FlockIntent,
         pool=st.sampled_from(["a", "b"]),
         origin=peers,
-        schedd_hosts=st.lists(st.sampled_from(["h1", "h2", ""]), max_size=4),
+        schedd_hosts=st.lists(st.sampled_from(["h1", "h2", "10.0.0.1", "s1.a.org", ""]), max_size=4),
     ),
     FlockReply: st.builds(
         FlockReply,
@@ -384,27 +402,89 @@ pool_strategies = {
 pool_messages = st.one_of(*pool_strategies.values())
 
 
-def test_every_pool_message_type_is_fuzzed() -> None:
-    poold_types = {cls for cls in _APP_TYPES.values() if cls.TYPE.startswith("poold.")}
-    assert set(pool_strategies) == poold_types
+# Our own schedd in the fuzzed pool: intents may name its hosts; a shut-out never may.
+OWN_SCHEDD = ScheddLoad(
+    name="h1", address="<10.0.0.1:9618>", machine="h1", idle=3, running=4, held=0, flocked=0
+)
+OWN_LOAD = PoolLoad(total_slots=4, free_slots=0, claimed_slots=4, schedds=[OWN_SCHEDD])
+RELOADS = ["allow all", "refuse a"]  # policy reloads in the script, between the messages
+REFUSE_A = Policy(PolicyFile(default="allow", rule=[Rule(action="deny", pools=["a"])]), "refuse-a.toml")
+
+
+def _outcome(core: PoolCore, action: object, ok: bool, now: float) -> CoreOutput:
+    """What the driver feeds back for one action of the pool core, succeeded or failed."""
+    if isinstance(action, ReadLoad):
+        return core.on_load(OWN_LOAD if ok else None, now, None if ok else "down")
+    if isinstance(action, SetFlockTo):
+        return core.on_flock_to_applied(FlockToApplied(action, ok, {}), now)
+    if isinstance(action, SetFlockFrom):
+        return core.on_flock_from_applied(FlockFromApplied(action, None if ok else "down"), now)
+    if isinstance(action, ShutOutSchedds):
+        assert {"h1", "10.0.0.1"}.isdisjoint(action.hosts), action  # never our own schedd
+        hypothesis_event("shut out")
+        return core.on_shut_out(ShutOutDone(action, 1, ("slot1_1@x",), None if ok else "down"), now)
+    if isinstance(action, RequestToken):
+        return core.on_token_requested(action, "42" if ok else None, None if ok else "down", now)
+    if isinstance(action, ApproveToken):
+        return core.on_token_approved(action, None if ok else "down", now)
+    if isinstance(action, InstallToken):
+        return core.on_token_installed(action, None if ok else "down", now)
+    assert isinstance(action, Send | Measure | RemoveToken)  # nothing is fed back for these
+    return CoreOutput()
+
+
+# Every action the pool core can ask for has its fed-back outcome above.
+FED_BACK = (ReadLoad, SetFlockTo, SetFlockFrom, ShutOutSchedds, RequestToken, ApproveToken, InstallToken)
+
+
+def test_every_pool_core_action_and_message_is_fuzzed() -> None:
+    assert set(get_args(Action)) == {*FED_BACK, Send, Measure, RemoveToken}
+    pool_types = {c for c in _APP_TYPES.values() if c.__module__ == "poolD.messages"}
+    assert set(pool_strategies) == pool_types
 
 
 @settings(max_examples=60, deadline=None)
-@given(script=st.lists(st.tuples(pool_messages, st.floats(0, 30)), max_size=30), trust=st.booleans())
+@given(
+    script=st.lists(
+        st.tuples(
+            pool_messages | st.sampled_from(["allow all", "refuse a"]), st.floats(0, 30), st.booleans()
+        ),
+        max_size=30,
+    ),
+    trust=st.booleans(),
+)
+@example(  # a grant, its revocation by a reloaded policy, the shut-out: always among the cases
+    script=[
+        (FlockIntent(pool="a", origin=Peer(id=IDS[1], addr="n1:1"), schedd_hosts=["h2", "h1"]), 1.0, True),
+        ("refuse a", 1.0, True),
+    ],
+    trust=True,
+)
 def test_pool_core_survives_any_well_typed_message(script: list, trust: bool) -> None:
+    """Messages, policy reloads and timers in any order, every action's outcome fed back as
+    done or failed; a shut-out never names our own schedd's hosts."""
     overlay = OverlayNode(Peer(id=IDS[5], addr="me:1"), OverlayParams(), random.Random(1))
     overlay.start(0.0)
     settings_ = CoreSettings(pool="home", collector="me:9618", discovery=DiscoverySection(),
                              flocking=FlockingSection(),
                              trust_domain="home.example" if trust else None)  # fmt: skip
     core = PoolCore(settings_, overlay, Policy.allow_all(), random.Random(1))
-    core.start(0.0)
-    core.on_load(PoolLoad(total_slots=4, free_slots=0, claimed_slots=4, schedds=[]), 0.0)
     now = 0.0
-    for msg, dt in script:
+    pending = deque([core.start(0.0), core.on_load(OWN_LOAD, 0.0)])
+    for item, dt, ok in script:
         now += dt
-        core.on_message(msg, now)
-        core.on_timer(now)
+        if item == "allow all":
+            pending.append(core.replace_policy(Policy.allow_all(), now))
+        elif item == "refuse a":
+            pending.append(core.replace_policy(REFUSE_A, now))
+        else:
+            pending.append(core.on_message(item, now))
+        pending.append(core.on_timer(now))
+        for _ in range(200):  # outcomes ask for more actions; bounded
+            if not pending:
+                break
+            for action in pending.popleft().actions:
+                pending.append(_outcome(core, action, ok, now))
     assert all(v >= 0 for v in core.counters.values())
     assert "home" not in core.willing.entries  # our own offers are never taken
     assert "home" not in core.collector_claims and "stranger" not in core.collector_claims
