@@ -66,8 +66,8 @@ class Federation:
         slots: int = 3,
         security: str | None = None,
     ) -> None:
-        """poold on pools `names` (`security`: their mode, default the sandbox's; FLOCKING_SECURITY
-        where jobs must flock between them)."""
+        """poold on pools `names` (`security`: their mode, default the sandbox's; in recommended
+        pools poold negotiates the cross-pool trust flocking needs, see trust_section)."""
         self.workdir = workdir
         self.names = names
         self.keys = RingKeys(workdir / "poold-keys", ring="poold")
