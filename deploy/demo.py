@@ -4,6 +4,11 @@ Pools A-D (3 slots each, real HTCondor 23.9 daemons in sandbox hosts) get a burs
 at D, twice: first with no poolD (D's jobs can only queue for D's three slots), then with poolD
 on every central manager, joined through A (D's poolD finds A-C's free slots and points D's
 schedd at them). The demo prints where D's jobs ran and how long they waited, then tears down.
+
+The pools run HTCondor's recommended security, each with its own signing key: the tokens that let
+D's schedd in at A-C and their negotiators in at D are negotiated by the poolds themselves
+(`[trust]`, deploy/harness/federation.py); the demo prints what they decided about them.
+`SANDBOX_SECURITY=open` runs the old open pools instead, for comparison.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import trio
 
 from common.logging import configure_logging
 from deploy.harness.federation import Federation
-from deploy.harness.sandbox import FLOCKING_SECURITY, Sandbox
+from deploy.harness.sandbox import Sandbox
 
 POOLS = ["A", "B", "C", "D"]
 JOBS = 24
@@ -78,10 +83,12 @@ def main() -> int:
         print("demo: run as root (the sandbox makes network namespaces)", file=sys.stderr)
         return 2
     configure_logging("demo", level="warning")
-    box = Sandbox(security=FLOCKING_SECURITY)  # D's jobs flock to A-C: needs cross-pool trust
+    box = Sandbox()  # recommended security (SANDBOX_SECURITY=open: the old open pools)
     workdir = box.shared_dir()
     print(f"starting pools {', '.join(POOLS)}: 3 slots each, real HTCondor in sandbox hosts ...")
     fed = Federation(box, workdir, POOLS)
+    trust = ", tokens between pools by poolD" if fed.trusting("D") else ""
+    print(f"security: {fed.pools['D'].security}{trust}")
     try:
         print(f"burst of {JOBS} x {SECONDS}-second jobs at D, no poolD ...")
         without = summary(trio.run(burst, fed))
@@ -91,10 +98,11 @@ def main() -> int:
         print("D's willing list: " + ", ".join(f"{e['pool']} ({e['free_slots']} free)" for e in willing))
         print("same burst at D, with poolD ...")
         with_poold = summary(trio.run(burst, fed))
-        print("what D's poold decided:")
-        for line in fed.status("D")["decisions"]:
-            if "flock" in line.lower() or "idle" in line:
-                print(f"  {line}")
+        for name in POOLS:
+            print(f"what {name}'s poold decided:")
+            for line in fed.status(name)["decisions"]:
+                if "flock" in line.lower() or "idle" in line or "token" in line:
+                    print(f"  {line}")
         print()
         print(f"{'':<22}{'without poolD':>16}{'with poolD':>14}")
         for key in without:

@@ -160,6 +160,7 @@ def render_status(s: dict[str, Any]) -> str:
         lines.append(f"FLOCK_TO on {schedd}: {', '.join(flock) or '(none)'}")
     if s["blacklist"]:
         lines.append("blacklist: " + ", ".join(f"{p} ({b['reason']})" for p, b in s["blacklist"].items()))
+    lines += _token_lines(s.get("tokens") or {})
     lines.append(
         f"offers accepted {s['offers']['accepted']}, dropped {s['offers']['dropped']}, "
         f"overlay drops {s['overlay_drops']}"
@@ -167,6 +168,21 @@ def render_status(s: dict[str, Any]) -> str:
     lines.append("last decisions:")
     lines += [f"  {d}" for d in s["decisions"][-10:]]
     return "\n".join(lines)
+
+
+def _token_lines(tokens: dict[str, Any]) -> list[str]:
+    """Cross-pool trust ([trust]) in `poold status`: the tokens our daemons hold of other pools,
+    those we asked for and wait on, those we approved for others; nothing without [trust]."""
+    if not tokens:
+        return []
+    held = ", ".join(f"{k} ({v:.0f}s left)" for k, v in sorted(tokens.get("held", {}).items()))
+    asked = ", ".join(f"{k} (request {v})" for k, v in sorted(tokens.get("asked", {}).items()))
+    issued = ", ".join(f"{k} ({v:.0f}s left)" for k, v in sorted(tokens.get("issued", {}).items()))
+    return [
+        f"tokens held: {held or 'none'}",
+        f"tokens asked for: {asked or 'none'}",
+        f"tokens issued: {issued or 'none'}",
+    ]
 
 
 def _simulate_overlay(args: argparse.Namespace) -> int:

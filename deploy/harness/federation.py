@@ -5,8 +5,8 @@ program of this machine), joins the ring through the first pool, and talks to it
 the gateway with the pool's client config. Intervals are seconds, not minutes, so that a demo
 shows a whole cycle quickly.
 
-Pools in HTCondor's recommended security (each its own signing key and TRUST_DOMAIN) get poold's
-`[trust]` section (trust_section): poold negotiates the tokens that let jobs flock between them
+Pools in HTCondor's recommended security (each its own signing key and TRUST_DOMAIN), two or more,
+get poold's `[trust]` section (trust_section): poold negotiates the tokens that let jobs flock between them
 by itself (docs/security-htcondor.md, "Cross-pool trust"); no token between pools is made here.
 What the pool's HTCondor side needs for it, deploy/sandbox already writes in every recommended
 pool: the shipped 60-poold-pool.conf (SSL for token requests at the collector, the request limits,
@@ -66,8 +66,8 @@ class Federation:
         slots: int = 3,
         security: str | None = None,
     ) -> None:
-        """poold on pools `names` (`security`: their mode, default the sandbox's; FLOCKING_SECURITY
-        where jobs must flock between them)."""
+        """poold on pools `names` (`security`: their mode, default the sandbox's; in recommended
+        pools poold negotiates the cross-pool trust flocking needs, see trust_section)."""
         self.workdir = workdir
         self.names = names
         self.keys = RingKeys(workdir / "poold-keys", ring="poold")
@@ -86,8 +86,9 @@ class Federation:
                 token.unlink()
 
     def trusting(self, name: str) -> bool:
-        """Whether the pool's poold negotiates cross-pool trust (recommended security)."""
-        return self.pools[name].security == "recommended"
+        """Whether the pool's poold negotiates cross-pool trust: in recommended security, with
+        other pools to flock with (a federation of one keeps poold under its unit jail)."""
+        return self.pools[name].security == "recommended" and len(self.names) > 1
 
     def token_dir(self, name: str) -> Path:
         """The token directory of the pool's schedd and negotiator (both on the central manager):

@@ -60,7 +60,7 @@ import trio
 from common.condor import DaemonKind, DaemonRef, Gateway
 from common.logging import configure_logging
 from deploy.harness.federation import Federation
-from deploy.harness.sandbox import FLOCKING_SECURITY, GracefulStopFailed, Sandbox, SandboxPool
+from deploy.harness.sandbox import GracefulStopFailed, Sandbox, SandboxPool
 from sim.flock_paper import (
     JOBS_PER_SEQUENCE,
     SITE_MACHINES,
@@ -471,8 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("four-pools: run as root (the sandbox makes network namespaces)", file=sys.stderr)
         return 2
     configure_logging("four-pools", level="warning")
-    # Configuration II flocks between pools; I and III run in the same mode, to be compared.
-    args.box = Sandbox(security=FLOCKING_SECURITY)
+    # The session's mode (SANDBOX_SECURITY; recommended by default) for I, II and III alike, to be
+    # compared; in recommended pools II's poolds negotiate the cross-pool tokens themselves.
+    args.box = Sandbox()
     args.workdir = args.box.shared_dir()
     args.federation = None
     result: dict[str, Any] = {

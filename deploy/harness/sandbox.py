@@ -29,14 +29,6 @@ SECURITY_MODES = ("open", "recommended")
 # --security): unset, deploy/sandbox's default, HTCondor's recommended security;
 # `SANDBOX_SECURITY=open make test` runs the old open pools, for comparison.
 SECURITY_ENV = "SANDBOX_SECURITY"
-# Jobs that flock from one sandbox pool to another need cross-pool trust: the sending pool's
-# schedds accepted by the receiving pool's collector, its negotiator by the sender's schedds, each
-# with a token of the other pool's key. poolD does not negotiate that yet (issue 15, Deliver 3:
-# cross-pool trust negotiated by poolD), so what makes jobs run across pools runs in open pools,
-# from this one place: poolD's flocking test (tests/poolD/test_poold_sandbox.py), `make demo`
-# (deploy/demo.py) and bench/four-pools (deploy/harness/four_pools.py). Flip it to None (the
-# session's mode) once poolD grants the trust itself.
-FLOCKING_SECURITY: str | None = "open"
 # llic's master is a scheduler-universe job that queries and submits to its own schedd. In a
 # recommended sandbox pool that fails: FS authentication is refused ("FS:1004: Directory name
 # doesn't match server's network address") and the master holds no token, so it never sees its

@@ -3,12 +3,16 @@ hardening issue 14 (row 10) asked for, within each daemon's exposure score."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from deploy.harness.unit_jail import read_service
+from poolD.config import TrustSection
 
 FILES = Path(__file__).resolve().parents[2] / "common" / "deploy_files"
 
@@ -58,3 +62,24 @@ def test_systemd_unit_is_hardened_and_bounded(daemon: str, tmp_path: Path) -> No
     argv = ["systemd-analyze", "security", "--offline=true", f"--threshold={EXPOSURE_THRESHOLD[daemon]}"]
     result = subprocess.run([*argv, str(unit)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+
+
+def test_poold_unit_lets_it_write_the_trust_directories() -> None:
+    """Under ProtectSystem=strict poold writes nothing but what its unit opens: [trust]'s
+    request_dir (its default, under StateDirectory) and the token directories poold.toml
+    documents for the schedd and negotiator (ReadWritePaths), or it could not install the tokens
+    it negotiates."""
+    settings = read_service(FILES / "systemd/poold.service")
+    assert ("ProtectSystem", "strict") in settings
+    state = [Path("/var/lib") / value for key, value in settings if key == "StateDirectory"]
+    writable = [
+        Path(path.lstrip("-")) for key, value in settings if key == "ReadWritePaths" for path in value.split()
+    ]
+    request_dir = TrustSection().request_dir
+    assert any(request_dir.is_relative_to(d) for d in state), (request_dir, state)
+    example = (FILES / "config/poold.toml").read_text()
+    token_dirs = {
+        Path(m[2]) for m in re.finditer(r"^# (schedd|negotiator)_token_dir = \"([^\"]+)\"", example, re.M)
+    }
+    assert len(token_dirs) == 1 and token_dirs <= set(writable), (token_dirs, writable)
+    assert ("StateDirectoryMode", "0700") in settings  # requests and received tokens: poold's alone

@@ -24,7 +24,7 @@ from common.overlay.envelope import SignedSealer
 from common.overlay.identity import IdentityFiles, load_identity
 from common.overlay.messages import Direct, Peer, overlay_codec
 from deploy.harness.federation import Federation
-from deploy.harness.sandbox import FLOCKING_SECURITY, SANDBOX, Sandbox, SandboxPool
+from deploy.harness.sandbox import SANDBOX, Sandbox, SandboxPool
 from poolD.messages import Announcement
 
 pytestmark = pytest.mark.htcondor
@@ -41,8 +41,9 @@ comment = "not with fc"
 
 @pytest.fixture(scope="module")
 def federation(sandbox: Sandbox) -> Iterator[Federation]:
-    # fd's jobs run in fa and fb: flocking between pools, open until poolD grants cross-pool trust.
-    fed = Federation(sandbox, sandbox.shared_dir(), POOLS, security=FLOCKING_SECURITY)
+    # The session's security (recommended unless SANDBOX_SECURITY=open): in recommended pools fd's
+    # jobs run in fa and fb with the tokens the poolds negotiate (Federation.trust_section).
+    fed = Federation(sandbox, sandbox.shared_dir(), POOLS)
     fed.policies["fd"] = FD_POLICY
     try:
         fed.start_all()
@@ -103,7 +104,24 @@ def test_overloaded_pool_flocks_to_willing_pools_and_withdraws(federation: Feder
             )
             return [h for h in out.stdout.split() if not h.endswith(".fd.sandbox")]
 
-        federation.wait("one of fd's jobs running on another pool's machine", running_elsewhere, timeout=180)
+        hosts = federation.wait(
+            "one of fd's jobs running on another pool's machine", running_elsewhere, timeout=180
+        )
+        if federation.trusting("fd"):
+            # Recommended pools: every grant that let the job in came from poold (the harness makes
+            # no token between pools): fd's schedd holds a token of each pool its jobs run in, and
+            # that pool's negotiator one of fd.
+            where = {host.split("@")[1].split(".")[1] for host in hosts}
+            federation.wait(
+                f"poold's tokens between fd and {sorted(where)}",
+                lambda: all(
+                    f"flock-schedd-{pool}" in federation.flock_tokens("fd")
+                    and "flock-negotiator-fd" in federation.flock_tokens(pool)
+                    for pool in where
+                ),
+            )
+            held = federation.status("fd")["tokens"]["held"]
+            assert {f"{pool}/schedd" for pool in where} <= set(held), held
     finally:
         release.touch()
 
