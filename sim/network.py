@@ -154,6 +154,7 @@ class SimNetwork:
         self._seq = 0
         self._group: dict[int, int] = {}
         self._index_of: dict[str, int] = {}  # address -> node index, parsed once per address
+        # Called at each delivery of a Route message (src, dst, message, time): lookups' paths.
         self.hop_latency: Callable[[int, int, Message, float], None] | None = None
         self.meter: ByteMeter | None = None  # set to measure the bytes of what is sent
 
@@ -286,7 +287,7 @@ class SimNetwork:
                 if node is None or not node.alive:
                     self.stats.to_dead += 1
                     continue
-                if self.hop_latency is not None:
+                if type(c) is Route and self.hop_latency is not None:
                     self.hop_latency(b, a, c, t)
                 apply(node, node.core.on_message(c, t))
             elif kind == _TIMER:
@@ -387,7 +388,7 @@ def route_latency_tracker(
     totals: dict[int, float] = {}
 
     def on_hop(src: int, dst: int, msg: Message, t: float) -> None:
-        if isinstance(msg, Route):
+        if isinstance(msg, Route):  # (SimNetwork calls it for Route messages only)
             lookup = lookup_of(msg.payload)
             if lookup is not None:
                 totals[lookup] = totals.get(lookup, 0.0) + network.latency(src, dst)

@@ -89,12 +89,17 @@ class LeafSet:
                     side[i] = peer
                     return True
                 return False
-        if len(side) >= self.half and measure(peer) >= measure(side[-1]):
+        distance = measure(peer)
+        if len(side) >= self.half and distance >= measure(side[-1]):
             return False
-        side.append(peer)
-        side.sort(key=measure)
+        # Insert in order of distance (ids differ, so distances do: no ties), then drop the
+        # farthest if the side overflows; the peer is always kept, being nearer than the last.
+        at = len(side)
+        while at > 0 and measure(side[at - 1]) > distance:
+            at -= 1
+        side.insert(at, peer)
         del side[self.half :]
-        return any(p.id == peer.id for p in side)
+        return True
 
     def remove(self, node_id: int) -> bool:
         """Drop a node from both sides; True if it was a member."""

@@ -453,7 +453,7 @@ class OverlayNode:
         if self._leaf_changed:
             self._out.events.append(LeafSetChanged(tuple(self.leaf.members())))
             self._leaf_changed = False
-        out, self._out = self._out, Output()
+        out, self._out = self._out, Output([], [])  # no default factories: this runs per message
         # The earliest deadline, without building a list: this runs after every message.
         timers, pending, hops = self._timers, self._pending, self._hops
         wakeup = min(timers.values()) if timers else None
