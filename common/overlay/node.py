@@ -48,6 +48,11 @@ request ends at our true nearest neighbour (excluding us), which answers with it
 Healing: the last `departed_memory` nodes declared dead are probed again, one every
 `revive_interval`; one that answers is learned anew. After a partition heals, that is how the two
 halves (each of which declared the other dead) find each other and merge back into one ring.
+
+Bounded state: what a node keeps per peer (round-trip times, when it last heard from it) covers
+its leaf set and routing table, plus the `recent_peers` most recently measured or heard others
+(an offer of a node measured lately is not probed again at once). A node in a large ring hears
+from ever more nodes, and a flood of distinct senders is unlimited; neither grows its memory.
 """
 
 from __future__ import annotations
