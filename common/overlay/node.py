@@ -112,7 +112,7 @@ class OverlayParams(StrictModel):
     revive_interval: float = Field(30.0, gt=0, description="how often a departed node is probed again")
     departed_memory: int = Field(64, ge=0, description="how many departed nodes are remembered for that")
     recent_peers: int = Field(
-        256, ge=0, description="RTTs and last-heard times kept for nodes outside leaf set and table"
+        512, ge=0, description="RTTs and last-heard times kept for nodes outside leaf set and table"
     )
 
     @field_validator("b")
