@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import gc
 import math
 import random
 import time
@@ -62,7 +61,7 @@ from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import CoreSettings, PoolCore
 from poolD.messages import Announcement
 from poolD.policy import Policy, PolicyFile
-from sim.network import SimNetwork
+from sim.network import SimNetwork, without_cycle_collector
 from sim.poold import SimulatedPoolDs
 from sim.schedulers import FifoJobs, FifoPool
 from sim.topology import LatencyMatrix, Placement, transit_stub
@@ -135,24 +134,6 @@ class _NoDebug:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
-
-
-@contextlib.contextmanager
-def without_cycle_collector() -> Iterator[None]:
-    """Run with Python's cycle collector off. Each full collection walks every tracked object,
-    the job table's lists of 12.8 million entries included, and the heap only grows during a
-    run, so at 1000 pools those walks were ~40 % of the time (measured at 500 pools: 71 s of
-    234 s). The simulation makes no reference cycles worth collecting: reference counting
-    still frees every offer, load and willing-list entry as before (peak memory measured the
-    same, docs/results.md)."""
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from typing import Any
 
 from common.overlay.messages import AppMessage, app_message
 from common.overlay.node import Delivered, Event, LeafSetChanged, OverlayParams
-from sim.network import ByteMeter, SimNetwork, route_latency_tracker
+from sim.network import ByteMeter, SimNetwork, route_latency_tracker, without_cycle_collector
 from sim.topology import LatencyMatrix, Placement, load_matrix, transit_stub
 
 
@@ -244,6 +244,10 @@ class OverlayExperiment:
 
     def run(self) -> dict[str, Any]:
         """Run the phases and return the measurements `poold simulate overlay` prints as JSON."""
+        with without_cycle_collector():
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         cfg, net = self.config, self.net
         started = time.perf_counter()
         for i in range(cfg.nodes):

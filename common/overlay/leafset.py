@@ -24,6 +24,10 @@ class LeafSet:
         self.larger: list[Peer] = []  # clockwise neighbours, nearest first
         self.smaller: list[Peer] = []  # counter-clockwise neighbours, nearest first
         self._by_id: dict[int, Peer] = {}  # looked up on every incoming message: keep it O(1)
+        # could_hold's bounds, computed on every change (it runs for every node we hear of):
+        # clockwise distance to the outermost larger member, counter-clockwise to the outermost
+        # smaller one; None while a side has room (then any node could enter).
+        self._reach: tuple[int, int] | None = None
 
     def members(self) -> list[Peer]:
         """Every node of the set, each once, whichever side it is on."""
@@ -34,15 +38,21 @@ class LeafSet:
 
     def could_hold(self, node_id: int) -> bool:
         """Whether a node we do not hold yet would enter the set (cheap pre-check)."""
-        larger, smaller = self.larger, self.smaller
-        if len(larger) < self.half or len(smaller) < self.half:
+        reach = self._reach
+        if reach is None:
             return True
-        # cw_distance inlined (called for every node we hear of): clockwise from us to the node
-        # within clockwise to the outermost larger member, or counter-clockwise likewise.
+        # cw_distance inlined: clockwise from us to the node within clockwise to the outermost
+        # larger member, or counter-clockwise likewise.
         me = self.me.id
-        if ((node_id - me) & ID_MASK) < ((larger[-1].id - me) & ID_MASK):
-            return True
-        return ((me - node_id) & ID_MASK) < ((me - smaller[-1].id) & ID_MASK)
+        return ((node_id - me) & ID_MASK) < reach[0] or ((me - node_id) & ID_MASK) < reach[1]
+
+    def _changed(self) -> None:
+        self._by_id = {p.id: p for p in self.smaller} | {p.id: p for p in self.larger}
+        larger, smaller, me = self.larger, self.smaller, self.me.id
+        if len(larger) < self.half or len(smaller) < self.half:
+            self._reach = None
+        else:
+            self._reach = ((larger[-1].id - me) & ID_MASK, (me - smaller[-1].id) & ID_MASK)
 
     def get(self, node_id: int) -> Peer | None:
         """The member with this id, or None."""
@@ -69,7 +79,7 @@ class LeafSet:
         changed = self._insert(self.larger, peer, self._cw)
         changed = self._insert(self.smaller, peer, self._ccw) or changed
         if changed:
-            self._by_id = {p.id: p for p in self.smaller} | {p.id: p for p in self.larger}
+            self._changed()
         return changed
 
     def _insert(self, side: list[Peer], peer: Peer, measure: Callable[[Peer], int]) -> bool:
@@ -79,12 +89,17 @@ class LeafSet:
                     side[i] = peer
                     return True
                 return False
-        if len(side) >= self.half and measure(peer) >= measure(side[-1]):
+        distance = measure(peer)
+        if len(side) >= self.half and distance >= measure(side[-1]):
             return False
-        side.append(peer)
-        side.sort(key=measure)
+        # Insert in order of distance (ids differ, so distances do: no ties), then drop the
+        # farthest if the side overflows; the peer is always kept, being nearer than the last.
+        at = len(side)
+        while at > 0 and measure(side[at - 1]) > distance:
+            at -= 1
+        side.insert(at, peer)
         del side[self.half :]
-        return any(p.id == peer.id for p in side)
+        return True
 
     def remove(self, node_id: int) -> bool:
         """Drop a node from both sides; True if it was a member."""
@@ -92,7 +107,7 @@ class LeafSet:
             return False
         self.larger = [p for p in self.larger if p.id != node_id]
         self.smaller = [p for p in self.smaller if p.id != node_id]
-        del self._by_id[node_id]
+        self._changed()
         return True
 
     def covers(self, key: int) -> bool:

@@ -48,6 +48,11 @@ request ends at our true nearest neighbour (excluding us), which answers with it
 Healing: the last `departed_memory` nodes declared dead are probed again, one every
 `revive_interval`; one that answers is learned anew. After a partition heals, that is how the two
 halves (each of which declared the other dead) find each other and merge back into one ring.
+
+Bounded state: what a node keeps per peer (round-trip times, when it last heard from it) covers
+its leaf set and routing table, plus the `recent_peers` most recently measured or heard others
+(an offer of a node measured lately is not probed again at once). A node in a large ring hears
+from ever more nodes, and a flood of distinct senders is unlimited; neither grows its memory.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from typing import TypeVar
 from pydantic import Field, field_validator
 
 from common.config import StrictModel
-from common.overlay.ids import ID_MASK, closeness, digit, shared_prefix_len
+from common.overlay.ids import ID_BITS, ID_MASK, closeness, digit, shared_prefix_len
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import (
     MAX_LEAF_SET,
@@ -106,6 +111,9 @@ class OverlayParams(StrictModel):
     dead_memory: float = Field(120.0, gt=0)
     revive_interval: float = Field(30.0, gt=0, description="how often a departed node is probed again")
     departed_memory: int = Field(64, ge=0, description="how many departed nodes are remembered for that")
+    recent_peers: int = Field(
+        512, ge=0, description="RTTs and last-heard times kept for nodes outside leaf set and table"
+    )
 
     @field_validator("b")
     @classmethod
@@ -166,7 +174,7 @@ class LeafSetChanged:
 Event = Joined | Delivered | Received | BroadcastReceived | LeafSetChanged
 
 
-@dataclass
+@dataclass(slots=True)
 class Output:
     """What an entry point returns: datagrams to send, events for the application, next wake-up."""
 
@@ -247,8 +255,11 @@ class OverlayNode:
         self.rng = rng
         self.leaf = LeafSet(me, params.leaf_set_size)
         self.table = RoutingTable(me, params.b)
+        # Both maps are in recency order (an update moves the entry to the end) and bounded
+        # (_trim_recent): the leaf set's and routing table's nodes plus `recent_peers` others.
         self.rtt: dict[int, float] = {}
         self.last_heard: dict[int, float] = {}
+        self._rtt_limit = self._heard_limit = 2 * params.recent_peers
         self.dead: dict[int, float] = {}
         self.joined = False
         self.bootstrap: str | None = None
@@ -447,14 +458,15 @@ class OverlayNode:
         if self._leaf_changed:
             self._out.events.append(LeafSetChanged(tuple(self.leaf.members())))
             self._leaf_changed = False
-        out, self._out = self._out, Output()
+        out, self._out = self._out, Output([], [])  # no default factories: this runs per message
         # The earliest deadline, without building a list: this runs after every message.
-        wakeup = min(self._timers.values()) if self._timers else None
-        if self._pending:
-            due = next(iter(self._pending.values())).sent + self.params.probe_timeout
+        timers, pending, hops = self._timers, self._pending, self._hops
+        wakeup = min(timers.values()) if timers else None
+        if pending:
+            due = next(iter(pending.values())).sent + self.params.probe_timeout
             wakeup = due if wakeup is None or due < wakeup else wakeup
-        if self._hops:
-            due = next(iter(self._hops.values())).sent + self.params.hop_timeout
+        if hops:
+            due = next(iter(hops.values())).sent + self.params.hop_timeout
             wakeup = due if wakeup is None or due < wakeup else wakeup
         out.wakeup = wakeup
         return out
@@ -474,7 +486,10 @@ class OverlayNode:
         self._out.events.append(Joined())
 
     def _heard(self, peer: Peer, now: float) -> None:
-        self.last_heard[peer.id] = now
+        heard = self.last_heard
+        heard[peer.id] = now
+        if len(heard) > self._heard_limit:
+            self._heard_limit = self._trim_recent(heard, by_value=True)
         self.dead.pop(peer.id, None)
         if self._departed.pop(peer.id, None) is not None:
             self._consider(peer, now, firsthand=True)  # back from the dead, or from a partition
@@ -488,12 +503,12 @@ class OverlayNode:
             return
         if not firsthand and self.dead.get(pid, 0.0) > now:
             return
-        leaf, table = self.leaf, self.table
+        leaf, table, rtt = self.leaf, self.table, self.rtt
         held = leaf.get(pid)
         if held is not None:
             if held.addr != peer.addr:
                 self.leaf.add(peer)  # same node, new address
-        elif not self.leaf.could_hold(pid):
+        elif not leaf.could_hold(pid):
             pass
         elif self.joined and not firsthand:
             # Heard of second-hand, from a set that may be stale: it enters our leaf set only
@@ -509,26 +524,43 @@ class OverlayNode:
         current = table.get(*where)
         if current is None:
             if firsthand:
-                self.table.set(*where, peer)
-                if peer.id not in self.rtt:
+                table.set(*where, peer)
+                if pid not in rtt:
                     self._probe(peer, now)
             else:
                 # Heard of second-hand: it may be a stale entry of the teller's, which nobody
                 # probes unless it is used, so it fills the slot only once it answers (_on_pong).
                 self._candidates[peer.id] = peer
                 self._probe(peer, now)
-        elif current.id == peer.id:
+        elif current.id == pid:
             if current.addr != peer.addr:
-                self.table.set(*where, peer)
-        elif peer.id in self.rtt:
+                table.set(*where, peer)
+        elif pid in rtt:
             # Measured before, and nearer than the entry: measured again (it may have died since)
             # and put in the entry's place if it answers (_on_pong).
-            if measure and current.id in self.rtt and self.rtt[peer.id] < self.rtt[current.id]:
-                self._candidates[peer.id] = peer
+            if measure and current.id in rtt and rtt[pid] < rtt[current.id]:
+                self._candidates[pid] = peer
                 self._probe(peer, now)
         elif measure:
-            self._candidates[peer.id] = peer
+            self._candidates[pid] = peer
             self._probe(peer, now)
+
+    def _trim_recent(self, peers: dict[int, float], *, by_value: bool = False) -> int:
+        """Bound a per-peer map (rtt, last_heard): keep the entries of the leaf set's and routing
+        table's nodes and the `recent_peers` most recent others (recency: the map's order, rtt
+        being kept in order of measurement, or the value, last_heard being a time); returns the
+        size at which to trim again. A node hears from ever more nodes as a ring grows (and a
+        hostile flood of distinct peers is unlimited), while only known nodes' entries are read
+        back, bar the recent ones a new offer of the same node may ask about. Amortised O(1):
+        the next trim comes `recent_peers` insertions later."""
+        cap = self.params.recent_peers
+        leaf, table = self.leaf, self.table
+        others = [pid for pid in peers if pid not in leaf and not table.contains(pid)]
+        if by_value:
+            others.sort(key=peers.__getitem__)  # stable: equal times stay in insertion order
+        for pid in others[: max(len(others) - cap, 0)]:
+            del peers[pid]
+        return len(peers) + max(cap, 1)
 
     def _consider_all(self, peers: Iterable[Peer], now: float, *, measure: bool = True) -> None:
         for p in peers:
@@ -762,8 +794,10 @@ class OverlayNode:
         if probe.tell is not None:
             self._correct(probe.tell, now)  # it lacked this node, which is alive
         sample = max(now - msg.sent, 0.0)
-        old = self.rtt.get(msg.sender.id)
+        old = self.rtt.pop(msg.sender.id, None)  # to the end: the map is in recency order
         self.rtt[msg.sender.id] = sample if old is None else 0.7 * old + 0.3 * sample
+        if len(self.rtt) > self._rtt_limit:
+            self._rtt_limit = self._trim_recent(self.rtt)
         if msg.sender.id not in self.leaf and self.leaf.could_hold(msg.sender.id):
             self._consider(msg.sender, now, firsthand=True)  # a leaf candidate, verified
         candidate = self._candidates.pop(msg.sender.id, None)
@@ -831,11 +865,13 @@ class OverlayNode:
     def _on_row_request(self, msg: RowRequest, now: float) -> None:
         """Answer with the nodes we know that would sit in row `row` of the requester's table."""
         if 0 <= msg.row < self.table.rows:
-            b, requester = self.params.b, msg.sender.id
+            b, requester, row = self.params.b, msg.sender.id, msg.row
+            # shared_prefix_len inlined (p.id != requester, so the XOR is not 0): this runs for
+            # every node we know, at every row request.
             fits = [
                 p
                 for p in self.known()
-                if p.id != requester and shared_prefix_len(p.id, requester, b) == msg.row
+                if p.id != requester and (ID_BITS - (p.id ^ requester).bit_length()) // b == row
             ]
             if shared_prefix_len(self.me.id, requester, b) == msg.row:
                 fits.append(self.me)

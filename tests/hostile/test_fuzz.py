@@ -48,7 +48,7 @@ from common.overlay.messages import (
 from common.overlay.node import OverlayNode, OverlayParams
 from common.overlay.ratelimit import PeerRateLimiter
 from common.service import parse_request
-from common.wire import pack
+from common.wire import Message, pack
 from deploy.harness.ring_keys import RingKeys
 from faultD.messages import (
     Alive,
@@ -280,7 +280,7 @@ def test_every_overlay_message_type_is_fuzzed() -> None:
 @FAST
 @given(script=st.lists(st.tuples(overlay_messages, st.floats(0, 5)), max_size=25), joined=st.booleans())
 def test_overlay_node_survives_any_well_typed_message(script: list, joined: bool) -> None:
-    params = OverlayParams()
+    params = OverlayParams(recent_peers=2)  # small, so that the scripts reach the bound
     node = OverlayNode(Peer(id=IDS[4], addr="me:1"), params, random.Random(1))
     node.start(0.0, None if joined else "n1:1")
     now = 0.0
@@ -291,6 +291,63 @@ def test_overlay_node_survives_any_well_typed_message(script: list, joined: bool
         node.on_timer(now)
     assert len(node.leaf) <= params.leaf_set_size
     assert all(math.isfinite(r) and r >= 0 for r in node.rtt.values())
+    assert len(node.rtt) <= _peer_map_bound(node) and len(node.last_heard) <= _peer_map_bound(node)
+
+
+def _peer_map_bound(node: OverlayNode) -> int:
+    """The most entries a node's rtt and last_heard may hold: leaf set and routing table full,
+    and the recent others (twice: trimmed back to `recent_peers` once that many more came)."""
+    p = node.params
+    return p.leaf_set_size + node.table.rows * node.table.cols + 2 * p.recent_peers
+
+
+def _flood_message(kind: type, sender: Peer, i: int) -> Message:
+    """A message of type `kind` from `sender`, naming a further fresh node where it can."""
+    other = Peer(id=random.Random(-i).getrandbits(128), addr=f"o{i}:1")
+    reply = FlockReply(pool="p", accepted=False, reason="")
+    build: dict[type, Message] = {
+        Ping: Ping(sender=sender, nonce=i, sent=0.0),
+        Pong: Pong(sender=sender, nonce=i, sent=0.0),
+        JoinRequest: JoinRequest(joiner=sender),
+        JoinInfo: JoinInfo(sender=sender, candidates=[other], leaf_set=[other], root=True),
+        Hello: Hello(sender=sender),
+        LeafSetRequest: LeafSetRequest(sender=sender),
+        LeafSetPush: LeafSetPush(sender=sender, leaf_set=[other]),
+        RowRequest: RowRequest(sender=sender, row=i % 3),
+        RowReply: RowReply(sender=sender, row=0, entries=[other]),
+        RouteAck: RouteAck(sender=sender, hop_nonce=i),
+        Direct: Direct(sender=sender, payload=reply),
+        Route: Route(key=other.id, origin=sender, payload=reply, via=sender, hop_nonce=i),
+        Broadcast: Broadcast(origin=sender, seq=i, level=0, payload=reply),
+        Heartbeat: Heartbeat(sender=sender),
+    }
+    return build[kind]
+
+
+def test_overlay_peer_maps_stay_bounded_under_a_flood_of_distinct_peers() -> None:
+    """Every message type from thousands of distinct nodes (each answering our probes, so that
+    rtt fills too): rtt and last_heard stay within leaf set, table and `recent_peers`."""
+    params = OverlayParams(recent_peers=32)
+    node = OverlayNode(Peer(id=IDS[4], addr="me:1"), params, random.Random(1))
+    node.start(0.0)
+    rng = random.Random(7)
+    by_addr: dict[str, Peer] = {}
+    kinds = list(OVERLAY_MESSAGES)
+    flood = 4000
+    now = 0.0
+    for i in range(flood):
+        now += 0.01
+        sender = Peer(id=rng.getrandbits(128), addr=f"f{i}:1")
+        by_addr[sender.addr] = sender
+        out = node.on_message(_flood_message(kinds[i % len(kinds)], sender, i), now)
+        for addr, msg in out.sends + node.on_timer(now).sends:
+            peer = by_addr.get(addr)
+            if isinstance(msg, Ping) and peer is not None:  # the flooders answer our probes
+                node.on_message(Pong(sender=peer, nonce=msg.nonce, sent=msg.sent), now + 0.005)
+        assert len(node.rtt) <= _peer_map_bound(node) and len(node.last_heard) <= _peer_map_bound(node)
+    assert len(node.rtt) > params.recent_peers  # the flood did measure many nodes
+    known = len(node.leaf) + len(node.table.entries())
+    assert len(node.last_heard) <= known + 2 * params.recent_peers < flood // 10
 
 
 def _state(manager: int, epoch: int, version: int) -> PoolState:
