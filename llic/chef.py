@@ -144,6 +144,8 @@ class Chef:
         self.decide: Decide | None = None  # the job policy's judgment of an ended run (MasterCore's)
         self.wait_for_requeues = False  # a run that ends may go back to the queue (max_retries...)
         self.host = ""  # the running agent's address (the job event log's execute host)
+        self._agent_key: tuple[int, int, int] | None = None
+        self._agent_name = ""
 
     @property
     def index(self) -> int:
@@ -158,7 +160,10 @@ class Chef:
     @property
     def agent(self) -> str:
         """The name of its current (or last) agent."""
-        return agent_name(self.run, self.rec.index, self.rec.launches)
+        key = (self.run, self.rec.index, self.rec.launches)
+        if key != self._agent_key:  # asked several times per event: formatted once per launch
+            self._agent_key, self._agent_name = key, agent_name(*key)
+        return self._agent_name
 
     @property
     def accepting(self) -> bool:

@@ -126,6 +126,7 @@ class Connections:
         wants_result: Callable[[str, int, int], bool],
         counters: Counter[str],
         *,
+        feed_results: Callable[[list[ResultReceived]], None] | None = None,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         max_unauthenticated: int = MAX_UNAUTHENTICATED,
         log: Any = None,
@@ -133,6 +134,8 @@ class Connections:
         self.plan = plan
         self.secret = secret
         self.feed = feed  # an event for the core (and the driver carries out its output)
+        # the results of one `results` message, for the core at once (default: one by one)
+        self.feed_results = feed_results or self._feed_each
         self.wants_result = wants_result  # the core's answer: would this result be recorded?
         self.counters = counters
         self.handshake_timeout = handshake_timeout
@@ -141,6 +144,10 @@ class Connections:
         self._serial = 0
         self.log = log if log is not None else structlog.get_logger("llic.master")
         self.conns: dict[str, AgentConnection] = {}
+
+    def _feed_each(self, events: list[ResultReceived]) -> None:
+        for event in events:
+            self.feed(event)
 
     def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk | CancelTask) -> None:
         """Queue what the core says to its agent (dropped when it is not connected or closing)."""
@@ -495,9 +502,9 @@ class Connections:
                 self.feed(BulkReady(conn.agent, body["process"], body["attempt"], body["size"]))
                 continue
             if msg.type == protocol.RESULTS:  # results without files: nothing to place
-                for result in msg.results():
-                    self.counters["results"] += 1
-                    self.feed(ResultReceived(conn.agent, result))
+                events = [ResultReceived(conn.agent, result) for result in msg.results()]
+                self.counters["results"] += len(events)
+                self.feed_results(events)
                 continue
             await self._on_result(conn, msg, started)
 

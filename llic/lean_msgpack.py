@@ -212,12 +212,28 @@ _LIST = (0, 0xDC, 0xDD)
 _MAP = (0, 0xDE, 0xDF)
 
 
+_SHORT = 64  # strings up to this many characters keep their encoding (map keys, statuses, hosts)
+_CACHE_MOST = 4096  # ... at most this many of them (a bounded memo, not a leak)
+_encoded_str: dict[str, bytes] = {}
+
+
+def _str_bytes(text: str) -> bytes:
+    """A str's header and UTF-8 bytes; short ones from the memo (the keys and most values of a
+    result map repeat in every message: encoding them again was most of the agent's encoding)."""
+    known = _encoded_str.get(text)
+    if known is not None:
+        return known
+    raw = text.encode("utf-8")
+    encoded = _header(len(raw), 0xA0, 32, _STR) + raw
+    if len(text) <= _SHORT and len(_encoded_str) < _CACHE_MOST and type(text) is str:
+        _encoded_str[text] = encoded
+    return encoded
+
+
 def _encode(obj: Any, put: Callable[[bytes], Any], depth: int) -> None:
     kind = type(obj)
     if kind is str:
-        raw = obj.encode("utf-8")
-        put(_header(len(raw), 0xA0, 32, _STR))
-        put(raw)
+        put(_str_bytes(obj))
     elif obj is None:
         put(b"\xc0")
     elif kind is bool:
@@ -230,9 +246,23 @@ def _encode(obj: Any, put: Callable[[bytes], Any], depth: int) -> None:
         if depth >= MAX_DEPTH:
             raise ValueError(f"nested more than {MAX_DEPTH} deep")
         put(_header(len(obj), 0x80, 16, _MAP))
-        for key, value in obj.items():
-            _encode(key, put, depth + 1)
-            _encode(value, put, depth + 1)
+        depth += 1
+        for key, value in obj.items():  # the usual keys and scalars here, without a call each
+            if type(key) is str:
+                put(_str_bytes(key))
+            else:
+                _encode(key, put, depth)
+            kind = type(value)
+            if kind is str:
+                put(_str_bytes(value))
+            elif kind is int and 0 <= value < 0x80:
+                put(bytes((value,)))
+            elif kind is float:
+                put(b"\xcb" + _F64.pack(value))
+            elif value is None:
+                put(b"\xc0")
+            else:
+                _encode(value, put, depth)
     elif isinstance(obj, (list, tuple)):
         if depth >= MAX_DEPTH:
             raise ValueError(f"nested more than {MAX_DEPTH} deep")

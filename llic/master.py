@@ -89,6 +89,7 @@ from llic.events import (
     RefuseAgent,
     RemoveAgents,
     Reschedule,
+    ResultReceived,
     SaveState,
     SendNoMoreTasks,
     SendTasks,
@@ -163,6 +164,7 @@ class Master:
             self.feed,
             self.core.wants_result,
             self.counters,
+            feed_results=self.feed_results,
             handshake_timeout=handshake_timeout,
             log=self.log,
         )
@@ -186,6 +188,10 @@ class Master:
     def feed(self, event: MasterEvent) -> None:
         """An event for the core, now; its output is carried out at once."""
         self.apply(self.core.handle(event, time.time()))
+
+    def feed_results(self, events: list[ResultReceived]) -> None:
+        """The results of one `results` message for the core, now, as one batch."""
+        self.apply(self.core.handle_results(events, time.time()))
 
     def apply(self, out: Output) -> None:
         """Carry out the core's output in order: saves at once, every other action queued where

@@ -69,7 +69,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
+import llic
 
 from . import lean_msgpack
 from .files import KIND_FILE, KINDS, UnsafePath, check_relpath
@@ -324,7 +324,14 @@ def file_entry(path: str, data: bytes, mode: int = 0o644, kind: str = KIND_FILE)
 
 # Where msgpack runs as its pure-Python fallback (the agent, which ships no compiled code), the
 # protocol's own encoder and decoder do the same work in a third of the time (llic/lean_msgpack.py).
-_LEAN = getattr(getattr(msgpack, "Unpacker", None), "__module__", "") == "msgpack.fallback"
+# In the agent's zipapp (its llic stub says so) msgpack is always that fallback, so it is not even
+# imported there: importing it cost each agent ~10 ms of start-up.
+if getattr(llic, "AGENT_ZIPAPP", False):
+    _LEAN = True
+else:
+    import msgpack
+
+    _LEAN = getattr(getattr(msgpack, "Unpacker", None), "__module__", "") == "msgpack.fallback"
 
 
 def _packb(obj: Any) -> bytes:

@@ -195,8 +195,14 @@ class Task:
         return (self.process, self.attempt)
 
     def with_attempt(self, attempt: int) -> Task:
-        """Run number `attempt` of this task."""
-        return dataclasses.replace(self, attempt=attempt)
+        """Run number `attempt` of this task: a field-by-field copy (its fields are normalized
+        already; dataclasses.replace would run __init__ and __post_init__ again, per task sent)."""
+        new = object.__new__(Task)
+        put = object.__setattr__  # frozen
+        for name in _TASK_FIELDS:
+            put(new, name, getattr(self, name))
+        put(new, "attempt", attempt)
+        return new
 
     def to_dict(self) -> dict[str, Any]:
         """The map form (msgpack, JSON): lists and dicts, every field (the master's own ones,
@@ -258,6 +264,9 @@ class Task:
         )
 
 
+_TASK_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
+
+
 @dataclass
 class TaskResult:
     """How one run of a task ended. `status` ok: it ran, and exactly one of `exit_code`/`signal`
@@ -289,8 +298,11 @@ class TaskResult:
     def kept(self) -> TaskResult:
         """What the master keeps of it: no stdout/stderr tails and no start time (the state file
         stays small), the error cut to ERROR_KEEP characters."""
-        error = None if self.error is None else self.error[:ERROR_KEEP]
-        return dataclasses.replace(self, started=None, stdout_tail="", stderr_tail="", error=error)
+        new = object.__new__(TaskResult)  # a plain copy: dataclasses.replace runs __init__
+        new.__dict__.update(self.__dict__)
+        new.started, new.stdout_tail, new.stderr_tail = None, "", ""
+        new.error = None if self.error is None else self.error[:ERROR_KEEP]
+        return new
 
     def to_dict(self) -> dict[str, Any]:
         """The map form (msgpack, JSON), every field."""

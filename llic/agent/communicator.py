@@ -156,7 +156,8 @@ class Agent:
             )
             self.results.append(job)
             return
-        self.log(f"task {task.process}.{task.attempt}: queued ({len(self.held)} held)")
+        if self.config.debug:  # per task: not even formatted otherwise
+            self.log(f"task {task.process}.{task.attempt}: queued ({len(self.held)} held)")
         self.results.extend(self.launcher.submit(job))
 
     def _result_message(self, job: Job) -> tuple[dict[str, Any], list[bytes]]:
@@ -253,10 +254,11 @@ class Agent:
         self.workspace.discard(job)
         result = job.result
         assert result is not None
-        self.log(
-            f"task {job.task.process}.{job.task.attempt}: {result.status} exit={result.exit_code} "
-            f"signal={result.signal} ({len(self.held)} held)"
-        )
+        if self.config.debug:  # per task: not even formatted otherwise
+            self.log(
+                f"task {job.task.process}.{job.task.attempt}: {result.status} exit={result.exit_code} "
+                f"signal={result.signal} ({len(self.held)} held)"
+            )
 
     # -- the master ---------------------------------------------------------------------------
 

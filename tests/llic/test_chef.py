@@ -106,6 +106,33 @@ def test_chef_life_with_window_and_initial_tasks() -> None:
     assert of(out, RemoveAgents) == [RemoveAgents(("40.0",), "final cleanup: all tasks done")]
 
 
+def test_a_batch_of_results_ends_where_the_same_results_one_by_one_end() -> None:
+    """handle_results (a `results` message) balances once per batch: the tasks sent, the
+    no_more_tasks and the book come out as when every result is handled by itself."""
+    cores = []
+    for batched in (False, True):
+        core, subs = started(20, 2, window_size=4)
+        sent: dict[str, list[Assignment]] = {s.agent: [] for s in subs}
+        for i, sub in enumerate(subs):
+            core.handle(AgentSubmitted(sub.agent, f"{i}.0"), 1.0)
+            sent[sub.agent] += tasks_sent(core.handle(AgentConnected(sub.agent), 1.0), sub.agent)
+        no_more: list[str] = []
+        while not core.over:
+            for agent, held in sent.items():
+                results = [ResultReceived(agent, ok_result(a.process, a.attempt)) for a in held[:3]]
+                del held[:3]
+                if not results:
+                    continue
+                outs = (
+                    [core.handle_results(results, 2.0)] if batched else [core.handle(r, 2.0) for r in results]
+                )
+                for out in outs:
+                    held += tasks_sent(out, agent)
+                    no_more += [a.agent for a in of(out, SendNoMoreTasks)]
+        cores.append((core.book.counts(), sorted(no_more), [c.state for c in core.chefs]))
+    assert cores[0] == cores[1] and cores[0][0].done == 20
+
+
 def test_connect_with_empty_queue_says_no_more_and_terminates() -> None:
     assert len(started(1, 2)[1]) == 1
     core2 = MasterCore.new(range(2), LlicConfig(window_size=5))
