@@ -210,9 +210,13 @@ class SandboxPool:
 
     def tools(self, host: int = 0, *, as_user: bool = False) -> list[str]:
         """The command prefix a Gateway runs HTCondor's tools with (this machine has none): the
-        root's, on one of the pool's hosts (`deploy/sandbox tool`); `as_user`: as the sandbox
-        user, who authenticates by FS there, as a user on a submit host does."""
-        return [str(SANDBOX), "tool", self.name, "--host", str(host), *(["--user"] if as_user else []), "--"]
+        root's, on one of the pool's hosts (`deploy/sandbox tool`). `as_user`: as the sandbox
+        user authenticating by FS, as a user on a submit host does (that user also runs the
+        daemons and can read the pool's key, with which IDTOKENS would make it condor@password)."""
+        if not as_user:
+            return [str(SANDBOX), "tool", self.name, "--host", str(host), "--"]
+        fs_only = "_CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS=FS"
+        return ["env", fs_only, str(SANDBOX), "tool", self.name, "--host", str(host), "--user", "--"]
 
     def llic_env(self) -> dict[str, str]:
         """What master_submitter needs from the environment to submit here as the sandbox user
