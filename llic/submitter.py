@@ -75,7 +75,7 @@ from llic.config import LlicConfig
 from llic.eventlog import append_events, log_path, submit_event
 from llic.events import AgentSubmitted, SubmitAgent
 from llic.master_core import MasterStatus
-from llic.master_token import AUTHORIZATIONS, write_token
+from llic.master_token import AUTHORIZATIONS, remove_token, write_token
 from llic.plan import make_plan
 from llic.runners import agent_ip, matching_slots
 from llic.state import (
@@ -287,7 +287,11 @@ async def _submit_one(
         condor_config=condor_config,
         batch_name=f"llic {os.path.basename(submit.path)}#{block.index}",
     )
-    result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
+    try:
+        result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
+    except BaseException:
+        remove_token(outdir)  # no master will use it
+        raise
     job_id = f"{result.cluster}.{result.first_proc}"
     agents = 0
     try:
@@ -313,6 +317,7 @@ async def _submit_one(
                 os.chown(path, pw.pw_uid, pw.pw_gid)
         await _release(gw, schedd, clusters)
     except BaseException:
+        remove_token(outdir)
         with trio.CancelScope(shield=True):
             reason = "llic master_submitter failed before releasing it"
             for jobs in ([job_id], f"{MASTER_ATTR} =?= {json.dumps(master_id)}"):
