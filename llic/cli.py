@@ -128,7 +128,7 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
     from llic.config import load_llic_config
     from llic.state import StateFileError
     from llic.submit import SubmitFileError, parse_submit_file
-    from llic.submitter import SubmitError, default_master, submit_masters, wait_masters
+    from llic.submitter import SubmitError, condor_tools, default_master, submit_masters, wait_masters
 
     configure_logging(prog, level="warning", json=False)  # the gateway's debug lines are not for users
 
@@ -138,7 +138,7 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
         for warning in submit.warnings:
             print(f"{prog}: warning: {warning}", file=sys.stderr)
         _print_ignored(prog, submit)
-        async with Gateway() as gw:
+        async with Gateway(tools=condor_tools()) as gw:
             masters = await submit_masters(
                 submit,
                 config,
@@ -149,6 +149,7 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
             )
             for m in masters:
                 with_agents = f", {m.agents} agents with it" if m.agents else ""
+                with_agents += ", holding its owner's token" if m.token else ""
                 print(
                     f"master {m.master_id} (job {m.job_id}{with_agents}): {m.tasks} tasks of queue statement "
                     f"{m.block} (line {m.line}); state file {m.state_path}; watch: master_q {m.state_path}",

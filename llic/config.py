@@ -100,6 +100,17 @@ class LlicConfig(StrictModel):
             "prefix is extended with the master's id; master_q ALL looks there"
         ),
     )
+    master_token_lifetime: int = Field(
+        86400,
+        ge=0,
+        description=(
+            "seconds the master's token lasts: master_submitter fetches, for the submitting user, "
+            "a token bounded to READ and WRITE at the master's schedd (condor_token_fetch) and "
+            "gives it to the master only (its output directory, 0600), because a job cannot "
+            "always authenticate as its owner by FS (docs/security-htcondor.md). A master that "
+            "runs longer loses its schedd when it expires; 0: no token (the pool's own methods)"
+        ),
+    )
     # Beyond the seed: numbers it leaves open, and timers its master loop implies.
     max_task_failures: int = Field(
         3,

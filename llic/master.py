@@ -102,6 +102,7 @@ from llic.events import (
 )
 from llic.master_core import MasterStatus
 from llic.master_q import master_ad, summarize
+from llic.master_token import held_token_dir, remove_token
 from llic.plan import Plan, PlanError, load_plan
 from llic.runners import AgentRunner, GatewayAgents, LocalAgents, usable_ip
 from llic.state import MasterState, StateFileError, StateWriter, restore, snapshot
@@ -622,10 +623,14 @@ async def _amain(args: argparse.Namespace, state: MasterState, plan: Plan) -> in
     if args.local_agents:
         runner = LocalAgents(plan.outdir / "local-agents", slots=args.local_agents, python=args.agent_python)
     else:
-        runner = GatewayAgents(Gateway(), schedd_name=plan_schedd(state))
+        # its owner's token from master_submitter, when there is one (llic/master_token.py)
+        gateway = Gateway(token_dir=held_token_dir(plan.outdir))
+        runner = GatewayAgents(gateway, schedd_name=plan_schedd(state))
     try:
         master = Master(plan, state, runner, host=args.host, port=args.port, agent_python=args.agent_python)
         code = await master.run()
+        if code == EXIT_DONE:  # not re-run: its token is of no more use
+            remove_token(plan.outdir)
         summary = {"master": plan.info.master_id, "status": str(master.core.status)}
         print(json.dumps(summary | {"tasks": vars(master.core.counts())}), flush=True)  # master.out
         return code

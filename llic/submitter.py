@@ -34,6 +34,12 @@ For each queue block of the user's submit file:
    schedd is asked to reschedule, as condor_submit does after a submit: a negotiation cycle
    and a queue scan (which starts scheduler-universe jobs) now, not at the next interval.
 
+Before step 2, the submitting user's token for the masters is fetched once from the schedd
+(`condor_token_fetch`, READ and WRITE, MASTER_TOKEN_LIFETIME seconds) and written into each
+master's output directory (0700/0600) before its job exists: the master presents it, since a
+job cannot always authenticate as its owner by FS (llic/master_token.py). master_submitter runs
+HTCondor's tools from PATH, or with the command prefix $LLIC_CONDOR_TOOLS.
+
 Scheduler-universe jobs get no CONDOR_CONFIG from HTCondor (their environment is the job's own
 plus `_condor_SCHEDD_ADDRESS_FILE`, `_CONDOR_JOB_AD` and similar), so the master job is given
 `CONDOR_CONFIG` explicitly: `--condor-config`, else `$(CONFIG_ROOT)/condor_config` as the schedd
@@ -51,6 +57,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import socket
 import sys
 import time
@@ -68,6 +75,7 @@ from llic.config import LlicConfig
 from llic.eventlog import append_events, log_path, submit_event
 from llic.events import AgentSubmitted, SubmitAgent
 from llic.master_core import MasterStatus
+from llic.master_token import AUTHORIZATIONS, remove_token, write_token
 from llic.plan import make_plan
 from llic.runners import agent_ip, matching_slots
 from llic.state import (
@@ -86,6 +94,9 @@ from llic.submit import QueueBlock, SubmitFile
 
 MASTER_MAX_RUNS = 20  # runs before HTCondor holds a master that keeps failing
 MASTER_ENV = "LLIC_MASTER"
+# HTCondor's command-line tools (condor_token_fetch) as a command prefix, split like a shell
+# would; unset: on PATH, as on a submit host. The sandbox's: `deploy/sandbox tool POOL --user --`.
+TOOLS_ENV = "LLIC_CONDOR_TOOLS"
 EXIT_UNUSABLE = 2
 EXIT_GAVE_UP = 3
 
@@ -105,6 +116,7 @@ class SubmittedMaster:
     tasks: int
     state_path: Path
     agents: int = 0  # submitted with it (0: the master submits its own)
+    token: bool = False  # the master holds its owner's token (llic/master_token.py)
 
 
 def quote_arguments(args: list[str]) -> str:
@@ -210,13 +222,14 @@ async def submit_masters(
     if condor_config is None:
         root = await gw.get_config(schedd, "CONFIG_ROOT")
         condor_config = f"{root.rstrip('/')}/condor_config" if root else None
+    token = await _master_token(gw, schedd, config)
     prefix = config.master_outputs_dir_prefix_path
     if prefix.endswith("/"):
         Path(prefix).mkdir(parents=True, exist_ok=True)
     submitted: list[SubmittedMaster] = []
     for block in submit.blocks:
         submitted.append(
-            await _submit_one(submit, block, config, gw, schedd, master, condor_config, agent_host)
+            await _submit_one(submit, block, config, gw, schedd, master, condor_config, agent_host, token)
         )
     return submitted
 
@@ -230,6 +243,7 @@ async def _submit_one(
     master: str,
     condor_config: str | None,
     agent_host: str | None,
+    token: str | None,
 ) -> SubmittedMaster:
     prefix = config.master_outputs_dir_prefix_path
     master_id = new_master_id(block.index)
@@ -265,13 +279,19 @@ async def _submit_one(
     state = initial_state(info, config, processes, time.time(), held=held)
     state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
     save_state(state_path, state)
+    if token is not None:
+        write_token(outdir, token)  # before the job exists; handed to the owner with outdir below
     desc = master_job(
         state_path,
         master=master,
         condor_config=condor_config,
         batch_name=f"llic {os.path.basename(submit.path)}#{block.index}",
     )
-    result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
+    try:
+        result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
+    except BaseException:
+        remove_token(outdir)  # no master will use it
+        raise
     job_id = f"{result.cluster}.{result.first_proc}"
     agents = 0
     try:
@@ -297,6 +317,7 @@ async def _submit_one(
                 os.chown(path, pw.pw_uid, pw.pw_gid)
         await _release(gw, schedd, clusters)
     except BaseException:
+        remove_token(outdir)
         with trio.CancelScope(shield=True):
             reason = "llic master_submitter failed before releasing it"
             for jobs in ([job_id], f"{MASTER_ATTR} =?= {json.dumps(master_id)}"):
@@ -305,7 +326,28 @@ async def _submit_one(
                 except GatewayError:
                     pass
         raise
-    return SubmittedMaster(master_id, job_id, block.index, block.line, len(processes), state_path, agents)
+    return SubmittedMaster(
+        master_id, job_id, block.index, block.line, len(processes), state_path, agents, token is not None
+    )
+
+
+async def _master_token(gw: Gateway, schedd: DaemonRef, config: LlicConfig) -> str | None:
+    """The submitting user's token for the masters (llic/master_token.py): fetched once from
+    their schedd, bounded to READ and WRITE and MASTER_TOKEN_LIFETIME. None when the lifetime is
+    0, or with a warning when the pool gives none (e.g. a pool without IDTOKENS: its masters
+    authenticate the pool's own way, as before)."""
+    if not config.master_token_lifetime:
+        return None
+    try:
+        return await gw.fetch_token(AUTHORIZATIONS, lifetime=config.master_token_lifetime, daemon=schedd)
+    except GatewayError as e:
+        print(
+            f"master_submitter: warning: no token for the master from schedd {schedd.name} ({e});"
+            " it authenticates the pool's own way (FS), which fails where the schedd does not offer"
+            " FS channel binding (docs/security-htcondor.md)",
+            file=sys.stderr,
+        )
+        return None
 
 
 async def _prelaunch(
@@ -478,3 +520,8 @@ async def _queue_problems(gw: Gateway, schedd: DaemonRef | None, watches: list[_
 def default_master() -> str:
     """The llic-master to submit: $LLIC_MASTER, else the one beside this Python."""
     return os.environ.get(MASTER_ENV) or str(Path(sys.executable).parent / "llic-master")
+
+
+def condor_tools() -> list[str]:
+    """The command prefix HTCondor's tools run with ($LLIC_CONDOR_TOOLS; empty: on PATH)."""
+    return shlex.split(os.environ.get(TOOLS_ENV, ""))

@@ -478,6 +478,28 @@ class Gateway:
             key=key,
         )
 
+    async def fetch_token(
+        self,
+        authz: Iterable[str],
+        *,
+        lifetime: int | None = None,
+        daemon: DaemonRef | None = None,
+        collector: str | None = None,
+    ) -> str:
+        """A token for this client's own identity (what it authenticated as: FS for a user on the
+        submit host, or its token), from `daemon` (default: the local schedd) and signed with
+        that daemon's pool key: `condor_token_fetch`, bounded to `authz` and `lifetime` seconds.
+        For a job that must act as its owner where the owner's own way in (FS) does not reach."""
+        return await self.call(
+            "fetch_token",
+            tools=self.tools,
+            authz=list(authz),
+            lifetime=lifetime,
+            pool=self._pool(collector),
+            name=daemon.name if daemon else None,
+            daemon_type=daemon.kind.value.upper() if daemon else None,
+        )
+
     async def request_token(
         self,
         identity: str,

@@ -493,6 +493,25 @@ def op_create_token(
     return token
 
 
+def op_fetch_token(
+    tools: list[str],
+    authz: list[str],
+    lifetime: int | None,
+    pool: str | None,
+    name: str | None,
+    daemon_type: str | None,
+) -> str:
+    """condor_token_fetch: a token for the identity this client authenticated as, signed by the
+    daemon asked (default: the local schedd) with its pool key, bounded to `authz` and `lifetime`
+    seconds (the daemon caps both at what the client's own session carries). Any authenticated
+    client may ask, for itself only (DC_GET_SESSION_TOKEN)."""
+    argv = ["condor_token_fetch", *authz_args(None, authz, lifetime), *target_args(pool, name, daemon_type)]
+    token = run_tool(tools, argv).strip()
+    if token.count(".") != 2 or any(c.isspace() for c in token):
+        raise ToolFailed("condor_token_fetch printed no token")
+    return token
+
+
 def op_request_token(
     tools: list[str],
     identity: str,
@@ -636,6 +655,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "edit_jobs": op_edit_jobs,
     "match_ads": op_match_ads,
     "create_token": op_create_token,
+    "fetch_token": op_fetch_token,
     "request_token": op_request_token,
     "token_requests": op_token_requests,
     "approve_token_request": op_approve_token_request,

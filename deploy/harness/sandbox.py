@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,14 +30,6 @@ SECURITY_MODES = ("open", "recommended")
 # --security): unset, deploy/sandbox's default, HTCondor's recommended security;
 # `SANDBOX_SECURITY=open make test` runs the old open pools, for comparison.
 SECURITY_ENV = "SANDBOX_SECURITY"
-# llic's master is a scheduler-universe job that queries and submits to its own schedd. In a
-# recommended sandbox pool that fails: FS authentication is refused ("FS:1004: Directory name
-# doesn't match server's network address") and the master holds no token, so it never sees its
-# agents (issue 15, Deliver 1: llic in secure pools, not done). llic's tests whose masters run
-# (tests/llic/test_master_condor.py, test_policy_condor.py) use open pools from this one place;
-# its dry-run and network tests run in the session's mode. Flip it to None once the master
-# authenticates in recommended pools.
-LLIC_MASTER_SECURITY: str | None = "open"
 
 
 def poll_until(
@@ -210,10 +203,23 @@ class SandboxPool:
             **kwargs,
         )
 
-    def tools(self, host: int = 0) -> list[str]:
+    def tools(self, host: int = 0, *, as_user: bool = False) -> list[str]:
         """The command prefix a Gateway runs HTCondor's tools with (this machine has none): the
-        root's, on one of the pool's hosts (`deploy/sandbox tool`)."""
-        return [str(SANDBOX), "tool", self.name, "--host", str(host), "--"]
+        root's, on one of the pool's hosts (`deploy/sandbox tool`). `as_user`: as the sandbox
+        user authenticating by FS, as a user on a submit host does (that user also runs the
+        daemons and can read the pool's key, with which IDTOKENS would make it condor@password)."""
+        if not as_user:
+            return [str(SANDBOX), "tool", self.name, "--host", str(host), "--"]
+        fs_only = "_CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS=FS"
+        return ["env", fs_only, str(SANDBOX), "tool", self.name, "--host", str(host), "--user", "--"]
+
+    def llic_env(self) -> dict[str, str]:
+        """What master_submitter needs from the environment to submit here as the sandbox user
+        does (added to the caller's): the client config, and HTCondor's tools run as that user
+        (the master's token comes from `condor_token_fetch`, llic/master_token.py)."""
+        from llic.submitter import TOOLS_ENV
+
+        return {"CONDOR_CONFIG": self.client_config, TOOLS_ENV: shlex.join(self.tools(as_user=True))}
 
     def token(self, identity: str, *authz: str, lifetime: int | None = None) -> str:
         """A token from the pool's signing key (recommended mode): `identity` ("name" for

@@ -80,12 +80,12 @@ def test_open_mode_is_what_it_was(sandbox: ModuleType) -> None:
 
 def test_recommended_is_the_default_and_open_is_asked_for_by_name(sandbox: ModuleType) -> None:
     """Issue 15, Deliver 1: pools run HTCondor's recommended security unless a caller asks for
-    open, which only llic's running masters (until they authenticate to their schedd there) do:
-    one named switch. What flocks between pools runs in the session's mode (poolD negotiates the
-    cross-pool trust): no switch for it is left."""
+    open: no switch for it is left. What flocks between pools runs in the session's mode (poolD
+    negotiates the cross-pool trust), and so do llic's masters (they hold their owner's token,
+    llic/master_token.py)."""
     import deploy.harness.sandbox as harness
-    from deploy.harness.sandbox import LLIC_MASTER_SECURITY, SECURITY_MODES
+    from deploy.harness.sandbox import SECURITY_MODES
 
     assert sandbox.DEFAULT_SECURITY == "recommended"
-    assert sandbox.SECURITY_MODES == SECURITY_MODES and not hasattr(harness, "FLOCKING_SECURITY")
-    assert LLIC_MASTER_SECURITY == "open"
+    assert sandbox.SECURITY_MODES == SECURITY_MODES
+    assert not hasattr(harness, "FLOCKING_SECURITY") and not hasattr(harness, "LLIC_MASTER_SECURITY")

@@ -178,7 +178,7 @@ def test_limited_subnet_stays_under_its_limit_while_the_other_runs_free(
         f"NETWORK_CAPACITY = {limited}:{LIMIT_MBPS}Mbps\nNETWORK_TRANSFERS_PER_SUBNET = 1\n"
         "BULK_OUTPUT_THRESHOLD = 1MB\n"
     )
-    env = dict(os.environ, CONDOR_CONFIG=pool.client_config, LLIC_MASTER=MASTER)
+    env = dict(os.environ, **pool.llic_env(), LLIC_MASTER=MASTER)
     with LinkCounter(ex1) as link:
         res = subprocess.run(
             [str(REPO / ".venv/bin/master_submitter"), "job.sub", "llic.conf", "--name", schedd_name(pool)],

@@ -20,7 +20,7 @@ from pathlib import Path
 import htcondor2
 import pytest
 
-from deploy.harness.sandbox import LLIC_MASTER_SECURITY, Sandbox, SandboxPool, poll_until, sandbox_cli
+from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
 from llic.master_core import MasterStatus
 from llic.state import MasterState, load_state
 from llic.taskbook import TaskState
@@ -44,7 +44,7 @@ echo "task $1 done after $n runs"
 @pytest.fixture(scope="module")
 def pool(sandbox: Sandbox) -> Iterator[SandboxPool]:
     sandbox_cli("install-selforg")  # the master runs inside the root, from this checkout
-    pool = sandbox.up(POOL, slots=2, hosts=3, security=LLIC_MASTER_SECURITY)
+    pool = sandbox.up(POOL, slots=2, hosts=3)
     yield pool
     sandbox.down(POOL)
 
@@ -66,7 +66,7 @@ def tool(name: str) -> str:
 
 
 def client_env(pool: SandboxPool) -> dict[str, str]:
-    return dict(os.environ, CONDOR_CONFIG=pool.client_config, LLIC_MASTER=MASTER)
+    return dict(os.environ, **pool.llic_env(), LLIC_MASTER=MASTER)
 
 
 def submit(pool: SandboxPool, work: Path) -> Path:
