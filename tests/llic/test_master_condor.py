@@ -77,7 +77,9 @@ def submit(pool: SandboxPool, work: Path, *extra: str) -> list[Path]:
     states = [Path(line.split("state file ")[1].split(";")[0]) for line in res.stdout.splitlines()]
     assert states and all(s.exists() for s in states), res.stdout
     if pool.security == "recommended":  # FS fails for the master there (llic/master_token.py)
-        assert all("holding its owner's token" in line for line in res.stdout.splitlines()), res.stdout + res.stderr
+        assert all("holding its owner's token" in line for line in res.stdout.splitlines()), (
+            res.stdout + res.stderr
+        )
     return states
 
 
