@@ -380,10 +380,9 @@ def op_shut_out_schedds(hosts: list[str], collector: str | None) -> dict[str, An
         if ads:
             invalidate_ads(coll, target, command, ads)
             invalidated += len(ads)
-    claimed = "ClientMachine =!= undefined || RemoteScheddName =!= undefined"
-    slots = [plain(ad) for ad in coll.query(htcondor.AdType.Startd, claimed, projection=list(SLOT_ATTRS))]
+    slots, errors = current_slots(coll)
     plan = plan_shut_out(hosts, own, [], [], slots)
-    vacated, errors = [], []
+    vacated = []
     for slot in plan.slots:
         location = classad2.ClassAd({"MyAddress": slot["MyAddress"]})
         try:
@@ -399,6 +398,30 @@ def op_shut_out_schedds(hosts: list[str], collector: str | None) -> dict[str, An
         "vacated": vacated,
         "errors": errors,
     }
+
+
+def current_slots(coll: htcondor.Collector) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every slot of the pool's startds with its claim as it is now: the collector's copy of a
+    slot lags a new claim by up to the startd's next update (seen: a shut-out under load found
+    no claim there while the revoked pool's jobs ran), so each startd is also asked directly
+    (condor_status -direct, READ at the startd). Both views together, each slot once; a startd
+    that does not answer is named in the errors and its collector copy stands (the core then
+    notes the shut-out as not complete)."""
+    claimed = "ClientMachine =!= undefined || RemoteScheddName =!= undefined"
+    seen = [plain(ad) for ad in coll.query(htcondor.AdType.Startd, projection=list(SLOT_ATTRS))]
+    slots = {ad.get("Name"): ad for ad in seen if ad.get("ClientMachine") or ad.get("RemoteScheddName")}
+    errors = []
+    for address in sorted({str(ad["MyAddress"]) for ad in seen if ad.get("MyAddress")}):
+        try:
+            direct = htcondor.Collector(address).query(htcondor.AdType.Startd, claimed, list(SLOT_ATTRS))
+        except htcondor.HTCondorException as e:
+            errors.append(f"startd {address} not asked directly: {e}")
+            continue
+        for ad in direct:
+            slot = plain(ad)
+            slot.setdefault("MyAddress", address)
+            slots[slot.get("Name")] = slot  # a slot's name is unique in the pool (slotN@host)
+    return list(slots.values()), errors
 
 
 def invalidate_ads(
