@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from common.hostport import parse_address
 from common.overlay.claims import endorse
@@ -83,3 +85,18 @@ class Nemesis:
 
     def close(self) -> None:
         self.udp.close()
+
+
+# This machine's end of the sandbox bridge: what a peer outside the sandbox pools speaks from.
+SANDBOX_BRIDGE = "10.213.0.1"
+
+
+@contextmanager
+def sandbox_insider(keys: RingKeys, name: str, pool: str = "physics") -> Iterator[Nemesis]:
+    """A nemesis on the sandbox bridge, certified by the ring's CA for `pool`: an insider of a
+    sandbox federation (valid keys, lies in what it says)."""
+    nemesis = Nemesis(keys, name=name, pool=pool, bind=SANDBOX_BRIDGE)
+    try:
+        yield nemesis
+    finally:
+        nemesis.close()

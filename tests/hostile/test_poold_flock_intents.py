@@ -16,7 +16,7 @@ from common.overlay.messages import Direct
 from deploy.harness.federation import Federation
 from deploy.harness.sandbox import Sandbox
 from poolD.messages import FlockIntent
-from tests.hostile.nemesis import Nemesis
+from tests.hostile.nemesis import Nemesis, sandbox_insider
 
 pytestmark = [pytest.mark.htcondor, pytest.mark.hostile]
 
@@ -39,11 +39,8 @@ def federation(sandbox: Sandbox) -> Iterator[Federation]:
 @pytest.fixture(scope="module")
 def insider(federation: Federation) -> Iterator[Nemesis]:
     """Speaks from this machine's end of the sandbox bridge, certified for pool "physics"."""
-    nemesis = Nemesis(federation.keys, name="physics-nemesis", pool="physics", bind="10.213.0.1")
-    try:
+    with sandbox_insider(federation.keys, "physics-nemesis") as nemesis:
         yield nemesis
-    finally:
-        nemesis.close()
 
 
 def flock_from(fed: Federation, daemon: str) -> str:

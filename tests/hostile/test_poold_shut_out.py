@@ -19,7 +19,7 @@ from common.overlay.messages import Direct
 from deploy.harness.federation import Federation
 from deploy.harness.sandbox import Sandbox
 from poolD.messages import FlockIntent
-from tests.hostile.nemesis import Nemesis
+from tests.hostile.nemesis import Nemesis, sandbox_insider
 
 pytestmark = [pytest.mark.htcondor, pytest.mark.hostile]
 
@@ -48,11 +48,8 @@ def federation(sandbox: Sandbox) -> Iterator[Federation]:
 @pytest.fixture(scope="module")
 def insider(federation: Federation) -> Iterator[Nemesis]:
     """Speaks from this machine's end of the sandbox bridge, certified for pool "physics"."""
-    nemesis = Nemesis(federation.keys, name="physics-shut-out", pool="physics", bind="10.213.0.1")
-    try:
+    with sandbox_insider(federation.keys, "physics-shut-out") as nemesis:
         yield nemesis
-    finally:
-        nemesis.close()
 
 
 def our_schedd(fed: Federation) -> dict[str, Any]:
