@@ -66,11 +66,12 @@ class Scenario:
         self.excluded = [str(fed.fault[a].host(0)["name"]), str(fed.fault[b].host(0)["name"])]
 
     async def submit(self, count: int, sleep: int) -> Burst:
+        run = "$(Cluster).$(Process)"
         req = " && ".join(f'Machine != "{m}"' for m in self.excluded)
         result = await self.gw.submit(
             {
                 "executable": "/bin/sh",
-                "arguments": f"\"-c 'sleep {sleep}; echo $(Cluster).$(Process) >> done.$(Cluster).$(Process)'\"",
+                "arguments": f"\"-c 'sleep {sleep}; echo {run} >> done.{run}'\"",
                 "initialdir": str(self.outdir),
                 "output": "out.$(Cluster).$(Process)",
                 "error": "err.$(Cluster).$(Process)",

@@ -85,12 +85,15 @@ class HAFederation(Federation):
     def candidate_log(self, name: str, j: int) -> Path:
         return self.workdir / name / f"poold-{j}.log"
 
-    def candidate_config(self, name: str, j: int) -> Path:
+    def candidate_config(self, name: str, j: int, *, rejoin: bool = False) -> Path:
+        """poold's config on host j of the pool. The first pool's host 0 founds the ring, the
+        others join through it; `rejoin` (a machine come back): through the first pool's host 1."""
         pool, fp = self.pools[name], self.fault[name]
         first = self.names[0]
+        via = (first, 1) if rejoin else (first, 0)
         bootstrap = ""
-        if (name, j) != (first, 0):
-            bootstrap = f'bootstrap = "{self.host_address(first, 0)}:{POOLD_PORT}"'
+        if (name, j) != via:
+            bootstrap = f'bootstrap = "{self.host_address(*via)}:{POOLD_PORT}"'
         node = self.node_name(name, j)
         self.keys.node(node, hosts=[self.host_address(name, j)], pool=name)
         token_dir = pool.token_dir("poold")
@@ -135,11 +138,12 @@ state_file = "{self.state_file(name, j)}"
                 st = src.stat()
                 os.chown(dst, st.st_uid, st.st_gid)
 
-    def start_candidate(self, name: str, j: int) -> None:
+    def start_candidate(self, name: str, j: int, *, rejoin: bool = False) -> None:
         """poold on host j of the pool (unjailed, as Federation.start says why)."""
         netns = str(self.fault[name].host(j)["netns"])
+        config = self.candidate_config(name, j, rejoin=rejoin)
         self.candidates[name, j] = start_in_netns(
-            netns, "poolD", self.candidate_config(name, j), self.candidate_log(name, j), jail=False
+            netns, "poolD", config, self.candidate_log(name, j), jail=False
         )
 
     def start_all(self) -> None:
@@ -171,7 +175,7 @@ state_file = "{self.state_file(name, j)}"
     def restart_host(self, name: str, j: int) -> None:
         """The machine comes back: HTCondor, faultd, then poold."""
         self.fault[name].restart_host(j)
-        self.start_candidate(name, j)
+        self.start_candidate(name, j, rejoin=True)
 
     def stop_all(self) -> None:
         """SIGTERM every poold, then every faultd; failures reported once all were stopped."""
