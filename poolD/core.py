@@ -1181,14 +1181,23 @@ class PoolCore:
         self._restore_grants(state, now, mono)
         for a in state.authorized:
             self.authorized[a.pool] = Authorization(a.accepted, a.reason, mono(a.at, now))
+        moved = state.collector != self.settings.collector
         if self.trust is not None:
             life = self.trust.settings.lifetime
-            self.trust.held |= {(t.pool, t.role): mono(t.until, now + life) for t in state.tokens_held}
             self.trust.issued |= {(t.pool, t.role): mono(t.until, now + life) for t in state.tokens_issued}
-            timeout = self.trust.settings.request_timeout
-            for q in state.token_requests:
-                deadline = mono(q.deadline, now + timeout)
-                self.trust.asked[(q.pool, q.role)] = Asked(q.request_id, q.addr, deadline)
+            if not moved:
+                self.trust.held |= {(t.pool, t.role): mono(t.until, now + life) for t in state.tokens_held}
+                timeout = self.trust.settings.request_timeout
+                for q in state.token_requests:
+                    deadline = mono(q.deadline, now + timeout)
+                    self.trust.asked[(q.pool, q.role)] = Asked(q.request_id, q.addr, deadline)
+            elif state.tokens_held or state.token_requests:
+                # The tokens we held are files on the machine that managed the pool (its
+                # negotiator's and schedd's token directories), and the tool waiting for an
+                # approval ran there: here our daemons have none, so each is asked for again
+                # when next needed (a pool that flocks to us re-sends its intent on our move).
+                self.counters["tokens_left_on_the_old_manager"] += len(state.tokens_held)
+                self.counters["token_requests_left_on_the_old_manager"] += len(state.token_requests)
         for c in state.collectors:
             if c.pool != self.settings.pool and _collector_problem(c.collector) is None:
                 claim = CollectorClaim(c.collector, c.origin.peer(), c.epoch, c.seq, c.trust_domain)
@@ -1201,7 +1210,6 @@ class PoolCore:
                 deadline = mono(r.deadline, now + fl.authorize_timeout)
                 self._round = _Round(entries, r.reason, waiting, deadline)
         self.discovery.seq = max(self.discovery.seq, state.seq + SEQ_RESTART_GAP)
-        moved = state.collector != self.settings.collector
         if moved:
             self.flock_from = set()  # a new collector: FLOCK_FROM is set there anew
             self._flock_from_wanted = set()

@@ -43,6 +43,8 @@ class FaultPool:
         self.key = self.keys.key_file
         self.pool: SandboxPool = sandbox.up(name, slots=slots, hosts=hosts)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        # poold's state file on host j, which faultd replicates ([condor] poold_state); None: no poold
+        self.poold_state: Callable[[int], Path] | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -88,6 +90,7 @@ condor_config = "{self.pool.client_config}"
 config_dir = "{local / "config.d"}"
 log_dir = "{local / "log"}"
 spool_dir = "{local / "spool"}"
+{f'poold_state = "{self.poold_state(j)}"' if self.poold_state else ""}
 
 [ring]
 node_name = "{self.host(j)["name"]}"

@@ -65,14 +65,16 @@ class Federation:
         *,
         slots: int = 3,
         security: str | None = None,
+        pools: dict[str, SandboxPool] | None = None,
     ) -> None:
         """poold on pools `names` (`security`: their mode, default the sandbox's; in recommended
-        pools poold negotiates the cross-pool trust flocking needs, see trust_section)."""
+        pools poold negotiates the cross-pool trust flocking needs, see trust_section); `pools`:
+        pools already up (of several hosts, say), instead of one-host pools started here."""
         self.workdir = workdir
         self.names = names
         self.keys = RingKeys(workdir / "poold-keys", ring="poold")
         self.key = self.keys.key_file
-        self.pools: dict[str, SandboxPool] = {
+        self.pools: dict[str, SandboxPool] = pools or {
             name: sandbox.up(name, slots=slots, security=security) for name in names
         }
         self.policies: dict[str, str] = {}
@@ -90,19 +92,19 @@ class Federation:
         other pools to flock with (a federation of one keeps poold under its unit jail)."""
         return self.pools[name].security == "recommended" and len(self.names) > 1
 
-    def token_dir(self, name: str) -> Path:
-        """The token directory of the pool's schedd and negotiator (both on the central manager):
-        its SEC_TOKEN_SYSTEM_DIRECTORY, owned by the daemons' user, mode 0700 (deploy/sandbox).
-        poold installs the tokens it negotiated there, owned like the directory."""
-        return self.pools[name].local_dir(0) / "tokens.d"
+    def token_dir(self, name: str, host: int = 0) -> Path:
+        """The token directory of a host's daemons (host 0: the central manager's schedd and
+        negotiator): its SEC_TOKEN_SYSTEM_DIRECTORY, owned by the daemons' user, mode 0700
+        (deploy/sandbox). poold installs the tokens it negotiated there, owned like the directory."""
+        return self.pools[name].local_dir(host) / "tokens.d"
 
-    def flock_token_paths(self, name: str) -> list[Path]:
-        return sorted(self.token_dir(name).glob("flock-*"))
+    def flock_token_paths(self, name: str, host: int = 0) -> list[Path]:
+        return sorted(self.token_dir(name, host).glob("flock-*"))
 
-    def flock_tokens(self, name: str) -> list[str]:
+    def flock_tokens(self, name: str, host: int = 0) -> list[str]:
         """The tokens poold installed for the pool's daemons: `flock-schedd-<pool>` (our schedds
         at a pool we flock to), `flock-negotiator-<pool>` (that pool's negotiator at our schedds)."""
-        return [p.name for p in self.flock_token_paths(name)]
+        return [p.name for p in self.flock_token_paths(name, host)]
 
     def collector_ca(self, name: str) -> Path:
         """The CA certificate the pool's collector made itself at start-up (TRUST_DOMAIN_CAFILE,
@@ -118,13 +120,15 @@ class Federation:
         path.write_text("".join(p.read_text() for p in peers))
         return path
 
-    def trust_section(self, name: str) -> str:
-        """poold's `[trust]` for a recommended pool.
+    def trust_section(self, name: str, *, host: int = 0, schedd_host: int = 0) -> str:
+        """poold's `[trust]` for a recommended pool, for a poold on `host` (its negotiator's
+        tokens, its tools) whose pool submits at `schedd_host` (its schedds' tokens).
 
         - request_dir: in the workdir, under /tmp, which the sandbox root shares, so HTCondor's
           tool (run inside the root) writes the token it receives where poold reads it.
-        - schedd_token_dir, negotiator_token_dir: the central manager's SEC_TOKEN_SYSTEM_DIRECTORY,
-          where both daemons read their tokens.
+        - schedd_token_dir, negotiator_token_dir: the SEC_TOKEN_SYSTEM_DIRECTORY of the submit
+          host and of poold's own host (both host 0, the central manager, by default), where the
+          schedd and the negotiator read their tokens.
         - peer_ca_file: the other pools' collector CAs only (no system bundle), so a token request
           trusts nothing else.
         - ssl_skip_host_check: the peers' collectors are named by address (FLOCK_TO and the
@@ -134,14 +138,14 @@ class Federation:
           authenticates each collector as its pool's.
         - tools: HTCondor's token tools come from the sandbox root, run on the central manager's
           network with its config (`deploy/sandbox tool`)."""
-        tools = ", ".join(f'"{part}"' for part in self.pools[name].tools())
+        tools = ", ".join(f'"{part}"' for part in self.pools[name].tools(host))
         return f"""
 [trust]
 trust_domain = "{self.pools[name].trust_domain}"
 token_lifetime = 600
 request_dir = "{self.workdir / f"{name}-token-requests"}"
-schedd_token_dir = "{self.token_dir(name)}"
-negotiator_token_dir = "{self.token_dir(name)}"
+schedd_token_dir = "{self.token_dir(name, schedd_host)}"
+negotiator_token_dir = "{self.token_dir(name, host)}"
 peer_ca_file = "{self.peer_ca_file(name)}"
 ssl_skip_host_check = true
 tools = [{tools}]

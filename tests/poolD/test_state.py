@@ -24,6 +24,7 @@ from poolD.core import (
     SetFlockFrom,
     SetFlockTo,
 )
+from poolD.flock_trust import Asked
 from poolD.messages import FlockIntent, FlockReply
 from poolD.policy import Policy
 from poolD.state import (
@@ -264,6 +265,28 @@ def test_trust_bookkeeping_survives_a_restart() -> None:
     assert again.trust is not None
     assert again.trust.held == {("near", "schedd"): 400.0}
     assert again.trust.issued == {("visitor", "negotiator"): 800.0}
+
+
+def test_a_replacement_asks_again_for_the_tokens_the_old_manager_held() -> None:
+    """The tokens held are files on the old manager (its negotiator's and schedd's token
+    directories) and its tool was waiting for the approvals: a replacement holds none of them,
+    so it asks again when next needed; what we approved for others stays approved."""
+    c = core(trust=True)
+    assert c.trust is not None
+    c.trust.held[("visitor", "negotiator")] = 500.0
+    c.trust.asked[("near", "schedd")] = Asked("1234567", "10.0.0.41:7640", 150.0)
+    c.trust.issued[("visitor", "schedd")] = 900.0
+    state = c.export_state(100.0, WALL)
+    replacement = core(collector="cm2.home.example.org:9618", trust=True)
+    replacement.restore_state(state, 0.0, WALL + 100.0)
+    assert replacement.trust is not None
+    assert replacement.trust.held == {} and replacement.trust.asked == {}
+    assert replacement.trust.issued == {("visitor", "schedd"): 800.0}
+    assert replacement.counters["tokens_left_on_the_old_manager"] == 1
+    out = replacement.trust.want(
+        "visitor", "negotiator", "v.example.org:9618", "10.0.0.40:7640", "v.example", 1.0
+    )
+    assert [type(a).__name__ for a in out.actions] == ["RequestToken"]
 
 
 # ----------------------------------------------------------------------------- faultD replicates it

@@ -1,0 +1,234 @@
+"""A federation of pools that fail over (issue 16): for tests/poolD/test_federation_failover_condor.py
+and bench/federation-failover.
+
+Each pool is a FaultPool (several hosts, faultd on every one, host 0 the original central manager)
+and every host, a manager candidate, runs a poold behind the active/standby gate: `[daemon]
+faultd_socket` names its host's faultd, `[pool] collector` its host's own collector, `[daemon]
+state_file` the file its faultd replicates (`[condor] poold_state`). Each candidate is its own
+overlay node, its certificate bound to the pool and its own host (docs/architecture.md). The
+pools run the sandbox's default security (HTCondor's recommended one) and their poolds `[trust]`
+(Federation.trust_section), so the grants between the pools are negotiated by poold, before and
+after each failover.
+
+What an administrator of such a pool does once, and this harness does for the sandbox:
+- the pool's collector CA on every candidate (`share_collector_ca`): a collector that starts on a
+  replacement signs its host certificate with the pool's CA, which the other pools pinned
+  (`[trust] peer_ca_file`); without it a token request to the new collector fails its SSL check.
+- the schedds' token directory: every candidate's poold installs the tokens of the pool's
+  schedds in the submit host's SEC_TOKEN_SYSTEM_DIRECTORY (`submit_host`), and its negotiator's
+  tokens in its own host's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from common.service import query_control
+from deploy.harness.fault_pool import FaultPool
+from deploy.harness.federation import FAST_SETTINGS, Federation
+from deploy.harness.sandbox import Sandbox, poll_until, start_in_netns, stop_processes
+
+POOLD_PORT = 7640
+
+
+class HAFederation(Federation):
+    """Pools `names` of `hosts` hosts each, faultd on every host, a gated poold on every host."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        workdir: Path,
+        names: list[str],
+        *,
+        hosts: int = 3,
+        slots: int = 2,
+        submit_host: int = 1,
+    ) -> None:
+        self.submit_host = submit_host
+        self.nhosts = hosts
+        self.fault: dict[str, FaultPool] = {}
+        for name in names:
+            (workdir / name).mkdir(exist_ok=True)
+            fp = FaultPool(sandbox, workdir / name, name, hosts=hosts, slots=slots)
+            fp.poold_state = lambda j, name=name: self.state_file(name, j)
+            self.fault[name] = fp
+        super().__init__(sandbox, workdir, names, pools={n: fp.pool for n, fp in self.fault.items()})
+        self.candidates: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        for name in names:
+            for j in range(hosts):
+                for token in self.flock_token_paths(name, j):
+                    token.unlink()  # left by an earlier run on a pool kept up
+                self.state_file(name, j).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ layout
+
+    def node_name(self, name: str, j: int) -> str:
+        return f"{name}-{j}"
+
+    def host_address(self, name: str, j: int) -> str:
+        return self.fault[name].address(j)
+
+    def collector_of(self, name: str, j: int) -> str:
+        return self.fault[name].collector(j)
+
+    def state_file(self, name: str, j: int) -> Path:
+        return self.workdir / name / f"poold-{j}.state.json"
+
+    def candidate_socket(self, name: str, j: int) -> Path:
+        return self.workdir / name / f"poold-{j}.sock"
+
+    def candidate_log(self, name: str, j: int) -> Path:
+        return self.workdir / name / f"poold-{j}.log"
+
+    def candidate_config(self, name: str, j: int, *, rejoin: bool = False) -> Path:
+        """poold's config on host j of the pool. The first pool's host 0 founds the ring, the
+        others join through it; `rejoin` (a machine come back): through the first pool's host 1."""
+        pool, fp = self.pools[name], self.fault[name]
+        first = self.names[0]
+        via = (first, 1) if rejoin else (first, 0)
+        bootstrap = ""
+        if (name, j) != via:
+            bootstrap = f'bootstrap = "{self.host_address(*via)}:{POOLD_PORT}"'
+        node = self.node_name(name, j)
+        self.keys.node(node, hosts=[self.host_address(name, j)], pool=name)
+        token_dir = pool.token_dir("poold")
+        trust = self.trust_section(name, host=j, schedd_host=self.submit_host) if self.trusting(name) else ""
+        path = self.workdir / name / f"poold-{j}.toml"
+        path.write_text(f"""
+[pool]
+name = "{name}"
+collector = "{self.collector_of(name, j)}"
+condor_config = "{pool.client_config}"
+{f'token_dir = "{token_dir}"' if token_dir else ""}
+
+[ring]
+node_name = "{node}"
+bind = "{self.host_address(name, j)}"
+port = {POOLD_PORT}
+{bootstrap}
+{self.keys.toml(node)}
+{FAST_SETTINGS}{self.flocking.get(name, "")}
+{trust}
+[daemon]
+control_socket = "{self.candidate_socket(name, j)}"
+faultd_socket = "{fp.socket(j)}"
+state_file = "{self.state_file(name, j)}"
+""")
+        return path
+
+    # ------------------------------------------------------------------ processes
+
+    def share_collector_ca(self, name: str) -> None:
+        """The pool's collector CA (made by host 0's collector at its first start) on every other
+        host, owned and moded as there, before any of them runs a collector."""
+        fp = self.fault[name]
+        ssl0 = fp.local_dir(0) / "ssl"
+        fp.wait("the collector made the pool's CA", lambda: (ssl0 / "ca.key").exists())
+        for j in range(1, self.nhosts):
+            ssl = fp.local_dir(j) / "ssl"
+            ssl.mkdir(exist_ok=True)
+            for f in ("ca.pem", "ca.key"):
+                src, dst = ssl0 / f, ssl / f
+                shutil.copy2(src, dst)
+                st = src.stat()
+                os.chown(dst, st.st_uid, st.st_gid)
+
+    def start_candidate(self, name: str, j: int, *, rejoin: bool = False) -> None:
+        """poold on host j of the pool (unjailed, as Federation.start says why)."""
+        netns = str(self.fault[name].host(j)["netns"])
+        config = self.candidate_config(name, j, rejoin=rejoin)
+        self.candidates[name, j] = start_in_netns(
+            netns, "poolD", config, self.candidate_log(name, j), jail=False
+        )
+
+    def start_all(self) -> None:
+        """faultd on every host of every pool, the CA shared, then poold on every host; returns
+        once every poold joined the ring and each pool's host 0 poold is active."""
+        for name in self.names:
+            self.fault[name].start_all()
+            if self.trusting(name):
+                self.share_collector_ca(name)
+        for name in self.names:
+            for j in range(self.nhosts):
+                self.start_candidate(name, j)
+        self.wait(
+            "every poold joined",
+            lambda: all(self.candidate_status(n, j)["joined"] for n, j in self.candidates),
+        )
+        for name in self.names:
+            self.wait(f"{name}'s original manager's poold active", lambda n=name: self.active(n) == [0])
+
+    def kill_manager(self, name: str, j: int) -> float:
+        """kill -9 of everything on host j (HTCondor daemons, faultd, poold); returns the time."""
+        t = self.fault[name].kill_host(j)
+        proc = self.candidates.pop((name, j), None)
+        if proc is not None:
+            proc.kill()  # ip netns exec's child was killed with the namespace's processes
+            proc.wait()
+        return t
+
+    def restart_host(self, name: str, j: int) -> None:
+        """The machine comes back: HTCondor, faultd, then poold."""
+        self.fault[name].restart_host(j)
+        self.start_candidate(name, j, rejoin=True)
+
+    def stop_all(self) -> None:
+        """SIGTERM every poold, then every faultd; failures reported once all were stopped."""
+        procs = {
+            f"poold of {n} host {j} (log {self.candidate_log(n, j)})": p
+            for (n, j), p in self.candidates.items()
+        }
+        self.candidates.clear()
+        try:
+            stop_processes(procs, timeout=30)
+        finally:
+            for fp in self.fault.values():
+                fp.stop_all()
+
+    # ------------------------------------------------------------------ observation
+
+    def candidate_status(self, name: str, j: int) -> dict[str, Any]:
+        return query_control(self.candidate_socket(name, j), {"cmd": "status"}, timeout=3)
+
+    def active(self, name: str) -> list[int]:
+        """The hosts whose poold is active for the pool now (those that answer)."""
+        out = []
+        for n, j in list(self.candidates):
+            if n != name:
+                continue
+            try:
+                role = self.candidate_status(n, j)["manager_role"]
+            except OSError:
+                continue
+            if role and role["mode"] == "active":
+                out.append(j)
+        return out
+
+    def manager(self, name: str) -> int | None:
+        """The host that holds the pool's manager role, if exactly one does."""
+        managers = self.fault[name].managers()
+        return managers[0] if len(managers) == 1 else None
+
+    def flock_to(self, name: str) -> str:
+        """FLOCK_TO as the pool's submit host's schedd sees it ('' if none)."""
+        pool = self.pools[name]
+        value = pool.exec("condor_config_val", "-schedd", "FLOCK_TO", host=self.submit_host).stdout.strip()
+        return "" if value.startswith("Not defined") else value
+
+    def logs(self) -> list[Path]:
+        out = [self.candidate_log(n, j) for n in self.names for j in range(self.nhosts)]
+        for fp in self.fault.values():
+            out += [fp.log_file(j) for j in range(self.nhosts)]
+        return out
+
+    def wait(self, what: str, predicate: Any, timeout: float = 90.0, poll: float = 0.5) -> Any:
+        """Poll until predicate() is truthy; on timeout, fail with the poolds' and faultds' logs."""
+        return poll_until(what, predicate, timeout=timeout, poll=poll, logs=self.logs())
+
+    def since(self, t: float) -> float:
+        return round(time.time() - t, 3)

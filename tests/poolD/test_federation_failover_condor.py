@@ -1,0 +1,119 @@
+"""Federation HA against real HTCondor (issue 16): two pools of 3 hosts, faultd on every host, a
+gated poold on every manager candidate, HTCondor's recommended security with the grants between
+the pools negotiated by poold (deploy/harness/federation_ha.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from common.condor import Gateway
+from deploy.harness.federation_failover import Scenario
+from deploy.harness.federation_ha import HAFederation
+from deploy.harness.sandbox import Sandbox, poll_until_async
+
+pytestmark = pytest.mark.htcondor
+
+A, B = "hfa", "hfb"
+
+
+@pytest.fixture
+def federation(sandbox: Sandbox, tmp_path: Path) -> Iterator[HAFederation]:
+    fed = HAFederation(sandbox, tmp_path, [A, B], hosts=3, slots=2)
+    try:
+        yield fed
+    finally:
+        try:
+            fed.stop_all()
+        finally:
+            for name in (A, B):
+                sandbox.down(name)
+
+
+def assert_all_ran_once(outcome, what: str) -> None:  # type: ignore[no-untyped-def]
+    assert not outcome.lost, f"{what}: jobs lost {outcome.lost}"
+    assert not outcome.twice, f"{what}: jobs run twice {outcome.twice}"
+    assert not outcome.failed, f"{what}: jobs failed {outcome.failed}"
+    assert sorted(int(r["ProcId"]) for r in outcome.records) == list(range(outcome.total))
+
+
+async def test_flocking_survives_both_managers_failing_over(
+    federation: HAFederation, sandbox: Sandbox
+) -> None:
+    """A burst at A flocks to B; kill -9 of B's manager (HTCondor daemons, faultd, poold) while A's
+    jobs run and wait there: A's FLOCK_TO names B's replacement, A's idle jobs start in B again,
+    every job finishes once. Then kill -9 of A's manager while A flocks: A's replacement's poold
+    keeps A's FLOCK_TO and withdraws it once A's queue drained. The originals come back and take
+    their roles (and their poolds' activity) back."""
+    fed = federation
+    fed.start_all()
+    fa = fed.fault[A]
+    gw_kwargs = {"condor_config": fed.pools[A].client_config, "timeout": 30, "tools": fed.pools[A].tools(1)}
+    async with Gateway(collector=fa.collector(fed.submit_host), **gw_kwargs) as gw:
+        sc = Scenario(fed, gw, A, B, sandbox.shared_dir())
+
+        # -- B's manager dies while A flocks to it
+        burst = await sc.submit(20, sleep=20)
+        seen = await sc.kill_b_manager(burst)
+        replacement = seen["b_manager_after"]
+        assert replacement in (1, 2)
+        assert seen["flock_to_after"] == fed.collector_of(B, replacement)
+        assert fed.active(B) == [replacement]
+        outcome = await sc.finished(burst)
+        assert_all_ran_once(outcome, "B's failover")
+        in_b = [r for r in outcome.records if r["LastRemoteHost"].rpartition("@")[2] in sc.b_hosts]
+        assert in_b, "no job of A ran in B"
+        # The grants moved with B's role: A's schedd holds a token B's new collector accepts (its
+        # schedd ad is there), and B's new negotiator started jobs of A.
+        started_after = set(seen["first_started_in_b"])
+        assert started_after <= set(seen["idle_at_kill"])
+        print(
+            f"B's failover: repointed {seen['repointed_s']} s, flocked start {seen['flocked_start_s']} s "
+            f"after the kill; {len(in_b)}/{outcome.total} jobs ran in B"
+        )
+
+        # -- A's manager dies while A flocks
+        burst2 = await sc.submit(12, sleep=15)
+        await sc.flocking_with_idle(burst2)
+        flock_to = fed.flock_to(A)
+        assert flock_to == fed.collector_of(B, replacement)
+        t_kill = fed.kill_manager(A, 0)
+        a_new = await trio.to_thread.run_sync(
+            lambda: fed.wait("A's replacement's poold active", lambda: fed.active(A), timeout=120)
+        )
+        assert len(a_new) == 1 and a_new[0] != 0
+        status = fed.candidate_status(A, a_new[0])
+        kept = status["flock_active"]
+        assert kept == [flock_to], f"A's replacement's FLOCK_TO is {kept}, not {flock_to}"
+        assert fed.flock_to(A) == flock_to
+        print(
+            f"A's failover: replacement poold on host {a_new[0]} active {fed.since(t_kill)} s after the kill"
+        )
+        outcome2 = await sc.finished(burst2)
+        assert_all_ran_once(outcome2, "A's failover")
+
+        async def withdrawn() -> bool:
+            return await trio.to_thread.run_sync(fed.flock_to, A) == ""
+
+        await poll_until_async(
+            "A's replacement withdraws FLOCK_TO once A's queue drained", withdrawn, timeout=120
+        )
+        assert fed.active(A) == a_new
+
+    # -- the originals return and take their roles back
+    for name in (B, A):
+        fed.restart_host(name, 0)
+    for name in (B, A):
+        fp = fed.fault[name]
+        fp.wait(
+            f"{name}'s original manages again",
+            lambda fp=fp: fp.managers() == [0] and fp.follow_count(0) == fed.nhosts,
+            timeout=120,
+        )
+        fed.wait(
+            f"{name}'s original poold active, and only it", lambda n=name: fed.active(n) == [0], timeout=60
+        )
+    assert fed.flock_to(A) == ""
