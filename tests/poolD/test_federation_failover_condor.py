@@ -46,8 +46,8 @@ async def test_flocking_survives_the_receiving_managers_failover(
     jobs run and wait there: A's FLOCK_TO names B's replacement, A's idle jobs start in B again,
     every job finishes once. B's original comes back and takes its role (and its poold's activity)
     back. Not covered yet (issue 16): kill -9 of A's manager while A flocks (its replacement's
-    poold keeping A's FLOCK_TO from the replicated state): in CI's run A's replacement came up with
-    no FLOCK_TO, and a rerun found the candidates' replicas of poold's state never named it."""
+    poold keeping A's FLOCK_TO from the replicated state): in a fresh-clone run A's replacement
+    came up with no FLOCK_TO (cause not found; docs/results.md)."""
     fed = federation
     fed.start_all()
     fa = fed.fault[A]
