@@ -60,7 +60,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.condor.address import sinful_host
@@ -321,6 +321,9 @@ class PoolCore:
         self.flocking = FlockingManager(max_pools=fl.max_pools, withdraw_after=fl.withdraw_after)
         self.load: PoolLoad | None = None
         self.load_error: str | None = None
+        # our own schedds' hosts as the last good reading named them (a failed one forgets
+        # nothing): a shut-out never names them, and waits until they are known
+        self._own_schedd_hosts: set[str] | None = None
         self.flocking_since: float | None = None  # when the current FLOCK_TO was applied
         self.flock_to_seen: dict[str, list[str]] = {}  # schedd -> FLOCK_TO as read back
         self.flock_from: set[str] = set()  # schedd hosts of other pools in FLOCK_FROM (applied)
@@ -401,6 +404,9 @@ class PoolCore:
         self._reading_at = now
         self._next_reading = max(self._next_reading, now + self.settings.discovery.interval)
         self.load, self.load_error = load, error
+        if load is not None:
+            self._own_schedd_hosts = set(self._schedd_hosts(load))
+            self._release_shut_outs(out)  # one held back until our own schedds were known
         if (
             load is not None
             and load.free_slots > 0
@@ -654,7 +660,7 @@ class PoolCore:
         text = f"FLOCK_FROM grant revoked for {', '.join(sorted(revoked))}: {why}"
         out.notes.append(note("flock_from_revoked", text, pools=",".join(sorted(revoked)), reason=why))
         if shut_out:
-            still = self._granted() | self._own_hosts()
+            still = self._granted() | (self._own_schedd_hosts or set())
             for pool, grant in granted.items():
                 hosts = tuple(sorted(grant.hosts - still))
                 if hosts:
@@ -667,15 +673,16 @@ class PoolCore:
     def _release_shut_outs(self, out: CoreOutput) -> None:
         """Shut out the revoked pools whose hosts FLOCK_FROM holds no more (applied, and not on
         its way back in): before that their schedds could advertise again at once."""
+        own = self._own_schedd_hosts
+        if own is None:
+            return  # our own schedds unknown yet: a shut-out could name one of them
         present = self.flock_from | self._flock_from_wanted
         for pool, action in list(self._shut_out_due.items()):
             if present.isdisjoint(action.hosts):
                 del self._shut_out_due[pool]
-                out.actions.append(action)
-
-    def _own_hosts(self) -> set[str]:
-        """Our own schedds' hosts, as the latest reading shows them: never shut out."""
-        return set(self._schedd_hosts(self.load)) if self.load is not None else set()
+                hosts = tuple(h for h in action.hosts if h not in own)
+                if hosts:
+                    out.actions.append(replace(action, hosts=hosts))
 
     def _review_grants(self, now: float, out: CoreOutput) -> None:
         """Revoke grants that expired or that the policy no longer gives; redo a FLOCK_FROM change

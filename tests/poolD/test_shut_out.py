@@ -25,6 +25,7 @@ def granted(c: PoolCore, pool: str, hosts: list[str], now: float, oid: int = 7) 
 
 def test_a_policy_revocation_shuts_the_pool_out_after_flock_from_lost_its_hosts() -> None:
     c = core()
+    c.on_load(load(free=1, idle=0), 0.0)
     granted(c, "a", ["s1.a.org", "10.9.0.1"], 0.0)
     granted(c, "b", ["s1.b.org"], 1.0, oid=8)
     out = c.replace_policy(DENY_A, 10.0)
@@ -45,6 +46,7 @@ def test_a_policy_revocation_shuts_the_pool_out_after_flock_from_lost_its_hosts(
 
 def test_a_failed_flock_from_change_delays_the_shut_out_until_it_is_applied() -> None:
     c = core()
+    c.on_load(load(free=1, idle=0), 0.0)
     granted(c, "a", ["s1.a.org"], 0.0)
     (change,) = of(c.replace_policy(DENY_A, 10.0), SetFlockFrom)
     out = c.on_flock_from_applied(FlockFromApplied(change, "collector down"), 10.5)
@@ -60,6 +62,7 @@ def test_a_failed_flock_from_change_delays_the_shut_out_until_it_is_applied() ->
 
 def test_an_intent_from_a_pool_the_policy_now_refuses_shuts_it_out() -> None:
     c = core()
+    c.on_load(load(free=1, idle=0), 0.0)
     granted(c, "a", ["s1.a.org"], 0.0)
     c.replace_policy(DENY_A)  # no `now`: the grant is reviewed at the pool's next intent
     out = c.on_message(intent("a", ["s1.a.org"]), 5.0)
@@ -95,8 +98,20 @@ def test_our_own_schedds_and_hosts_other_pools_hold_are_never_shut_out() -> None
     assert c.grants == {}
 
 
+def test_a_shut_out_waits_for_a_reading_that_names_our_own_schedds() -> None:
+    """Found by the hostile fuzz: revoked before poold's first reading, a pool that named our
+    own schedd's host must not get it shut out once FLOCK_FROM is applied."""
+    c = core()
+    granted(c, "a", ["s1.a.org", "cm.home.org"], 0.0)
+    (change,) = of(c.replace_policy(DENY_A, 10.0), SetFlockFrom)
+    assert of(c.on_flock_from_applied(FlockFromApplied(change, None), 10.5), ShutOutSchedds) == []
+    (shut,) = of(c.on_load(load(free=1, idle=0), 11.0), ShutOutSchedds)
+    assert shut.hosts == ("s1.a.org",)
+
+
 def test_a_pool_let_in_again_before_its_shut_out_is_not_shut_out() -> None:
     c = core()
+    c.on_load(load(free=1, idle=0), 0.0)
     granted(c, "a", ["s1.a.org"], 0.0)
     (change,) = of(c.replace_policy(DENY_A, 10.0), SetFlockFrom)
     c.replace_policy(Policy.allow_all(), 10.2)
