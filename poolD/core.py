@@ -74,7 +74,6 @@ from poolD.config import DiscoverySection, FlockingSection
 from poolD.discovery import Discovery, DiscoverySettings, _collector_problem, peer_host
 from poolD.flock_trust import (
     ApproveToken,
-    Asked,
     InstallToken,
     RemoveToken,
     RequestToken,
@@ -94,19 +93,8 @@ from poolD.messages import (
 )
 from poolD.policy import Direction, Policy, Subject
 from poolD.state import (
-    MAX_HOSTS,
     MAX_POOLS,
     PooldState,
-    SavedAuthorization,
-    SavedBlacklisting,
-    SavedCollector,
-    SavedFlockTo,
-    SavedGrant,
-    SavedOffer,
-    SavedPeer,
-    SavedRound,
-    SavedToken,
-    SavedTokenRequest,
 )
 from poolD.willing import WillingEntry, WillingList
 
@@ -121,9 +109,6 @@ MOVE_NOTICE_DELAYS = (0.0, 2.0, 6.0)
 # A pool's epoch grows by one per takeover; a word whose epoch jumps further than this past what
 # the pool said before is refused (a forged huge epoch would pin its collector for good).
 MAX_EPOCH_JUMP = 1000
-# Offers made after a restore continue our sequence this far ahead: the state a replacement
-# restores may be a few offers behind the last one the old manager sent.
-SEQ_RESTART_GAP = 1000
 
 
 # ----------------------------------------------------------------------------- actions
@@ -1050,181 +1035,23 @@ class PoolCore:
 
     def export_state(self, now: float, wall_offset: float) -> PooldState:
         """Our durable state as a document (poolD.state); times become wall-clock seconds
-        (`wall_offset` = wall clock - `now`). Pure: the driver writes it."""
+        (`wall_offset` = wall clock - `now`). Pure (poolD.core_state): the driver
+        writes it."""
+        from poolD.core_state import export_state  # it builds on this module's types
 
-        def wall(t: float) -> float:
-            return t + wall_offset
-
-        offers = [
-            SavedOffer(
-                pool=e.pool,
-                collector=e.collector,
-                origin=SavedPeer.of(e.origin),
-                row=e.row,
-                free_slots=e.free_slots,
-                total_slots=e.total_slots,
-                queue_length=e.queue_length,
-                utilization=e.utilization,
-                expires_at=wall(e.expires_at),
-                tiebreak=e.tiebreak,
-            )
-            for e in self.willing.entries.values()
-            if e.expires_at > now
-        ]
-        trust = self.trust
-        r = self._round
-        return PooldState(
-            pool=self.settings.pool,
-            collector=self.settings.collector,
-            saved_at=wall(now),
-            epoch=self.epoch,
-            seq=self.discovery.seq,
-            offers=offers[:MAX_POOLS],
-            blacklist=[
-                SavedBlacklisting(pool=p, until=wall(u), reason=why[:500])
-                for p, (u, why) in self.policy.blacklist.items()
-                if u > now
-            ][:MAX_POOLS],
-            flock_to=list(self.flocking.active),
-            flock_to_seen=[  # as read back from HTCondor: bounded to what the document holds
-                SavedFlockTo(schedd=s[:300], collectors=[x[:300] for x in c[:100]])
-                for s, c in self.flock_to_seen.items()
-            ][:MAX_HOSTS],
-            flocking_since=None if self.flocking_since is None else wall(self.flocking_since),
-            quiet_since=None if self.flocking.quiet_since is None else wall(self.flocking.quiet_since),
-            flock_from=sorted(self.flock_from)[:MAX_HOSTS],
-            grants=[
-                SavedGrant(
-                    pool=p,
-                    hosts=sorted(g.hosts),
-                    host=g.host,
-                    until=wall(g.until),
-                    rule=g.rule[:500],
-                    addr=self.grant_addrs.get(p),
-                )
-                for p, g in self.grants.items()
-            ][:MAX_POOLS],
-            authorized=[
-                SavedAuthorization(pool=p, accepted=a.accepted, reason=a.reason[:500], at=wall(a.at))
-                for p, a in self.authorized.items()
-            ][:MAX_POOLS],
-            tokens_held=[] if trust is None else _saved_tokens(trust.held, wall),
-            tokens_issued=[] if trust is None else _saved_tokens(trust.issued, wall),
-            token_requests=[]
-            if trust is None
-            else [
-                SavedTokenRequest(
-                    pool=p, role=role, request_id=a.request_id, addr=a.addr, deadline=wall(a.deadline)
-                )
-                for (p, role), a in trust.asked.items()
-            ][:MAX_POOLS],
-            round=None
-            if r is None
-            else SavedRound(
-                pools=[e.pool for e in r.entries],
-                reason=r.reason[:500],
-                waiting=sorted(r.waiting),
-                deadline=wall(r.deadline),
-            ),
-            collectors=[
-                SavedCollector(
-                    pool=p,
-                    collector=c.collector,
-                    origin=SavedPeer.of(c.origin),
-                    epoch=c.epoch,
-                    seq=c.seq,
-                    trust_domain=c.trust_domain,
-                )
-                for p, c in self.collector_claims.items()
-            ][:MAX_POOLS],
-        )
+        return export_state(self, now, wall_offset)
 
     def restore_state(self, state: PooldState, now: float, wall_offset: float) -> CoreOutput:
         """Resume from a document `export_state` made (here, or on the machine that managed the
-        pool before). What it holds is checked as if a peer had said it: hosts and collectors
-        by HTCondor's grammar, expiries no later than this core would give them now, bounds
-        as the core's own. FLOCK_TO is taken as what the schedds still have (not set again);
-        FLOCK_FROM is set again when the document comes from another collector (the manager
-        role moved here), and then the pools we know are told our collector moved. Expired
-        grants are revoked at once. ValueError if the document is another pool's."""
-        if state.pool != self.settings.pool:
-            raise ValueError(f"pool: the state is pool {state.pool!r}'s, not {self.settings.pool!r}'s")
+        pool before). What it holds is checked as if a peer had said it (poolD.core_state).
+        FLOCK_TO is taken as what the schedds still have (not set again); FLOCK_FROM is set
+        again when the document comes from another collector (the manager role moved here),
+        and then the pools we know are told our collector moved. Expired grants are revoked
+        at once. ValueError if the document is another pool's."""
+        from poolD.core_state import restore_state  # it builds on this module's types
+
         out = CoreOutput()
-        fl, disc = self.settings.flocking, self.settings.discovery
-
-        def mono(t: float, at_most: float) -> float:
-            return min(t - wall_offset, at_most)
-
-        for o in state.offers:
-            if o.pool == self.settings.pool or _collector_problem(o.collector) is not None:
-                self.counters["state_entries_refused"] += 1
-                continue
-            self.willing.entries[o.pool] = WillingEntry(
-                pool=o.pool,
-                collector=o.collector,
-                origin=o.origin.peer(),
-                row=o.row,
-                free_slots=min(o.free_slots, o.total_slots),
-                total_slots=o.total_slots,
-                queue_length=o.queue_length,
-                utilization=o.utilization,
-                expires_at=mono(o.expires_at, now + disc.max_valid_for),
-                tiebreak=o.tiebreak,
-            )
-        for b in state.blacklist:
-            until = mono(b.until, now + fl.blacklist_for)
-            if until > now:
-                self.policy.add_to_blacklist(b.pool, until, b.reason)
-        self.willing.expire(now)
-        for pool in list(self.willing.entries):
-            if pool in self.policy.blacklist:
-                self.willing.remove(pool)
-        self.flocking.active = [c for c in state.flock_to if _collector_problem(c) is None][: fl.max_pools]
-        self.flock_to_seen = {s.schedd: list(s.collectors) for s in state.flock_to_seen}
-        if self.flocking.active and state.flocking_since is not None:
-            self.flocking_since = mono(state.flocking_since, now)
-        if state.quiet_since is not None:
-            self.flocking.quiet_since = mono(state.quiet_since, now)
-        self._restore_grants(state, now, mono)
-        for a in state.authorized:
-            self.authorized[a.pool] = Authorization(a.accepted, a.reason, mono(a.at, now))
-        moved = state.collector != self.settings.collector
-        if self.trust is not None:
-            life = self.trust.settings.lifetime
-            self.trust.issued |= {(t.pool, t.role): mono(t.until, now + life) for t in state.tokens_issued}
-            if not moved:
-                self.trust.held |= {(t.pool, t.role): mono(t.until, now + life) for t in state.tokens_held}
-                timeout = self.trust.settings.request_timeout
-                for q in state.token_requests:
-                    deadline = mono(q.deadline, now + timeout)
-                    self.trust.asked[(q.pool, q.role)] = Asked(q.request_id, q.addr, deadline)
-            elif state.tokens_held or state.token_requests:
-                # The tokens we held are files on the machine that managed the pool (its
-                # negotiator's and schedd's token directories), and the tool waiting for an
-                # approval ran there: here our daemons have none, so each is asked for again
-                # when next needed (a pool that flocks to us re-sends its intent on our move).
-                self.counters["tokens_left_on_the_old_manager"] += len(state.tokens_held)
-                self.counters["token_requests_left_on_the_old_manager"] += len(state.token_requests)
-        for c in state.collectors:
-            if c.pool != self.settings.pool and _collector_problem(c.collector) is None:
-                claim = CollectorClaim(c.collector, c.origin.peer(), c.epoch, c.seq, c.trust_domain)
-                self.collector_claims[c.pool] = claim
-        r = state.round
-        if r is not None:
-            entries = [self.willing.entries[p] for p in r.pools if p in self.willing.entries]
-            waiting = {p for p in r.waiting if p in self.willing.entries}
-            if entries:
-                deadline = mono(r.deadline, now + fl.authorize_timeout)
-                self._round = _Round(entries, r.reason, waiting, deadline)
-        self.discovery.seq = max(self.discovery.seq, state.seq + SEQ_RESTART_GAP)
-        if moved:
-            self.flock_from = set()  # a new collector: FLOCK_FROM is set there anew
-            self._flock_from_wanted = set()
-        text = f"resumed from the state saved at {state.saved_at:.0f}" + (
-            f" by the manager at {state.collector}" if moved else ""
-        )
-        offers, grants = len(self.willing.entries), len(self.grants)
-        out.notes.append(note("state_restored", text, offers=offers, grants=grants, moved=moved))
+        moved = restore_state(self, state, now, wall_offset, out)
         self._review_grants(now, out)
         if self.trust is not None:
             self._take(self.trust.expire(now), out)
@@ -1233,28 +1060,6 @@ class PoolCore:
             self._send_move_notices(now, out)
         out.wakeup = self._wakeup()
         return out
-
-    def _restore_grants(self, state: PooldState, now: float, mono: Any) -> None:
-        """The grants of a document, each host checked as an intent's would be (a host, or a
-        grant the policy names exactly: `_review_grants` revokes what it no longer grants),
-        within the per-pool and total bounds; FLOCK_FROM as applied, only of such hosts."""
-        fl = self.settings.flocking
-        longest = now + GRANT_PERIODS * fl.reauthorize_after
-        total: set[str] = set()
-        for g in state.grants:
-            hosts = {h for h in g.hosts if _is_grant(h)}
-            if len(hosts) != len(g.hosts) or len(hosts) > fl.flock_from_hosts_per_pool:
-                self.counters["state_entries_refused"] += 1
-                continue
-            if len(total | hosts) > fl.flock_from_max_hosts:
-                self.counters["state_entries_refused"] += 1
-                continue
-            total |= hosts
-            self.grants[g.pool] = Grant(frozenset(hosts), g.host, mono(g.until, longest), g.rule)
-            if g.addr is not None:
-                self.grant_addrs[g.pool] = g.addr
-        self.flock_from = {h for h in state.flock_from if _is_grant(h)}
-        self._flock_from_wanted = set(self.flock_from)
 
     # ------------------------------------------------------------------ status
 
@@ -1323,10 +1128,6 @@ def _is_grant(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _saved_tokens(tokens: dict[tuple[str, str], float], wall: Any) -> list[SavedToken]:
-    return [SavedToken(pool=p, role=role, until=wall(u)) for (p, role), u in tokens.items()][:MAX_POOLS]  # type: ignore[arg-type]
 
 
 def _granted_by(grants: tuple[str, ...], host: str) -> bool:
