@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -70,8 +70,9 @@ from common.events import Note, note
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode
 from common.wire import Message
+from poolD.collector_moves import CollectorClaim, CollectorMoves
 from poolD.config import DiscoverySection, FlockingSection
-from poolD.discovery import Discovery, DiscoverySettings, _collector_problem, peer_host
+from poolD.discovery import Discovery, DiscoverySettings, peer_host
 from poolD.flock_trust import (
     ApproveToken,
     InstallToken,
@@ -92,23 +93,11 @@ from poolD.messages import (
     TokenVerdict,
 )
 from poolD.policy import Direction, Policy, Subject
-from poolD.state import (
-    MAX_POOLS,
-    PooldState,
-)
+from poolD.state import PooldState
 from poolD.willing import WillingEntry, WillingList
 
 MAX_PENDING_INTENTS = 64  # authorization requests from other pools waiting for FLOCK_FROM to be set
 GRANT_PERIODS = 2  # a grant lasts this many reauthorize_after periods: one lost renewal is survived
-# Repointing (issue 16): a pool's collector may move at most MAX_MOVES times in MOVE_WINDOW
-# seconds (a takeover and a takeback fit; a node that flaps does not redirect our FLOCK_TO more);
-# our own move is told again after these delays (datagrams get lost).
-MAX_MOVES = 3
-MOVE_WINDOW = 300.0
-MOVE_NOTICE_DELAYS = (0.0, 2.0, 6.0)
-# A pool's epoch grows by one per takeover; a word whose epoch jumps further than this past what
-# the pool said before is refused (a forged huge epoch would pin its collector for good).
-MAX_EPOCH_JUMP = 1000
 
 
 # ----------------------------------------------------------------------------- actions
@@ -270,19 +259,6 @@ class Grant:
 
 
 @dataclass
-class CollectorClaim:
-    """What a pool last said of its collector (an offer or a CollectorMoved), ordered by (epoch,
-    seq); `trust_domain` is the pool's, from its FlockReply (to ask the moved collector for our
-    schedds' token)."""
-
-    collector: str
-    origin: Peer
-    epoch: int
-    seq: int
-    trust_domain: str | None = None
-
-
-@dataclass
 class _Round:
     """A flocking round waiting for other pools to authorize our schedds."""
 
@@ -326,11 +302,8 @@ class PoolCore:
         self._applying: SetFlockTo | None = None
         self._intent_sent: dict[str, float] = {}  # pool -> when we last asked it to renew
         # Issue 16: repointing and the state file.
-        self.collector_claims: dict[str, CollectorClaim] = {}  # pool -> what it said of its collector
+        self.collector_moves = CollectorMoves(settings.pool, self.counters)
         self.grant_addrs: dict[str, str] = {}  # pool holding a grant -> its overlay address
-        self._moves: dict[str, deque[float]] = {}  # pool -> when its collector moved, newest last
-        self._moved: dict[str, str] = {}  # old collector -> new, while FLOCK_TO still names the old
-        self._move_notices: list[float] = []  # when to tell others our collector moved
         # pools whose grant the policy revoked, shut out once FLOCK_FROM no longer holds their hosts
         self._shut_out_due: dict[str, ShutOutSchedds] = {}
         self.trust: TrustBroker | None = None
@@ -348,6 +321,11 @@ class PoolCore:
     def epoch(self, value: int) -> None:
         """Set by the active/standby gate (poolD.manager_role) from faultD's reading."""
         self.discovery.epoch = value
+
+    @property
+    def collector_claims(self) -> dict[str, CollectorClaim]:
+        """What each pool last said of its collector (poolD.collector_moves)."""
+        return self.collector_moves.claims
 
     @property
     def policy(self) -> Policy:
@@ -819,8 +797,8 @@ class PoolCore:
         times += [g.until for g in self.grants.values()]
         if self.trust is not None and (due := self.trust.wakeup()) is not None:
             times.append(due)
-        if self._move_notices:
-            times.append(self._move_notices[0])
+        if (notice := self.collector_moves.next_notice()) is not None:
+            times.append(notice)
         return min(times)
 
     # ------------------------------------------------------------------ cross-pool trust
@@ -889,89 +867,38 @@ class PoolCore:
     def _collector_claim(
         self, pool: str, collector: str, origin: Peer, epoch: int, seq: int, now: float, out: CoreOutput
     ) -> bool:
-        """Take what a pool says of its collector (the driver checked that the signer's
-        certificate is the pool's and covers the collector's host). The same collector, or a
-        first word: recorded. Another collector: a move, taken only when `(epoch, seq)` is newer
-        than what the pool said before and the pool has not moved MAX_MOVES times in
-        MOVE_WINDOW; then our FLOCK_TO follows at once. False: the message is not to be taken."""
-        if pool == self.settings.pool:
-            return True  # our own offer: discovery drops it
-        claim = self.collector_claims.get(pool)
-        if claim is None:
-            if len(self.collector_claims) >= MAX_POOLS:
-                oldest = next(iter(self.collector_claims))
-                del self.collector_claims[oldest]
-                self._moves.pop(oldest, None)
-            self.collector_claims[pool] = CollectorClaim(collector, origin, epoch, seq)
-            return True
-        if epoch > claim.epoch + MAX_EPOCH_JUMP:
-            self.counters["collector_epoch_jumps"] += 1
-            return False
-        newer = (epoch, seq) > (claim.epoch, claim.seq)
-        if collector == claim.collector:
-            if newer:
-                claim.origin, claim.epoch, claim.seq = origin, epoch, seq
-            return True
-        if not newer:
-            self.counters["collector_moves_stale"] += 1
-            return False
-        if _collector_problem(collector) is not None:
-            self.counters["collector_moves_refused"] += 1
-            return False
-        moves = self._moves.setdefault(pool, deque(maxlen=MAX_MOVES))
-        if len(moves) == MAX_MOVES and now - moves[0] < MOVE_WINDOW:
-            self.counters["collector_moves_limited"] += 1
-            text = f"{pool} moved its collector {MAX_MOVES} times in {MOVE_WINDOW:.0f} s: {collector} refused"
-            out.notes.append(note("collector_move_limited", text, pool=pool, collector=collector))
-            return False
-        moves.append(now)
-        old = claim.collector
-        claim.collector, claim.origin, claim.epoch, claim.seq = collector, origin, epoch, seq
-        self.counters["collector_moves"] += 1
-        text = f"{pool} moved its collector from {old} to {collector} (epoch {epoch})"
-        out.notes.append(note("collector_moved", text, pool=pool, old=old, new=collector, epoch=epoch))
+        """Take what a pool says of its collector (CollectorMoves.take); a move is followed at
+        once: the pool's offer names the new collector, and when FLOCK_TO names (or is about to
+        name) the old one, the pool is asked to authorize us again and FLOCK_TO is repointed.
+        False: the message is not to be taken."""
+        taken = self.collector_moves.take(pool, collector, origin, epoch, seq, now, out.notes)
+        old = taken.moved_from
+        if old is None:
+            return taken.accepted
         entry = self.willing.entries.get(pool)
         if entry is not None:
             entry.collector, entry.origin = collector, origin
         if old in self.flocking.active or (self._applying is not None and old in self._applying.collectors):
-            self._moved[old] = collector
-            self._reestablish(pool, claim, now, out)
-        for stale in [c for c in self._moved if c == collector]:
-            del self._moved[stale]  # moved back before FLOCK_TO followed
+            self.collector_moves.follow(old, collector)
+            self._reestablish(pool, self.collector_moves.claims[pool], now, out)
         self._repoint(out)
         return True
 
     def _on_collector_moved(self, msg: CollectorMoved, now: float, out: CoreOutput) -> None:
-        """A pool we know says its collector moved; a pool we never heard of is ignored (nothing
-        is kept for it), as is one the policy refuses."""
-        if msg.pool not in self.collector_claims and msg.pool not in self.willing.entries:
-            self.counters["collector_moves_unknown"] += 1
-            return
-        decision = self.policy.decide(Subject(msg.pool, peer_host(msg.origin)), Direction.ACCEPT, now)
-        if not decision.allowed:
-            self.counters["collector_moves_refused"] += 1
-            return
-        self._collector_claim(msg.pool, msg.collector, msg.origin, msg.epoch, msg.seq, now, out)
+        """A pool we know says its collector moved (CollectorMoves.admits says which we take)."""
+        offered = msg.pool in self.willing.entries
+        if self.collector_moves.admits(msg, offered, self.policy, now):
+            self._collector_claim(msg.pool, msg.collector, msg.origin, msg.epoch, msg.seq, now, out)
 
     def _repoint(self, out: CoreOutput) -> None:
         """FLOCK_TO names a collector that moved: set it to the new one now (one change at a time)."""
-        active = self.flocking.active
-        if self._applying is not None or not any(c in self._moved for c in active):
-            for gone in [c for c in self._moved if c not in active]:
-                if self._applying is None:
-                    del self._moved[gone]
+        repointed = self.collector_moves.repoint(self.flocking.active, self._applying is not None)
+        if repointed is None:
             return
-        target: list[str] = []
-        for c in active:
-            new = self._moved.get(c, c)
-            if new not in target:
-                target.append(new)
-        moved = ", ".join(f"{c} -> {self._moved[c]}" for c in active if c in self._moved)
-        reason = f"collector moved: {moved}"
+        target, reason = repointed
         out.notes.append(note("flock_to", reason, flock_to=",".join(target), pools=len(target)))
         action = SetFlockTo(tuple(target), reason)
         self._applying = action
-        self._moved = {}
         out.actions.append(action)
 
     def _reestablish(self, pool: str, claim: CollectorClaim, now: float, out: CoreOutput) -> None:
@@ -1001,23 +928,23 @@ class PoolCore:
     @property
     def announcing_move(self) -> bool:
         """Whether notices of our collector's move are still to be sent."""
-        return bool(self._move_notices)
+        return self.collector_moves.next_notice() is not None
 
     def announce_move(self, now: float) -> CoreOutput:
         """Our pool's collector is ours now, where it was another (a takeover, or the original
         taking its role back): tell the pools that flock to us and our routing table, now and
-        twice more (MOVE_NOTICE_DELAYS)."""
-        self._move_notices = [now + d for d in MOVE_NOTICE_DELAYS]
+        twice more (poolD.collector_moves.MOVE_NOTICE_DELAYS)."""
+        self.collector_moves.schedule_notices(now)
         out = CoreOutput()
         self._send_move_notices(now, out)
         out.wakeup = self._wakeup()
         return out
 
     def _send_move_notices(self, now: float, out: CoreOutput) -> None:
-        if not self._move_notices or self._move_notices[0] > now:
+        """Tell the pools we let in and our routing table that our collector moved, when a
+        notice is due (CollectorMoves.notice_due)."""
+        if not self.collector_moves.notice_due(now):
             return
-        while self._move_notices and self._move_notices[0] <= now:
-            self._move_notices.pop(0)
         self.discovery.seq += 1
         moved = CollectorMoved(
             pool=self.settings.pool,
@@ -1056,7 +983,7 @@ class PoolCore:
         if self.trust is not None:
             self._take(self.trust.expire(now), out)
         if moved:
-            self._move_notices = [now + d for d in MOVE_NOTICE_DELAYS]
+            self.collector_moves.schedule_notices(now)
             self._send_move_notices(now, out)
         out.wakeup = self._wakeup()
         return out

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from common.events import note
+from poolD.collector_moves import CollectorClaim
 from poolD.core import (
     GRANT_PERIODS,
     Authorization,
-    CollectorClaim,
     CoreOutput,
     Grant,
     _is_grant,

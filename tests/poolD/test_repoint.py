@@ -16,12 +16,9 @@ from common.overlay.claims import ClaimChecker, endorse
 from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
 from common.overlay.messages import Peer
 from deploy.harness.ring_keys import RingKeys
+from poolD.collector_moves import MAX_EPOCH_JUMP, MAX_MOVES, MOVE_NOTICE_DELAYS, MOVE_WINDOW
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import (
-    MAX_EPOCH_JUMP,
-    MAX_MOVES,
-    MOVE_NOTICE_DELAYS,
-    MOVE_WINDOW,
     CoreOutput,
     CoreSettings,
     FlockToApplied,
