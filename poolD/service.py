@@ -645,5 +645,16 @@ class PoolDaemon:
             "offers": decisions.get("offers", {"accepted": 0, "dropped": {}}),
             "overlay_drops": self.overlay.drops,
             "counters": dict(self.counters) | (dict(core.counters) if core else {}),
-            "manager_role": self.gate.status(now) if self.gate is not None else None,
+            "manager_role": self._gate_status(now),
         }
+
+    def _gate_status(self, now: float) -> dict[str, Any] | None:
+        """The gate's status, with mode "resuming" between the gate's Activate and the core's
+        resume from the state file: until then status() shows no decisions, and an "active" with
+        FLOCK_TO [] would claim the resumed state has none."""
+        if self.gate is None:
+            return None
+        status = self.gate.status(now)
+        if self.gate.active and self.core is None:
+            status["mode"] = "resuming"
+        return status

@@ -4,8 +4,10 @@ gateway did not foresee (no HTCondor needed: the gateway is replaced by one that
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 
+import pytest
 import trio
 
 from common.overlay.messages import Peer
@@ -21,8 +23,9 @@ from poolD.core import (
     SetFlockTo,
 )
 from poolD.messages import FlockIntent
+from poolD import service
 from poolD.service import PoolDaemon
-from poolD.state import save_state
+from poolD.state import load_state, save_state
 from tests.poolD.test_reload import daemon
 
 
@@ -105,6 +108,7 @@ class OverlayRecorder:
     def __init__(self) -> None:
         self.core = OverlayNode(Peer(id=1, addr="127.0.0.1:7640"), OverlayParams(), random.Random(0))
         self.sent: list[tuple[str, object]] = []
+        self.drops: dict[str, int] = {}
 
     async def send_direct(self, addr: str, payload: object) -> None:
         self.sent.append((addr, payload))
@@ -232,3 +236,59 @@ async def test_an_activation_without_a_state_file_still_tells_where_our_collecto
     assert [a for a, _ in told] == ["10.0.0.9:7640"] and told[0][1].epoch == 5  # type: ignore[attr-defined]
     (flock_from,) = [a for a in queued(d) if isinstance(a, SetFlockFrom)]
     assert flock_from.hosts == ()  # no grants: whatever an earlier stint here left is removed
+
+
+async def test_status_says_resuming_until_the_core_resumed_from_the_state_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the gate's Activate and the core's resume (the state file is read in a thread)
+    status() must not say "active" with no FLOCK_TO: a harness (or an operator) reading it then
+    would take the empty decisions for what the replicated state held (issue 16's A failover)."""
+    sock, state_file = tmp_path / "faultd.sock", tmp_path / "state.json"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    config = daemon(tmp_path, policy).config
+    config = config.model_copy(
+        update={"daemon": config.daemon.model_copy(update={"faultd_socket": sock, "state_file": state_file})}
+    )
+    d = PoolDaemon(config)
+    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    before = PoolCore(
+        CoreSettings(
+            pool="home", collector="10.9.9.9:9618", discovery=config.discovery, flocking=config.flocking
+        ),
+        OverlayRecorder().core,
+        d.policy,
+        random.Random(0),
+    )
+    before.flocking.active = ["b.example.org:9618"]
+    save_state(state_file, before.export_state(trio.current_time(), d._wall_offset))
+    reading = threading.Event()
+    release = threading.Event()
+
+    def slow_load(path: Path) -> object:
+        reading.set()
+        release.wait(10)
+        return load_state(path)
+
+    monkeypatch.setattr(service, "load_state", slow_load)
+
+    async def faultd(request: dict) -> dict:
+        return faultd_status("manager", 2, manages=True)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_control, sock, faultd)
+        nursery.start_soon(d.read_role, sock)
+        with trio.fail_after(10):
+            while not reading.is_set():
+                await trio.sleep(0.01)
+        status = d.status()
+        assert status["manager_role"]["mode"] == "resuming" and status["flock_active"] == []
+        release.set()
+        with trio.fail_after(10):
+            while d.core is None:
+                await trio.sleep(0.01)
+        status = d.status()
+        assert status["manager_role"]["mode"] == "active"
+        assert status["flock_active"] == ["b.example.org:9618"]
+        nursery.cancel_scope.cancel()
