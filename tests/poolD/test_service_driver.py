@@ -13,6 +13,7 @@ import trio
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode, OverlayParams
 from common.service import serve_control
+from poolD import service
 from poolD.core import (
     CoreOutput,
     CoreSettings,
@@ -23,7 +24,6 @@ from poolD.core import (
     SetFlockTo,
 )
 from poolD.messages import FlockIntent
-from poolD import service
 from poolD.service import PoolDaemon
 from poolD.state import load_state, save_state
 from tests.poolD.test_reload import daemon
