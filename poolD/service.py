@@ -26,6 +26,7 @@ their own config; the state file then says so.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections import Counter, deque
@@ -71,7 +72,15 @@ from poolD.core import (
 from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
 from poolD.manager_role import Activate, Deactivate, GateAction, ManagerGate, Raise, reading_from_status
 from poolD.policy import Policy
-from poolD.state import PooldState, StateFileError, load_state, save_state, set_aside, summary
+from poolD.state import (
+    PooldState,
+    StateFileError,
+    encode_state,
+    load_state,
+    save_state,
+    set_aside,
+    summary,
+)
 
 log = structlog.get_logger("poold")
 
@@ -133,6 +142,7 @@ class PoolDaemon:
         self._condor_in, self._condor_out = trio.open_memory_channel[GatewayAction](float("inf"))
         self._wall_offset = 0.0  # wall clock - trio's clock (the state file holds wall-clock times)
         self._saved: PooldState | None = None  # the document last written (saved_at zeroed)
+        self._saved_file: dict[str, Any] | None = None  # what status() says of that write
         self.gate: ManagerGate | None = None  # with faultD: whether this machine manages the pool
         if config.daemon.faultd_socket is not None:
             self.gate = ManagerGate(config.pool.collector, silence_limit=config.daemon.faultd_silence)
@@ -313,6 +323,7 @@ class PoolDaemon:
         file is no longer written (faultD replicates the active poold's)."""
         self.core = None
         self._saved = None
+        self._saved_file = None
         dropped = 0
         while True:
             try:
@@ -387,6 +398,11 @@ class PoolDaemon:
             log.error("state file not written", error=str(e))
             return
         self._saved = unstamped
+        self._saved_file = {
+            "sha256": hashlib.sha256(encode_state(state)).hexdigest(),
+            "saved_at": state.saved_at,
+            "flock_to": list(state.flock_to),
+        }
         self.counters["state_saves"] += 1
 
     # ------------------------------------------------------------------ feeding the core
@@ -646,6 +662,10 @@ class PoolDaemon:
             "overlay_drops": self.overlay.drops,
             "counters": dict(self.counters) | (dict(core.counters) if core else {}),
             "manager_role": self._gate_status(now),
+            # The state file this poold last wrote: its SHA-256 is what faultd's status shows of
+            # the replicas it holds ("replica" "sha256" "poold"), so one can see when a failover
+            # would resume from it.
+            "state_file": self._saved_file if self._acting() else None,
         }
 
     def _gate_status(self, now: float) -> dict[str, Any] | None:
