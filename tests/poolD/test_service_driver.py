@@ -3,6 +3,7 @@ gateway did not foresee (no HTCondor needed: the gateway is replaced by one that
 
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
 from pathlib import Path
@@ -292,3 +293,16 @@ async def test_status_says_resuming_until_the_core_resumed_from_the_state_file(
         assert status["manager_role"]["mode"] == "active"
         assert status["flock_active"] == ["b.example.org:9618"]
         nursery.cancel_scope.cancel()
+
+
+async def test_status_names_the_state_file_last_written_by_its_sha256(tmp_path: Path) -> None:
+    """faultd's status names the SHA-256 of each replicated file: with poold's, one sees when the
+    replicas hold the state a failover would resume from (issue 16)."""
+    d, path = daemon_with_state(tmp_path)
+    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    assert d.status()["state_file"] is None  # nothing written yet
+    d.core.flocking.active = ["b.example.org:9618"]
+    await d._save_state(path)
+    written = d.status()["state_file"]
+    assert written["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert written["flock_to"] == ["b.example.org:9618"]
