@@ -52,7 +52,7 @@ from common.reload import plan_reload
 from common.service import query_control
 from common.systemd import StatusReporter
 from common.timer import Wakeup
-from poolD.condor_flock import apply_flock_from, apply_flock_to, shut_out_schedds
+from poolD.condor_flock import apply_flock_from, apply_flock_to, read_flock_to, shut_out_schedds
 from poolD.condor_trust import approve_token, install_token, remove_token, request_token
 from poolD.config import PooldConfig
 from poolD.core import (
@@ -89,6 +89,8 @@ GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom | ShutOutSchedds
 # revocation list, [ring] revoked_file, is read again on every SIGHUP).
 RELOADABLE = ("daemon.policy_file", "daemon.log_level", "daemon.gateway_timeout", "daemon.advertise_interval")
 STATE_SAVE_INTERVAL = 1.0  # seconds: a change reaches the state file within this
+FLOCK_TO_READBACK_EVERY = 2.0  # seconds between asks for the schedds' FLOCK_TO after an activation
+FLOCK_TO_READBACK_TRIES = 30  # the schedds report to a new collector within seconds; a minute at most
 
 
 class PoolDaemon:
@@ -306,6 +308,8 @@ class PoolDaemon:
             text = f"this machine holds the pool's manager role (epoch {action.epoch}): poold active"
             self._note(note("poold_active", text, epoch=action.epoch))
             await self._run_core(core)
+            if self._trust_nursery is not None:  # serve's nursery (None in unit tests)
+                self._trust_nursery.start_soon(self._read_back_flock_to, core)
             await self._apply(core.reassert_flock_from(trio.current_time()))
             if not core.announcing_move:
                 # The state resumed (if any) named our own collector, yet the role came here from
@@ -316,6 +320,45 @@ class PoolDaemon:
                 self.core.epoch = action.epoch
         else:
             self._stand_by(action)
+
+    async def _read_back_flock_to(self, core: PoolCore) -> None:
+        """_adopt_schedds_flock_to as a task of its own: a surprise there must not end poold."""
+        try:
+            await self._adopt_schedds_flock_to(core)
+        except Exception as e:
+            self.counters["condor_action_errors"] += 1
+            log.exception("FLOCK_TO read back failed", error=str(e))
+
+    async def _adopt_schedds_flock_to(self, core: PoolCore) -> None:
+        """After an activation: FLOCK_TO as the schedds have it, when the resumed state says
+        otherwise. The replica lags the active poold by about 2 s (its state file is written
+        within a second of a change, and faultd reads it every `state_interval`), so a failover
+        right after a FLOCK_TO change resumes without it; a core that does not know the schedds'
+        FLOCK_TO would never withdraw it. The schedds report to our collector a few seconds
+        after the takeover: asked every FLOCK_TO_READBACK_EVERY until one does. Taken only if
+        the schedds agree and the core changed nothing meanwhile (else its next round decides)."""
+        for _ in range(FLOCK_TO_READBACK_TRIES):
+            if self.core is not core:
+                return
+            before = (list(core.flocking.active), core.applying_flock_to)
+            seen = await read_flock_to(self.gateway)
+            if seen is not None:
+                break
+            await trio.sleep(FLOCK_TO_READBACK_EVERY)
+        else:
+            return
+        values = {tuple(v) for v in seen.values()}
+        if self.core is not core or len(values) != 1:
+            return
+        (value,) = values
+        now_core = (list(core.flocking.active), core.applying_flock_to)
+        if list(value) == core.flocking.active or now_core != before:
+            return
+        had, has = ", ".join(core.flocking.active) or "none", ", ".join(value) or "not set"
+        text = f"FLOCK_TO read back from the schedds: {has}; the resumed state had {had}"
+        self._note(note("flock_to_read_back", text, flock_to=",".join(value)))
+        applied = FlockToApplied(SetFlockTo(value, "read back from the schedds"), applied=True, seen=seen)
+        await self._apply(core.on_flock_to_applied(applied, trio.current_time()))
 
     def _stand_by(self, action: Deactivate) -> None:
         """Losing the role: the core goes, and with it every HTCondor action not yet carried out;

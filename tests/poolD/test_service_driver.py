@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from common.condor import DaemonKind, DaemonRef
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode, OverlayParams
 from common.service import serve_control
@@ -306,3 +307,44 @@ async def test_status_names_the_state_file_last_written_by_its_sha256(tmp_path: 
     written = d.status()["state_file"]
     assert written["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert written["flock_to"] == ["b.example.org:9618"]
+
+
+class ScheddsGateway:
+    """Schedds whose FLOCK_TO is as given (by name); none listed for the first `late` asks, as
+    right after a takeover, before the schedds report to the new collector."""
+
+    def __init__(self, flock_to: dict[str, str | None], late: int = 0) -> None:
+        self.flock_to, self.late = flock_to, late
+
+    async def list_schedds(self) -> list[DaemonRef]:
+        if self.late > 0:
+            self.late -= 1
+            return []
+        return [DaemonRef(kind=DaemonKind.SCHEDD, name=n) for n in self.flock_to]
+
+    async def get_config(self, daemon: DaemonRef, key: str) -> str | None:
+        assert key == "FLOCK_TO" and daemon.name is not None
+        return self.flock_to[daemon.name]
+
+
+async def test_an_activated_poold_takes_flock_to_as_the_schedds_have_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replica lags the active poold by about 2 s: a failover right after a FLOCK_TO change
+    resumes without it, and a core that does not know the schedds' FLOCK_TO never withdraws it.
+    The activated poold reads it back once the schedds report to its collector (issue 16)."""
+    monkeypatch.setattr(service, "FLOCK_TO_READBACK_EVERY", 0.0)
+    d, _ = daemon_with_state(tmp_path)
+    core = d.core
+    assert core.flocking.active == []  # resumed from a state written before the change
+    d.gateway = ScheddsGateway({"s1": "b.example.org:9618", "s2": "b.example.org:9618"}, late=2)  # type: ignore[assignment]
+    await d._adopt_schedds_flock_to(core)
+    assert core.flocking.active == ["b.example.org:9618"]
+    assert core.flock_to_seen == {"s1": ["b.example.org:9618"], "s2": ["b.example.org:9618"]}
+    assert "FLOCK_TO read back from the schedds" in d.decisions[-1]
+
+    # Schedds that disagree (a change applied to some only) are left to the core's next round.
+    d, _ = daemon_with_state(tmp_path)
+    d.gateway = ScheddsGateway({"s1": "b.example.org:9618", "s2": None})  # type: ignore[assignment]
+    await d._adopt_schedds_flock_to(d.core)
+    assert d.core.flocking.active == []
