@@ -49,8 +49,10 @@ async def test_flocking_survives_both_managers_failing_over(
     every job finishes once. Then kill -9 of A's manager while A flocks: A's replacement's poold
     resumes from the replicated state with A's FLOCK_TO kept, and withdraws it once A's queue
     drained. The originals come back and take their roles (and their poolds' activity) back.
-    (A poold counts as active here only once its core resumed: its status says "resuming" while
-    it reads the state file faultd restored; see docs/results.md.)"""
+    A's manager is killed once every other candidate's faultd holds a poold state naming A's
+    FLOCK_TO (the replicas lag poold by about 2 s; a kill before that was the fresh-clone failure),
+    and a poold counts as active only once its core resumed (its status says "resuming" while it
+    reads the state file faultd restored); docs/results.md."""
     fed = federation
     fed.start_all()
     fa = fed.fault[A]
