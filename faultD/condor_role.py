@@ -208,7 +208,9 @@ class CondorRole:
         it had then stopped and restarted its manager daemons 20 ms apart without waiting.
         Neither race was reproduced on an idle machine.)
         """
-        if state is not None:
+        if state is not None and not self.managing:
+            # Not again on a retry (faultD.service retries a takeover whose reconfig failed):
+            # poold, active once `managing` is set, may have written its state file since.
             self.restore(state)
         self.managing = True
         self.collector = own_collector

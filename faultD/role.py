@@ -39,6 +39,7 @@ Rules, beyond the seed's figure:
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -254,6 +255,9 @@ class RoleMachine:
                 "version": self.replica.version,
                 "epoch": self.replica.epoch,
                 "files": [f.name for f in self.replica.files],
+                # what each file holds, by SHA-256: e.g. whether poold's newest state file (poold
+                # status "state_file") reached this holder, so a failover would resume from it
+                "sha256": {f.name: hashlib.sha256(f.data).hexdigest() for f in self.replica.files},
                 "age_s": None if self.replica_at is None else round(now - self.replica_at, 3),
             },
             "replica_holders": [p.addr for p in self.replica_holders()] if self.role is Role.MANAGER else [],

@@ -364,9 +364,16 @@ class FaultDaemon:
     async def _replication_loop(self) -> None:
         while True:
             await trio.sleep(self.config.fault.state_interval)
-            if self.role is not None and self.role.role is Role.MANAGER:
-                files = await trio.to_thread.run_sync(self.condor.read_state)
-                await self._apply(self.role.on_local_state(files, trio.current_time()))
+            await self.replicate_local_state()
+
+    async def replicate_local_state(self) -> None:
+        """Read this machine's central-manager state for the role machine, while it manages and
+        the takeover's restore is done (`condor.managing`): read between the role change and the
+        restore, this machine's own old files (no poold state, an old Accountant) would become
+        the newest version and be pushed to the replica holders over the replica just taken."""
+        if self.role is not None and self.role.role is Role.MANAGER and self.condor.managing:
+            files = await trio.to_thread.run_sync(self.condor.read_state)
+            await self._apply(self.role.on_local_state(files, trio.current_time()))
 
     # ------------------------------------------------------------------ control socket
 

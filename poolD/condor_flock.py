@@ -74,6 +74,20 @@ async def apply_flock_to(gateway: Gateway, action: SetFlockTo) -> FlockToApplied
     return FlockToApplied(action, applied=all_ok, seen=seen)
 
 
+async def read_flock_to(gateway: Gateway) -> dict[str, list[str]] | None:
+    """FLOCK_TO as each schedd of the pool has it now, by schedd; None when no schedd reports to
+    the collector (yet) or one cannot be asked."""
+    seen: dict[str, list[str]] = {}
+    try:
+        for schedd in await gateway.list_schedds():
+            value = await gateway.get_config(schedd, "FLOCK_TO")
+            seen[schedd.name or schedd.describe()] = parse_flock_to(value)
+    except GatewayError as e:
+        log.warning("FLOCK_TO not read back", error=str(e))
+        return None
+    return seen or None
+
+
 async def apply_flock_from(gateway: Gateway, action: SetFlockFrom) -> FlockFromApplied:
     """FLOCK_FROM on the collector and every startd: the host-based ALLOW lists use it. No hosts:
     our runtime value is removed, so each daemon's own configuration returns."""

@@ -418,6 +418,11 @@ class PoolCore:
         """The token the peer approved is where our daemons read it (error None), or not."""
         return self._trust_outcome(lambda t: t.on_installed(action, error, now))
 
+    @property
+    def applying_flock_to(self) -> SetFlockTo | None:
+        """The FLOCK_TO change handed to the driver and not fed back yet, if any."""
+        return self._applying
+
     def on_flock_to_applied(self, result: FlockToApplied, now: float) -> CoreOutput:
         """FLOCK_TO is what every schedd now has, or the driver restored the old values."""
         out = CoreOutput()

@@ -26,6 +26,7 @@ their own config; the state file then says so.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections import Counter, deque
@@ -51,7 +52,7 @@ from common.reload import plan_reload
 from common.service import query_control
 from common.systemd import StatusReporter
 from common.timer import Wakeup
-from poolD.condor_flock import apply_flock_from, apply_flock_to, shut_out_schedds
+from poolD.condor_flock import apply_flock_from, apply_flock_to, read_flock_to, shut_out_schedds
 from poolD.condor_trust import approve_token, install_token, remove_token, request_token
 from poolD.config import PooldConfig
 from poolD.core import (
@@ -71,7 +72,15 @@ from poolD.core import (
 from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
 from poolD.manager_role import Activate, Deactivate, GateAction, ManagerGate, Raise, reading_from_status
 from poolD.policy import Policy
-from poolD.state import PooldState, StateFileError, load_state, save_state, set_aside, summary
+from poolD.state import (
+    PooldState,
+    StateFileError,
+    encode_state,
+    load_state,
+    save_state,
+    set_aside,
+    summary,
+)
 
 log = structlog.get_logger("poold")
 
@@ -80,6 +89,8 @@ GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom | ShutOutSchedds
 # revocation list, [ring] revoked_file, is read again on every SIGHUP).
 RELOADABLE = ("daemon.policy_file", "daemon.log_level", "daemon.gateway_timeout", "daemon.advertise_interval")
 STATE_SAVE_INTERVAL = 1.0  # seconds: a change reaches the state file within this
+FLOCK_TO_READBACK_EVERY = 2.0  # seconds between asks for the schedds' FLOCK_TO after an activation
+FLOCK_TO_READBACK_TRIES = 30  # the schedds report to a new collector within seconds; a minute at most
 
 
 class PoolDaemon:
@@ -133,6 +144,7 @@ class PoolDaemon:
         self._condor_in, self._condor_out = trio.open_memory_channel[GatewayAction](float("inf"))
         self._wall_offset = 0.0  # wall clock - trio's clock (the state file holds wall-clock times)
         self._saved: PooldState | None = None  # the document last written (saved_at zeroed)
+        self._saved_file: dict[str, Any] | None = None  # what status() says of that write
         self.gate: ManagerGate | None = None  # with faultD: whether this machine manages the pool
         if config.daemon.faultd_socket is not None:
             self.gate = ManagerGate(config.pool.collector, silence_limit=config.daemon.faultd_silence)
@@ -296,6 +308,8 @@ class PoolDaemon:
             text = f"this machine holds the pool's manager role (epoch {action.epoch}): poold active"
             self._note(note("poold_active", text, epoch=action.epoch))
             await self._run_core(core)
+            if self._trust_nursery is not None:  # serve's nursery (None in unit tests)
+                self._trust_nursery.start_soon(self._read_back_flock_to, core)
             await self._apply(core.reassert_flock_from(trio.current_time()))
             if not core.announcing_move:
                 # The state resumed (if any) named our own collector, yet the role came here from
@@ -307,12 +321,52 @@ class PoolDaemon:
         else:
             self._stand_by(action)
 
+    async def _read_back_flock_to(self, core: PoolCore) -> None:
+        """_adopt_schedds_flock_to as a task of its own: a surprise there must not end poold."""
+        try:
+            await self._adopt_schedds_flock_to(core)
+        except Exception as e:
+            self.counters["condor_action_errors"] += 1
+            log.exception("FLOCK_TO read back failed", error=str(e))
+
+    async def _adopt_schedds_flock_to(self, core: PoolCore) -> None:
+        """After an activation: FLOCK_TO as the schedds have it, when the resumed state says
+        otherwise. The replica lags the active poold by about 2 s (its state file is written
+        within a second of a change, and faultd reads it every `state_interval`), so a failover
+        right after a FLOCK_TO change resumes without it; a core that does not know the schedds'
+        FLOCK_TO would never withdraw it. The schedds report to our collector a few seconds
+        after the takeover: asked every FLOCK_TO_READBACK_EVERY until one does. Taken only if
+        the schedds agree and the core changed nothing meanwhile (else its next round decides)."""
+        for _ in range(FLOCK_TO_READBACK_TRIES):
+            if self.core is not core:
+                return
+            before = (list(core.flocking.active), core.applying_flock_to)
+            seen = await read_flock_to(self.gateway)
+            if seen is not None:
+                break
+            await trio.sleep(FLOCK_TO_READBACK_EVERY)
+        else:
+            return
+        values = {tuple(v) for v in seen.values()}
+        if self.core is not core or len(values) != 1:
+            return
+        (value,) = values
+        now_core = (list(core.flocking.active), core.applying_flock_to)
+        if list(value) == core.flocking.active or now_core != before:
+            return
+        had, has = ", ".join(core.flocking.active) or "none", ", ".join(value) or "not set"
+        text = f"FLOCK_TO read back from the schedds: {has}; the resumed state had {had}"
+        self._note(note("flock_to_read_back", text, flock_to=",".join(value)))
+        applied = FlockToApplied(SetFlockTo(value, "read back from the schedds"), applied=True, seen=seen)
+        await self._apply(core.on_flock_to_applied(applied, trio.current_time()))
+
     def _stand_by(self, action: Deactivate) -> None:
         """Losing the role: the core goes, and with it every HTCondor action not yet carried out;
         nothing is withdrawn (the poold now active owns FLOCK_TO and FLOCK_FROM), and the state
         file is no longer written (faultD replicates the active poold's)."""
         self.core = None
         self._saved = None
+        self._saved_file = None
         dropped = 0
         while True:
             try:
@@ -387,6 +441,11 @@ class PoolDaemon:
             log.error("state file not written", error=str(e))
             return
         self._saved = unstamped
+        self._saved_file = {
+            "sha256": hashlib.sha256(encode_state(state)).hexdigest(),
+            "saved_at": state.saved_at,
+            "flock_to": list(state.flock_to),
+        }
         self.counters["state_saves"] += 1
 
     # ------------------------------------------------------------------ feeding the core
@@ -645,5 +704,20 @@ class PoolDaemon:
             "offers": decisions.get("offers", {"accepted": 0, "dropped": {}}),
             "overlay_drops": self.overlay.drops,
             "counters": dict(self.counters) | (dict(core.counters) if core else {}),
-            "manager_role": self.gate.status(now) if self.gate is not None else None,
+            "manager_role": self._gate_status(now),
+            # The state file this poold last wrote: its SHA-256 is what faultd's status shows of
+            # the replicas it holds ("replica" "sha256" "poold"), so one can see when a failover
+            # would resume from it.
+            "state_file": self._saved_file if self._acting() else None,
         }
+
+    def _gate_status(self, now: float) -> dict[str, Any] | None:
+        """The gate's status, with mode "resuming" between the gate's Activate and the core's
+        resume from the state file: until then status() shows no decisions, and an "active" with
+        FLOCK_TO [] would claim the resumed state has none."""
+        if self.gate is None:
+            return None
+        status = self.gate.status(now)
+        if self.gate.active and self.core is None:
+            status["mode"] = "resuming"
+        return status

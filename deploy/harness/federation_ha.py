@@ -209,6 +209,28 @@ state_file = "{self.state_file(name, j)}"
                 out.append(j)
         return out
 
+    def wait_replicated(self, name: str, j: int, flock_to: list[str], timeout: float = 60.0) -> None:
+        """Until every other candidate's faultd holds, as its replica, a state file that poold on
+        host j (active) wrote naming `flock_to` as its FLOCK_TO: a failover from then on resumes
+        with it. Read from the daemons' status (poold's "state_file", faultd's replica digests),
+        what an operator can check too; a state newer still (it changes when offers come) counts
+        only if poold's status showed it naming `flock_to`."""
+        written: set[str] = set()
+
+        def held() -> bool:
+            state = self.candidate_status(name, j).get("state_file")
+            if state and state["flock_to"] == flock_to:
+                written.add(state["sha256"])
+            statuses = self.fault[name].statuses()
+            replicas = [
+                ((s.get("replica") or {}).get("sha256") or {}).get("poold")
+                for k, s in statuses.items()
+                if k != j
+            ]
+            return len(replicas) == self.nhosts - 1 and all(r in written for r in replicas)
+
+        self.wait(f"{name}'s replicas hold poold's state with FLOCK_TO {flock_to}", held, timeout, poll=0.2)
+
     def manager(self, name: str) -> int | None:
         """The host that holds the pool's manager role, if exactly one does."""
         managers = self.fault[name].managers()

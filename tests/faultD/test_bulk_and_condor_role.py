@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import faultD.condor_role
-from common.condor import DaemonRef, Gateway
+from common.condor import DaemonRef, Gateway, GatewayError
 from common.overlay.bulk import BulkChannel
 from common.overlay.envelope import SignedSealer
 from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
@@ -364,4 +364,35 @@ async def test_taking_the_manager_role_starts_the_collector_before_the_negotiato
     # Already answering (a manager told again to manage): one reconfig, the negotiator never dropped.
     await role.start_manager(None, "127.0.0.1:9618")
     assert len(gateway.reconfigured) == 3
+    await lst.aclose()
+
+
+class FirstReconfigFails(ReconfigRecorder):
+    """The first reconfig fails as an unreachable master's does; faultD.service retries."""
+
+    async def reconfig(self, daemon: DaemonRef, collector: str | None = None) -> None:  # type: ignore[override]
+        if not self.reconfigured:
+            self.reconfigured.append(daemon)
+            raise GatewayError("reconfig", "master not reachable yet")
+        await super().reconfig(daemon, collector)
+
+
+async def test_a_retried_takeover_does_not_restore_poolds_state_file_again(tmp_path: Path) -> None:
+    """poold resumes as soon as faultD manages (after the restore), and writes its state file
+    from then on; a takeover retried after a failed reconfig must not put the replica back over
+    it (issue 16)."""
+    role = condor_role(tmp_path)
+    poold_state = tmp_path / "poold.state.json"
+    role.section = role.section.model_copy(update={"poold_state": poold_state})
+    role.gateway = FirstReconfigFails()
+    (tmp_path / "log" / ".master_address").write_text("<127.0.0.1:1>\n")
+    lst, port = await listener()
+    (tmp_path / "log" / ".collector_address").write_text(f"<127.0.0.1:{port}>\n")
+    state = replica([StateFile(name="poold", data=b"replicated")])
+    with pytest.raises(GatewayError):
+        await role.start_manager(state, "127.0.0.1:9618")
+    assert poold_state.read_bytes() == b"replicated" and role.managing
+    poold_state.write_bytes(b"written by the poold that resumed")
+    await role.start_manager(state, "127.0.0.1:9618")  # faultD.service's retry
+    assert poold_state.read_bytes() == b"written by the poold that resumed"
     await lst.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import pytest
@@ -248,3 +249,13 @@ def test_epochs_near_the_encoding_limit_are_rejected_and_a_successor_still_encod
     assert m.role is Role.MANAGER and m.epoch == MAX_EPOCH
     out = m.on_timer(1002.0)
     assert pack(out.broadcasts[0].model_dump(mode="python"))
+
+
+def test_status_names_each_replicated_file_by_its_sha256() -> None:
+    """So that one can check a given state file (poold's, issue 16) reached this replica holder."""
+    m = machine(B)
+    assert m.status(0.0)["replica"] is None
+    m.on_message(alive(A, 1, 1, state_version=4), 0.0)
+    m.on_message(ReplicaPush(sender=A, state=state(A.id, 4, data=b"poold's state")), 0.1)
+    replica = m.status(0.2)["replica"]
+    assert replica["sha256"] == {"accountant": hashlib.sha256(b"poold's state").hexdigest()}

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from common.config import ConfigError, parse_config
 from common.overlay.auth import generate_key_file
+from common.overlay.messages import Peer
 from deploy.harness.ring_keys import RingKeys
 from faultD.config import FaultdConfig, with_condor_values
+from faultD.messages import StateFile
+from faultD.role import Role, RoleMachine, RoleParams
 from faultD.service import FaultDaemon
 from poolD.config import PooldConfig
 from poolD.config import with_condor_values as poold_with_condor_values
@@ -109,3 +113,32 @@ async def test_status_line_and_figures_before_the_ring_is_joined(tmp_path: Path)
     assert figures["Role"] == "joining" and figures["Epoch"] == 0 and figures["Manager"] is None
     assert figures["CollectorHere"] == "10.0.0.21:9620" and figures["OriginalManager"] is False
     assert d._current_collector() is None  # no ad before a manager is known
+
+
+async def test_a_new_manager_replicates_its_local_state_only_once_the_takeover_restored_it(
+    tmp_path: Path,
+) -> None:
+    """Between the role machine's takeover and the Condor Module's restore of the replica, this
+    machine's own files are not the pool's state: read then, they would become the newest version
+    (poold's state missing) and be pushed over the replica the holders keep (issue 16)."""
+    config = with_condor_values(faultd_config(tmp_path), VALUES, "faultd.toml")
+    d = FaultDaemon(config)
+    me = Peer(id=7, addr="10.0.0.21:7641")
+    role = RoleMachine(me, "10.0.0.21:9620", RoleParams(), random.Random(0), original=True)
+    role.start(0.0)
+    role.on_timer(10.0)  # nobody heard: the original takes its role (StartManager queued)
+    assert role.role is Role.MANAGER
+    d.role = role
+    reads: list[int] = []
+
+    def read_state() -> list[StateFile]:
+        reads.append(1)
+        return [StateFile(name="poold", data=b"{}")]
+
+    d.condor.read_state = read_state  # type: ignore[method-assign]
+    assert not d.condor.managing  # the takeover's restore has not run yet
+    await d.replicate_local_state()
+    assert reads == [] and role.local_state is None
+    d.condor.managing = True  # restored, manager daemons started
+    await d.replicate_local_state()
+    assert reads == [1] and role.local_state is not None and role.local_state.version == 1

@@ -3,14 +3,19 @@ gateway did not foresee (no HTCondor needed: the gateway is replaced by one that
 
 from __future__ import annotations
 
+import hashlib
 import random
+import threading
 from pathlib import Path
 
+import pytest
 import trio
 
+from common.condor import DaemonKind, DaemonRef
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode, OverlayParams
 from common.service import serve_control
+from poolD import service
 from poolD.core import (
     CoreOutput,
     CoreSettings,
@@ -22,7 +27,7 @@ from poolD.core import (
 )
 from poolD.messages import FlockIntent
 from poolD.service import PoolDaemon
-from poolD.state import save_state
+from poolD.state import load_state, save_state
 from tests.poolD.test_reload import daemon
 
 
@@ -105,6 +110,7 @@ class OverlayRecorder:
     def __init__(self) -> None:
         self.core = OverlayNode(Peer(id=1, addr="127.0.0.1:7640"), OverlayParams(), random.Random(0))
         self.sent: list[tuple[str, object]] = []
+        self.drops: dict[str, int] = {}
 
     async def send_direct(self, addr: str, payload: object) -> None:
         self.sent.append((addr, payload))
@@ -232,3 +238,113 @@ async def test_an_activation_without_a_state_file_still_tells_where_our_collecto
     assert [a for a, _ in told] == ["10.0.0.9:7640"] and told[0][1].epoch == 5  # type: ignore[attr-defined]
     (flock_from,) = [a for a in queued(d) if isinstance(a, SetFlockFrom)]
     assert flock_from.hosts == ()  # no grants: whatever an earlier stint here left is removed
+
+
+async def test_status_says_resuming_until_the_core_resumed_from_the_state_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the gate's Activate and the core's resume (the state file is read in a thread)
+    status() must not say "active" with no FLOCK_TO: a harness (or an operator) reading it then
+    would take the empty decisions for what the replicated state held (issue 16's A failover)."""
+    sock, state_file = tmp_path / "faultd.sock", tmp_path / "state.json"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    config = daemon(tmp_path, policy).config
+    config = config.model_copy(
+        update={"daemon": config.daemon.model_copy(update={"faultd_socket": sock, "state_file": state_file})}
+    )
+    d = PoolDaemon(config)
+    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    before = PoolCore(
+        CoreSettings(
+            pool="home", collector="10.9.9.9:9618", discovery=config.discovery, flocking=config.flocking
+        ),
+        OverlayRecorder().core,
+        d.policy,
+        random.Random(0),
+    )
+    before.flocking.active = ["b.example.org:9618"]
+    save_state(state_file, before.export_state(trio.current_time(), d._wall_offset))
+    reading = threading.Event()
+    release = threading.Event()
+
+    def slow_load(path: Path) -> object:
+        reading.set()
+        release.wait(10)
+        return load_state(path)
+
+    monkeypatch.setattr(service, "load_state", slow_load)
+
+    async def faultd(request: dict) -> dict:
+        return faultd_status("manager", 2, manages=True)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_control, sock, faultd)
+        nursery.start_soon(d.read_role, sock)
+        with trio.fail_after(10):
+            while not reading.is_set():
+                await trio.sleep(0.01)
+        status = d.status()
+        assert status["manager_role"]["mode"] == "resuming" and status["flock_active"] == []
+        release.set()
+        with trio.fail_after(10):
+            while d.core is None:
+                await trio.sleep(0.01)
+        status = d.status()
+        assert status["manager_role"]["mode"] == "active"
+        assert status["flock_active"] == ["b.example.org:9618"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_status_names_the_state_file_last_written_by_its_sha256(tmp_path: Path) -> None:
+    """faultd's status names the SHA-256 of each replicated file: with poold's, one sees when the
+    replicas hold the state a failover would resume from (issue 16)."""
+    d, path = daemon_with_state(tmp_path)
+    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    assert d.status()["state_file"] is None  # nothing written yet
+    d.core.flocking.active = ["b.example.org:9618"]
+    await d._save_state(path)
+    written = d.status()["state_file"]
+    assert written["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert written["flock_to"] == ["b.example.org:9618"]
+
+
+class ScheddsGateway:
+    """Schedds whose FLOCK_TO is as given (by name); none listed for the first `late` asks, as
+    right after a takeover, before the schedds report to the new collector."""
+
+    def __init__(self, flock_to: dict[str, str | None], late: int = 0) -> None:
+        self.flock_to, self.late = flock_to, late
+
+    async def list_schedds(self) -> list[DaemonRef]:
+        if self.late > 0:
+            self.late -= 1
+            return []
+        return [DaemonRef(kind=DaemonKind.SCHEDD, name=n) for n in self.flock_to]
+
+    async def get_config(self, daemon: DaemonRef, key: str) -> str | None:
+        assert key == "FLOCK_TO" and daemon.name is not None
+        return self.flock_to[daemon.name]
+
+
+async def test_an_activated_poold_takes_flock_to_as_the_schedds_have_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replica lags the active poold by about 2 s: a failover right after a FLOCK_TO change
+    resumes without it, and a core that does not know the schedds' FLOCK_TO never withdraws it.
+    The activated poold reads it back once the schedds report to its collector (issue 16)."""
+    monkeypatch.setattr(service, "FLOCK_TO_READBACK_EVERY", 0.0)
+    d, _ = daemon_with_state(tmp_path)
+    core = d.core
+    assert core.flocking.active == []  # resumed from a state written before the change
+    d.gateway = ScheddsGateway({"s1": "b.example.org:9618", "s2": "b.example.org:9618"}, late=2)  # type: ignore[assignment]
+    await d._adopt_schedds_flock_to(core)
+    assert core.flocking.active == ["b.example.org:9618"]
+    assert core.flock_to_seen == {"s1": ["b.example.org:9618"], "s2": ["b.example.org:9618"]}
+    assert "FLOCK_TO read back from the schedds" in d.decisions[-1]
+
+    # Schedds that disagree (a change applied to some only) are left to the core's next round.
+    d, _ = daemon_with_state(tmp_path)
+    d.gateway = ScheddsGateway({"s1": "b.example.org:9618", "s2": None})  # type: ignore[assignment]
+    await d._adopt_schedds_flock_to(d.core)
+    assert d.core.flocking.active == []

@@ -55,12 +55,12 @@ def node(me: Peer, others: list[Peer]) -> OverlayNode:
     return n
 
 
-def settings(pool: str, collector: str) -> CoreSettings:
+def settings(pool: str, collector: str, **flocking: float) -> CoreSettings:
     return CoreSettings(
         pool=pool,
         collector=collector,
         discovery=DiscoverySection(interval=10.0, valid_for=600.0),
-        flocking=FlockingSection(interval=60.0, authorize_timeout=5.0),
+        flocking=FlockingSection(interval=60.0, authorize_timeout=5.0, **flocking),
     )
 
 
@@ -81,7 +81,8 @@ class PoolB(FaultSim):
 class Federation:
     """Pool A's poold, and a gated poold on each of B's machines, over direct delivery."""
 
-    def __init__(self) -> None:
+    def __init__(self, **b_flocking: float) -> None:
+        self.b_flocking = b_flocking  # B's [flocking] settings beyond settings()'s
         self.b = PoolB()
         self.b.start_all(original=0)
         a_peer = Peer(id=A_ID, addr=A_ADDR)
@@ -145,7 +146,10 @@ class Federation:
     def activate(self, i: int, epoch: int, now: float) -> None:
         me = Peer(id=b_id(i), addr=b_addr(i))
         core = PoolCore(
-            settings("b", collector_of(i)), node(me, [self.a_peer]), Policy.allow_all(), random.Random(i)
+            settings("b", collector_of(i), **self.b_flocking),
+            node(me, [self.a_peer]),
+            Policy.allow_all(),
+            random.Random(i),
         )
         core.epoch = epoch
         self.cores[i] = core
@@ -213,3 +217,53 @@ def test_bs_manager_failover_moves_as_flock_to_and_back() -> None:
     # the replacement resumed A's grant from the replica, the original from the handover
     assert [grants for _, grants in fed.resumed] == [{"a"}, {"a"}]
     assert fed.resumed[0][0] != 0 and fed.resumed[1][0] == 0
+
+
+def test_the_flocking_pools_replacement_keeps_its_flock_to_and_withdraws_it_once_drained() -> None:
+    """Issue 16's A failover, with B as the pool that flocks (to A, which offers): kill B's
+    manager while its FLOCK_TO is set, as soon as the replicas can hold it (poold writes its
+    state file and faultD reads it once a second here, as in the real harness: the kill comes 2 s
+    after FLOCK_TO was set). The replacement's poold resumes with that FLOCK_TO, keeps it while
+    its jobs wait, and withdraws it once its queue drained."""
+    fed = Federation(withdraw_after=20.0)
+    a_collector = "a.example.org:9618"
+    fed.execute(None, fed.a.start(0.0), 0.0)
+    kill_at: float | None = None
+    drain_at: float | None = None
+    resumed: list[tuple[int, float, list[str]]] = []  # (machine, when, FLOCK_TO it resumed with)
+    withdrawn_at: float | None = None
+    t = 0.0
+    while t < 400.0 and withdrawn_at is None:
+        t += STEP
+        if kill_at is None and fed.cores[0] is not None and fed.cores[0].flocking.active:
+            kill_at = t + 2.0
+        if t == kill_at:
+            fed.b.crash(0)
+        fed.b.run_until(t)
+        before = list(fed.cores)
+        fed.read_roles(t)
+        for i, core in enumerate(fed.cores):
+            if kill_at is not None and t > kill_at and core is not None and before[i] is None:
+                resumed.append((i, t, list(core.flocking.active)))
+        if resumed and drain_at is None and t >= resumed[0][1] + 30.0:
+            drain_at = t
+        fed.execute(None, fed.a.on_load(load(free=3, idle=0), t), t)
+        fed.execute(None, fed.a.on_timer(t), t)
+        for i, core in enumerate(fed.cores):
+            if core is not None:
+                idle = 0 if drain_at is not None else 5
+                fed.execute(i, core.on_load(load(free=3 if idle == 0 else 0, idle=idle), t), t)
+                fed.execute(i, core.on_timer(t), t)
+        if t % 1.0 == 0:  # poold's write and faultD's read of the state file, once a second
+            fed.replicate(t)
+        if drain_at is not None and resumed and (core := fed.cores[resumed[0][0]]) is not None:
+            if not core.flocking.active:
+                withdrawn_at = t
+    assert kill_at is not None, "B never flocked to A"
+    assert fed.b.finish().violations == []
+    assert fed.most_active == 1
+    (machine, at, flock_to), *_ = resumed
+    assert machine != 0 and at - kill_at <= 10.0
+    assert flock_to == [a_collector], f"the replacement resumed with FLOCK_TO {flock_to}"
+    assert withdrawn_at is not None, "the replacement never withdrew FLOCK_TO"
+    assert drain_at is not None and withdrawn_at >= drain_at + 20.0  # withdraw_after, not at once
