@@ -744,7 +744,7 @@ class PoolCore:
             return
         chosen = [e for e in entries if e.collector in decision.flock_to]
         stale = now - self.settings.flocking.reauthorize_after
-        pending = [e for e in chosen if self.authorized.get(e.pool, _NEVER).at < stale]
+        pending = [e for e in chosen if not self._authorized_lately(e.pool, stale)]
         if not pending:
             self._apply(chosen, decision.reason, out)
             return
@@ -761,12 +761,29 @@ class PoolCore:
         stale = now - fl.reauthorize_after
         active = set(self.flocking.active)
         for entry in self.willing.entries.values():
-            if entry.collector not in active or self.authorized.get(entry.pool, _NEVER).at >= stale:
+            if entry.collector not in active or self._authorized_lately(entry.pool, stale):
                 continue
             if self._intent_sent.get(entry.pool, -math.inf) > now - fl.authorize_timeout:
                 continue  # asked a moment ago; its answer is on its way
             self._intent_sent[entry.pool] = now
             out.actions.append(Send(entry.origin.addr, self._intent(self._schedd_hosts(load))))
+
+    def _authorized_lately(self, pool: str, stale: float) -> bool:
+        """Whether `pool` answered our intent after `stale` and, if it authorized our schedds,
+        with cross-pool trust they hold its token or one is asked for; if not, it is asked
+        again (FlockIntent), and its reply asks for the token. The token goes when flocking to
+        the pool ends, or stays on the old manager when its collector moves, while the
+        authorization stays fresh: flocking to it again must not set FLOCK_TO with no token."""
+        auth = self.authorized.get(pool, _NEVER)
+        if auth.at < stale:
+            return False
+        trust = self.trust
+        return (
+            not auth.accepted
+            or trust is None
+            or (pool, "schedd") in trust.held
+            or (pool, "schedd") in trust.asked
+        )
 
     def _intent(self, hosts: list[str]) -> FlockIntent:
         """Our FlockIntent; with cross-pool trust it names our TRUST_DOMAIN and collector."""
