@@ -744,7 +744,7 @@ class PoolCore:
             return
         chosen = [e for e in entries if e.collector in decision.flock_to]
         stale = now - self.settings.flocking.reauthorize_after
-        pending = [e for e in chosen if not self._authorized_lately(e.pool, stale)]
+        pending = [e for e in chosen if self.authorized.get(e.pool, _NEVER).at < stale]
         if not pending:
             self._apply(chosen, decision.reason, out)
             return
@@ -761,29 +761,12 @@ class PoolCore:
         stale = now - fl.reauthorize_after
         active = set(self.flocking.active)
         for entry in self.willing.entries.values():
-            if entry.collector not in active or self._authorized_lately(entry.pool, stale):
+            if entry.collector not in active or self.authorized.get(entry.pool, _NEVER).at >= stale:
                 continue
             if self._intent_sent.get(entry.pool, -math.inf) > now - fl.authorize_timeout:
                 continue  # asked a moment ago; its answer is on its way
             self._intent_sent[entry.pool] = now
             out.actions.append(Send(entry.origin.addr, self._intent(self._schedd_hosts(load))))
-
-    def _authorized_lately(self, pool: str, stale: float) -> bool:
-        """Whether `pool` answered our intent after `stale` and, if it authorized our schedds,
-        with cross-pool trust they hold its token or one is asked for; if not, it is asked
-        again (FlockIntent), and its reply asks for the token. The token goes when flocking to
-        the pool ends, or stays on the old manager when its collector moves, while the
-        authorization stays fresh: flocking to it again must not set FLOCK_TO with no token."""
-        auth = self.authorized.get(pool, _NEVER)
-        if auth.at < stale:
-            return False
-        trust = self.trust
-        return (
-            not auth.accepted
-            or trust is None
-            or (pool, "schedd") in trust.held
-            or (pool, "schedd") in trust.asked
-        )
 
     def _intent(self, hosts: list[str]) -> FlockIntent:
         """Our FlockIntent; with cross-pool trust it names our TRUST_DOMAIN and collector."""
@@ -904,7 +887,9 @@ class PoolCore:
 
     def _drop_tokens_of_pools_left(self, now: float, out: CoreOutput) -> None:
         """Flocking to a pool ended: our schedds' token of it goes, and so does its negotiator's
-        grant here."""
+        grant here, and its authorization of our schedds is forgotten: flocking to it again
+        starts with a FlockIntent, whose reply asks for the token again (with the authorization
+        kept fresh, FLOCK_TO was set again with no token at its collector)."""
         assert self.trust is not None
         active = set(self.flocking.active)
         ours = {p for p, r in [*self.trust.held, *self.trust.asked] if r == "schedd"}
@@ -913,6 +898,7 @@ class PoolCore:
             entry = self.willing.entries.get(pool)
             if entry is not None and entry.collector in active:
                 continue
+            self.authorized.pop(pool, None)
             self._take(self.trust.drop(pool, "schedd", "flocking to it ended"), out)
             self._take(self.trust.revoke(pool, "negotiator", "flocking to it ended"), out)
 
