@@ -214,9 +214,10 @@ def flock_again(c: PoolCore, now: float, origin: Peer, collector: str) -> list[S
 
 
 def test_flocking_again_after_it_ended_asks_for_the_token_it_dropped() -> None:
-    """The token of B goes when flocking to B ends; B's authorization is still fresh (asked
-    once per reauthorize_after). Flocking again must ask for a token again, not set FLOCK_TO
-    alone: our schedds could not advertise at B's collector."""
+    """The token of B goes when flocking to B ends, well within reauthorize_after of B's answer
+    (an authorization is renewed once per reauthorize_after). Flocking again must ask B and
+    then for a token again, not set FLOCK_TO alone: our schedds could not advertise at B's
+    collector."""
     c = core(trust=True)
     c.start(0.0)
     c.overlay.rtt[B1.id] = 0.01
@@ -226,7 +227,7 @@ def test_flocking_again_after_it_ended_asks_for_the_token_it_dropped() -> None:
     apply_all(c, out, 61.0)
     token_installed(c, out, 62.0, "0000001")
     t = quiet_until_withdrawn(c, 120.0)
-    assert t < 61.0 + c.settings.flocking.reauthorize_after  # the authorization is fresh
+    assert t < 61.0 + c.settings.flocking.reauthorize_after  # B's answer is not stale
     assert [a.collectors for a in flock_again(c, t, B1, OLD)] == [(OLD,)]
 
 
