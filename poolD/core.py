@@ -855,7 +855,9 @@ class PoolCore:
 
     def _drop_tokens_of_pools_left(self, now: float, out: CoreOutput) -> None:
         """Flocking to a pool ended: our schedds' token of it goes, and so does its negotiator's
-        grant here."""
+        grant here, and its authorization of our schedds is forgotten: flocking to it again
+        starts with a FlockIntent, whose reply asks for the token again (with the authorization
+        kept fresh, FLOCK_TO was set again with no token at its collector)."""
         assert self.trust is not None
         active = set(self.flocking.active)
         ours = {p for p, r in [*self.trust.held, *self.trust.asked] if r == "schedd"}
@@ -864,6 +866,7 @@ class PoolCore:
             entry = self.willing.entries.get(pool)
             if entry is not None and entry.collector in active:
                 continue
+            self.authorized.pop(pool, None)
             self._take(self.trust.drop(pool, "schedd", "flocking to it ended"), out)
             self._take(self.trust.revoke(pool, "negotiator", "flocking to it ended"), out)
 

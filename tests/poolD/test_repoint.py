@@ -26,7 +26,8 @@ from poolD.core import (
     RequestToken,
     SetFlockTo,
 )
-from poolD.messages import Announcement, CollectorMoved, FlockIntent, FlockReply
+from poolD.flock_trust import InstallToken, RemoveToken
+from poolD.messages import Announcement, CollectorMoved, FlockIntent, FlockReply, TokenVerdict
 from poolD.policy import Policy, PolicyFile, Rule
 from tests.poolD.test_core import INTERVAL, load, of, round_at, sends
 from tests.poolD.test_discovery import node_with_rows
@@ -171,6 +172,79 @@ def test_with_cross_pool_trust_the_new_collector_is_asked_for_our_schedds_token(
     out = c.on_message(moved(seq=5), 70.0)
     (request,) = of(out, RequestToken)
     assert request.collector == NEW and request.peer == "b" and request.role == "schedd"
+
+
+def token_installed(c: PoolCore, out: CoreOutput, now: float, rid: str) -> RequestToken:
+    """B approves the schedd token request in `out`; it is installed where our schedds read it."""
+    (request,) = of(out, RequestToken)
+    c.on_token_requested(request, rid, None, now)
+    verdict = TokenVerdict(pool="b", role="schedd", request_id=rid, approved=True, reason="approved")
+    (install,) = of(c.on_message(verdict, now), InstallToken)
+    c.on_token_installed(install, None, now)
+    assert ("b", "schedd") in c.trust.held  # type: ignore[union-attr]
+    return request
+
+
+def quiet_until_withdrawn(c: PoolCore, start: float) -> float:
+    """Our queue drained: rounds until FLOCK_TO is withdrawn (and B's token with it); the time."""
+    t = start
+    while c.flocking.active:
+        (withdraw,) = of(round_at(c, t, load(free=3, idle=0)), SetFlockTo) or [None]
+        if withdraw is not None:
+            removed = of(c.on_flock_to_applied(FlockToApplied(withdraw, True, {}), t), RemoveToken)
+            assert [(r.peer, r.role) for r in removed] == [("b", "schedd")]
+        t += INTERVAL
+    assert ("b", "schedd") not in c.trust.held  # type: ignore[union-attr]  # RemoveToken went out
+    return t
+
+
+def flock_again(c: PoolCore, now: float, origin: Peer, collector: str) -> list[SetFlockTo]:
+    """Our queue fills again well within reauthorize_after of B's last answer: B is asked to
+    authorize our schedds and, on its yes, its collector for their token, then FLOCK_TO is set."""
+    out = round_at(c, now, load(free=0, idle=5))
+    assert [s.addr for s in sends(out, FlockIntent)] == [origin.addr], "B not asked again"
+    reply = FlockReply(pool="b", accepted=True, reason="ok", trust_domain="b.example")
+    out = c.on_message(reply, now + 1)
+    (request,) = of(out, RequestToken)
+    assert request.collector == collector and request.role == "schedd"
+    return apply_all(c, out, now + 1)
+
+
+def test_flocking_again_after_it_ended_asks_for_the_token_it_dropped() -> None:
+    """The token of B goes when flocking to B ends, well within reauthorize_after of B's answer
+    (an authorization is renewed once per reauthorize_after). Flocking again must ask B and
+    then for a token again, not set FLOCK_TO alone: our schedds could not advertise at B's
+    collector."""
+    c = core(trust=True)
+    c.start(0.0)
+    c.overlay.rtt[B1.id] = 0.01
+    c.on_message(offer_of_b(B1, OLD, seq=1), 1.0)
+    assert sends(round_at(c, 60.0, load(free=0, idle=5)), FlockIntent)
+    out = c.on_message(FlockReply(pool="b", accepted=True, reason="ok", trust_domain="b.example"), 61.0)
+    apply_all(c, out, 61.0)
+    token_installed(c, out, 62.0, "0000001")
+    t = quiet_until_withdrawn(c, 120.0)
+    assert t < 61.0 + c.settings.flocking.reauthorize_after  # B's answer is not stale
+    assert [a.collectors for a in flock_again(c, t, B1, OLD)] == [(OLD,)]
+
+
+def test_flocking_again_after_bs_handback_asks_its_original_for_a_token() -> None:
+    """bench/federation-failover, run 2 (docs/results.md): we flocked to B across its failover
+    (B's replacement authorized us, its collector gave our schedds' token), our queue drained
+    (FLOCK_TO withdrawn, the token removed), B's original took its role back (a move while we
+    did not flock: nothing to re-establish). Our next burst must ask B's original to authorize
+    us and its collector for a token; before, FLOCK_TO named it with no token there, and no
+    job of ours ran in B."""
+    c = flocking_to_b(trust=True)
+    out = c.on_message(moved(seq=5, epoch=1), 70.0)  # B's manager killed; the replacement says so
+    apply_all(c, out, 70.0)
+    reply = FlockReply(pool="b", accepted=True, reason="ok", trust_domain="b.example")
+    c.on_message(reply, 71.0)  # the replacement authorized us again
+    token_installed(c, out, 72.0, "0000002")
+    t = quiet_until_withdrawn(c, 120.0)
+    out = c.on_message(moved(OLD, seq=1006, epoch=2, origin=B1), t)  # the handback
+    assert of(out, SetFlockTo) == [] and c.willing.entries["b"].collector == OLD
+    assert [a.collectors for a in flock_again(c, t + 10, B1, OLD)] == [(OLD,)]
 
 
 def test_our_own_move_is_told_to_the_pools_that_flock_to_us_a_few_times() -> None:

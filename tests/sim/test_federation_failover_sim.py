@@ -3,12 +3,17 @@ role machine (sim.faultd) and, on each, a poold behind the active/standby gate; 
 B. Kill B's manager: faultD elects a replacement, which restores the replicated state (poold's
 state file among it); the replacement's gate makes its poold active, it resumes B's grants and
 tells A, whose FLOCK_TO names the new collector within seconds. B's original returns and takes
-its role back, and A follows again. At every sample at most one poold of B is active."""
+its role back, and A follows again. At every sample at most one poold of B is active. With
+cross-pool trust (the second test), the token requests and approvals run too, a request to a
+collector no manager of B runs failing: A's queue drains between the failover and the handback,
+and A's next burst must get its schedds' token from B's original collector."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
+from common.condor.types import PoolLoad
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode, OverlayParams
 from common.wire import Message
@@ -25,6 +30,7 @@ from poolD.core import (
     SetFlockFrom,
     SetFlockTo,
 )
+from poolD.flock_trust import ApproveToken, InstallToken, RequestToken
 from poolD.manager_role import Activate, Deactivate, ManagerGate, Raise, reading_from_status
 from poolD.policy import Policy
 from poolD.state import decode_state, encode_state
@@ -55,12 +61,13 @@ def node(me: Peer, others: list[Peer]) -> OverlayNode:
     return n
 
 
-def settings(pool: str, collector: str, **flocking: float) -> CoreSettings:
+def settings(pool: str, collector: str, trust: bool = False, **flocking: float) -> CoreSettings:
     return CoreSettings(
         pool=pool,
         collector=collector,
         discovery=DiscoverySection(interval=10.0, valid_for=600.0),
         flocking=FlockingSection(interval=60.0, authorize_timeout=5.0, **flocking),
+        trust_domain=f"{pool}.example" if trust else None,
     )
 
 
@@ -81,15 +88,21 @@ class PoolB(FaultSim):
 class Federation:
     """Pool A's poold, and a gated poold on each of B's machines, over direct delivery."""
 
-    def __init__(self, **b_flocking: float) -> None:
+    def __init__(self, trust: bool = False, **b_flocking: float) -> None:
+        self.trust = trust
         self.b_flocking = b_flocking  # B's [flocking] settings beyond settings()'s
         self.b = PoolB()
         self.b.start_all(original=0)
         a_peer = Peer(id=A_ID, addr=A_ADDR)
         b_peers = [Peer(id=b_id(i), addr=b_addr(i)) for i in range(MACHINES)]
         self.a = PoolCore(
-            settings("a", "a.example.org:9618"), node(a_peer, b_peers), Policy.allow_all(), random.Random(1)
+            settings("a", "a.example.org:9618", trust, withdraw_after=20.0),
+            node(a_peer, b_peers),
+            Policy.allow_all(),
+            random.Random(1),
         )
+        self.requests: dict[str, str] = {}  # request id -> the collector it was queued at
+        self.a_tokens: list[tuple[float, str]] = []  # (when, B's collector) of each schedd token A installed
         self.a_flock_to: list[str] = []
         self.gates = [ManagerGate(collector_of(i), silence_limit=3.0) for i in range(MACHINES)]
         self.cores: list[PoolCore | None] = [None] * MACHINES
@@ -121,6 +134,24 @@ class Federation:
                 self.execute(i, core.on_flock_to_applied(FlockToApplied(action, True, {}), now), now)
             elif isinstance(action, SetFlockFrom):
                 self.execute(i, core.on_flock_from_applied(FlockFromApplied(action, None), now), now)
+            elif isinstance(action, RequestToken):
+                self.execute(i, core.on_token_requested(action, *self.queue(action), now), now)
+            elif isinstance(action, ApproveToken):
+                self.execute(i, core.on_token_approved(action, None, now), now)
+            elif isinstance(action, InstallToken):
+                if i is None and action.role == "schedd":
+                    self.a_tokens.append((now, self.requests[action.request_id]))
+                self.execute(i, core.on_token_installed(action, None, now), now)
+
+    def queue(self, action: RequestToken) -> tuple[str | None, str | None]:
+        """condor_token_request at a collector: queued (its id) if a manager of the pool runs it."""
+        if action.peer == "b":
+            running = {collector_of(i) for i, c in enumerate(self.cores) if c is not None}
+            if action.collector not in running:
+                return None, f"{action.collector}: no collector there"
+        rid = f"{len(self.requests) + 1:07d}"
+        self.requests[rid] = action.collector
+        return rid, None
 
     # ------------------------------------------------------------------ each machine's gate
 
@@ -146,7 +177,7 @@ class Federation:
     def activate(self, i: int, epoch: int, now: float) -> None:
         me = Peer(id=b_id(i), addr=b_addr(i))
         core = PoolCore(
-            settings("b", collector_of(i), **self.b_flocking),
+            settings("b", collector_of(i), self.trust, **self.b_flocking),
             node(me, [self.a_peer]),
             Policy.allow_all(),
             random.Random(i),
@@ -173,19 +204,25 @@ class Federation:
 
     # ------------------------------------------------------------------ the run
 
-    def run(self) -> dict[str, float | None]:
+    def run(
+        self,
+        a_load: Callable[[float], PoolLoad] = lambda t: load(free=0, idle=5),
+        ret: float = RETURN,
+        end: float = END,
+    ) -> dict[str, float | None]:
+        """Until `end`: B's manager killed at KILL, back at `ret`; A's reading at each step is `a_load(t)`."""
         times: dict[str, float | None] = {"repointed": None, "taken_back": None}
         self.execute(None, self.a.start(0.0), 0.0)
         t = 0.0
-        while t < END:
+        while t < end:
             t += STEP
             if t == KILL:
                 self.b.crash(0)  # kill -9 of B's manager: faultd, HTCondor, poold
-            if t == RETURN:
+            if t == ret:
                 self.b.restart(0)
             self.b.run_until(t)
             self.read_roles(t)
-            self.execute(None, self.a.on_load(load(free=0, idle=5), t), t)
+            self.execute(None, self.a.on_load(a_load(t), t), t)
             self.execute(None, self.a.on_timer(t), t)
             for i, core in enumerate(self.cores):
                 if core is not None:
@@ -199,8 +236,8 @@ class Federation:
                 and self.a_flock_to != [collector_of(0)]
             ):
                 times["repointed"] = t - KILL
-            if t > RETURN and times["taken_back"] is None and self.a_flock_to == [collector_of(0)]:
-                times["taken_back"] = t - RETURN
+            if t > ret and times["taken_back"] is None and self.a_flock_to == [collector_of(0)]:
+                times["taken_back"] = t - ret
         return times
 
 
@@ -267,3 +304,30 @@ def test_the_flocking_pools_replacement_keeps_its_flock_to_and_withdraws_it_once
     assert flock_to == [a_collector], f"the replacement resumed with FLOCK_TO {flock_to}"
     assert withdrawn_at is not None, "the replacement never withdrew FLOCK_TO"
     assert drain_at is not None and withdrawn_at >= drain_at + 20.0  # withdraw_after, not at once
+
+
+def test_with_trust_as_queue_drains_and_refills_around_the_handback_a_gets_its_token_from_bs_original() -> (
+    None
+):
+    """bench/federation-failover run 2 (docs/results.md): A flocked to B across B's failover
+    (its schedds' token from B's replacement collector), A's queue drained (FLOCK_TO withdrawn,
+    the token removed), B's original took its role back, A's queue filled again well within
+    reauthorize_after: A must ask B's original to authorize its schedds and its collector for
+    their token. Before, A's FLOCK_TO named B's original collector with no token there."""
+    drained, refilled, back = 130.0, 320.0, 260.0
+
+    def a_load(t: float) -> PoolLoad:
+        return load(free=3, idle=0) if drained <= t < refilled else load(free=0, idle=5)
+
+    fed = Federation(trust=True)
+    times = fed.run(a_load, ret=back, end=420.0)
+    assert fed.b.finish().violations == [] and fed.most_active == 1
+    assert times["repointed"] is not None and times["repointed"] <= REPOINT_WITHIN
+    assert fed.a_flock_to == [collector_of(0)]
+    tokens = fed.a_tokens
+    assert tokens[0][0] < KILL and tokens[0][1] == collector_of(0)  # before the kill: B's original's
+    assert any(KILL < t < back and c != collector_of(0) for t, c in tokens)  # the replacement's
+    assert any(t > refilled and c == collector_of(0) for t, c in tokens), (
+        f"A's schedds got no token from B's original collector after the handback: {fed.a_tokens}"
+    )
+    assert ("b", "schedd") in fed.a.trust.held  # type: ignore[union-attr]
