@@ -1,6 +1,7 @@
 """The Flocking Manager's decision (seed §3.2, §4.1): when local jobs wait, point the schedds'
-FLOCK_TO at the nearest willing pools; when the pool has been quiet (free slots, no idle jobs)
-for `withdraw_after`, take it back. Pure: the daemon applies the decision through the gateway."""
+FLOCK_TO at the nearest willing pools that can take them; when the pool has been quiet (free
+slots, no idle jobs) for `withdraw_after`, take it back. Pure: the daemon applies the decision
+through the gateway."""
 
 from __future__ import annotations
 
@@ -30,6 +31,27 @@ def parse_flock_to(value: str | None) -> list[str]:
     return [part for part in value.replace(",", " ").split() if part]
 
 
+def choose_nearest_covering(willing: list[WillingEntry], demand: int, max_pools: int) -> list[WillingEntry]:
+    """The pools FLOCK_TO names: the nearest that can take `demand` jobs, at most `max_pools`.
+
+    `willing` is nearest first (`WillingList.ordered`: by sublist, then measured round trip). For
+    the smallest k whose nearest k pools offer `demand` free slots among their best `max_pools`
+    (most free slots; the nearer of equals), those are chosen; if no k does, the best `max_pools`
+    of all. So a farther pool is named only when the nearer ones cannot absorb the queue (seed
+    §3.2.1: "a pool always contacts nearby pools first"), and then in place of a nearer pool that
+    offers fewer slots, not beside it. Returned nearest first."""
+    if demand <= 0:
+        return []
+    best: list[int] = []  # indices into `willing`: the best `max_pools` of the prefix seen so far
+    for k in range(len(willing)):
+        best.append(k)
+        if len(best) > max_pools:
+            best.remove(min(best, key=lambda i: (willing[i].free_slots, -i)))
+        if sum(willing[i].free_slots for i in best) >= demand:
+            break
+    return [willing[i] for i in sorted(best)]
+
+
 class FlockingManager:
     """Decides each round whether FLOCK_TO should change; `active` is the FLOCK_TO the schedds took."""
 
@@ -40,22 +62,24 @@ class FlockingManager:
         self.active: list[str] = []
 
     def changes(self, target: list[str]) -> bool:
-        """Whether applying `target` is worth a schedd reconfig: it withdraws, or it adds a pool.
-        A willing pool that merely dropped out (full now, its offer expired) or a new order among
-        the same pools leaves FLOCK_TO as it is; the schedds skip pools that do not serve them."""
+        """Whether applying `target` is worth a schedd reconfig: it withdraws, adds a pool, or
+        drops one (a pool that left the willing list, full now or its offer expired, or one the
+        nearer pools now make unneeded). A new order among the same pools leaves FLOCK_TO as it is."""
         if not target:
             return bool(self.active)
-        return not set(target) <= set(self.active)
+        return set(target) != set(self.active)
 
     def decide(self, load: PoolLoad, willing: list[WillingEntry], now: float) -> FlockDecision:
-        """Flock to the first `max_pools` willing pools while idle jobs outnumber free slots;
-        withdraw once quiet (free slots, no idle jobs) for `withdraw_after`; else None: leave it."""
+        """Flock to the nearest willing pools that can take the idle jobs beyond our free slots
+        (`choose_nearest_covering`) while idle jobs outnumber free slots; withdraw once quiet
+        (free slots, no idle jobs) for `withdraw_after`; else None: leave it."""
         idle, free = load.idle_jobs, load.free_slots
         if idle > free:
             self.quiet_since = None
             if not willing:
                 return FlockDecision(None, f"{idle} idle jobs > {free} free slots, but no willing pool")
-            target = [e.collector for e in willing[: self.max_pools]]
+            chosen = choose_nearest_covering(willing, idle - free, self.max_pools)
+            target = [e.collector for e in chosen]
             return FlockDecision(
                 target, f"{idle} idle jobs > {free} free slots: flock to {len(target)} pool(s)"
             )
