@@ -31,15 +31,18 @@ def parse_flock_to(value: str | None) -> list[str]:
     return [part for part in value.replace(",", " ").split() if part]
 
 
-def choose_nearest_covering(willing: list[WillingEntry], demand: int, max_pools: int) -> list[WillingEntry]:
-    """The pools FLOCK_TO names: the nearest that can take `demand` jobs, at most `max_pools`.
+def choose_flock_to(willing: list[WillingEntry], demand: int, max_pools: int) -> list[WillingEntry]:
+    """The pools FLOCK_TO names: the nearest `max_pools`, except that when these cannot take
+    `demand` jobs, farther pools that offer more free slots take the place of the nearer ones that
+    offer fewest, and only as far out as needed.
 
-    `willing` is nearest first (`WillingList.ordered`: by sublist, then measured round trip). For
-    the smallest k whose nearest k pools offer `demand` free slots among their best `max_pools`
-    (most free slots; the nearer of equals), those are chosen; if no k does, the best `max_pools`
-    of all. So a farther pool is named only when the nearer ones cannot absorb the queue (seed
-    §3.2.1: "a pool always contacts nearby pools first"), and then in place of a nearer pool that
-    offers fewer slots, not beside it. Returned nearest first."""
+    `willing` is nearest first (`WillingList.ordered`: by sublist, then measured round trip). The
+    pools that must be named are those of the smallest k whose nearest k pools offer `demand` free
+    slots among their best `max_pools` (most free slots; the nearer of equals), or the best
+    `max_pools` of all if no k does; the places left go to the nearest of the others (another
+    pool may take the slots a pool offered first). A farther pool is named in place of a nearer
+    one only when the nearer cannot absorb the queue (seed §3.2.1: "a pool always contacts nearby
+    pools first"). Returned nearest first."""
     if demand <= 0:
         return []
     best: list[int] = []  # indices into `willing`: the best `max_pools` of the prefix seen so far
@@ -49,7 +52,9 @@ def choose_nearest_covering(willing: list[WillingEntry], demand: int, max_pools:
             best.remove(min(best, key=lambda i: (willing[i].free_slots, -i)))
         if sum(willing[i].free_slots for i in best) >= demand:
             break
-    return [willing[i] for i in sorted(best)]
+    named = set(best)
+    spare = [i for i in range(len(willing)) if i not in named][: max_pools - len(named)]
+    return [willing[i] for i in sorted(named.union(spare))]
 
 
 class FlockingManager:
@@ -63,22 +68,22 @@ class FlockingManager:
 
     def changes(self, target: list[str]) -> bool:
         """Whether applying `target` is worth a schedd reconfig: it withdraws, adds a pool, or
-        drops one (a pool that left the willing list, full now or its offer expired, or one the
-        nearer pools now make unneeded). A new order among the same pools leaves FLOCK_TO as it is."""
+        drops one (a pool that left the willing list, full now or its offer expired, or one that
+        a farther pool offering more replaced). A new order among the same pools leaves FLOCK_TO as it is."""
         if not target:
             return bool(self.active)
         return set(target) != set(self.active)
 
     def decide(self, load: PoolLoad, willing: list[WillingEntry], now: float) -> FlockDecision:
         """Flock to the nearest willing pools that can take the idle jobs beyond our free slots
-        (`choose_nearest_covering`) while idle jobs outnumber free slots; withdraw once quiet
+        (`choose_flock_to`) while idle jobs outnumber free slots; withdraw once quiet
         (free slots, no idle jobs) for `withdraw_after`; else None: leave it."""
         idle, free = load.idle_jobs, load.free_slots
         if idle > free:
             self.quiet_since = None
             if not willing:
                 return FlockDecision(None, f"{idle} idle jobs > {free} free slots, but no willing pool")
-            chosen = choose_nearest_covering(willing, idle - free, self.max_pools)
+            chosen = choose_flock_to(willing, idle - free, self.max_pools)
             target = [e.collector for e in chosen]
             return FlockDecision(
                 target, f"{idle} idle jobs > {free} free slots: flock to {len(target)} pool(s)"

@@ -8,7 +8,7 @@ import random
 
 from common.condor.types import PoolLoad, ScheddLoad
 from common.overlay.messages import Peer
-from poolD.flocking import FlockingManager, choose_nearest_covering
+from poolD.flocking import FlockingManager, choose_flock_to
 from poolD.willing import WillingEntry
 
 
@@ -36,48 +36,48 @@ def pools(chosen: list[WillingEntry]) -> list[str]:
     return [e.pool for e in chosen]
 
 
-def test_the_nearest_pools_that_take_the_queue_and_no_farther_one() -> None:
+def test_the_nearest_pools_while_they_can_take_the_queue() -> None:
     willing = [entry("a", 3), entry("b", 4), entry("c", 50), entry("d", 50)]  # nearest first
-    assert pools(choose_nearest_covering(willing, 2, max_pools=5)) == ["a"]
-    assert pools(choose_nearest_covering(willing, 7, max_pools=5)) == ["a", "b"]
-    assert pools(choose_nearest_covering(willing, 8, max_pools=5)) == ["a", "b", "c"]
-    assert choose_nearest_covering(willing, 0, max_pools=5) == []
-    assert choose_nearest_covering([], 9, max_pools=5) == []
+    assert pools(choose_flock_to(willing, 2, max_pools=2)) == ["a", "b"]  # c and d not named
+    assert pools(choose_flock_to(willing, 7, max_pools=2)) == ["a", "b"]
+    # a and b cannot take 8 jobs: c takes the place of a, which offers fewest; d stays out.
+    assert pools(choose_flock_to(willing, 8, max_pools=2)) == ["b", "c"]
+    assert pools(choose_flock_to(willing, 2, max_pools=5)) == ["a", "b", "c", "d"]  # room for all
+    assert choose_flock_to(willing, 0, max_pools=5) == []
+    assert choose_flock_to([], 9, max_pools=5) == []
 
 
 def test_a_farther_pool_replaces_a_nearer_one_that_offers_fewer_slots_only_when_the_cap_binds() -> None:
     """Five near pools with a slot each cannot take 20 jobs; the sixth, farther, offers 30: it
     takes the place of the farthest of those that offer least, and FLOCK_TO stays nearest first."""
     willing = [entry(p, 1) for p in "abcde"] + [entry("f", 30), entry("g", 40)]
-    assert pools(choose_nearest_covering(willing, 20, max_pools=5)) == ["a", "b", "c", "d", "f"]
-    # Under the cap nothing is replaced: more pools, each near.
-    assert pools(choose_nearest_covering(willing, 20, max_pools=7)) == ["a", "b", "c", "d", "e", "f"]
-    # When nothing covers the queue: the pools offering most, nearest first among equals.
+    assert pools(choose_flock_to(willing, 20, max_pools=5)) == ["a", "b", "c", "d", "f"]
+    # Under the cap nothing is replaced: every pool, nearest first.
+    assert pools(choose_flock_to(willing, 20, max_pools=7)) == list("abcdefg")
+    # When nothing covers the queue: the pools offering most, the nearer first among equals.
     big = [entry("a", 2), entry("b", 9), entry("c", 1), entry("d", 9)]
-    assert pools(choose_nearest_covering(big, 100, max_pools=2)) == ["b", "d"]
+    assert pools(choose_flock_to(big, 100, max_pools=2)) == ["b", "d"]
 
 
-def test_choice_is_a_subset_of_the_willing_list_in_its_order_and_within_the_cap() -> None:
+def test_choice_properties_on_random_willing_lists() -> None:
+    """In the willing list's order, as many pools as the cap allows; exactly the nearest when they
+    can take the queue; otherwise as many free slots as the queue needs or the cap allows."""
     rng = random.Random(7)
-    for _ in range(500):
+    for _ in range(1000):
         willing = [entry(f"p{i}", rng.randint(0, 30)) for i in range(rng.randint(0, 12))]
         demand, cap = rng.randint(1, 120), rng.randint(1, 6)
-        chosen = choose_nearest_covering(willing, demand, max_pools=cap)
-        assert len(chosen) <= cap and (chosen or not willing)
+        chosen = choose_flock_to(willing, demand, max_pools=cap)
+        assert len(chosen) == min(cap, len(willing))
         index = [willing.index(e) for e in chosen]
         assert index == sorted(index)
-        covered = sum(e.free_slots for e in chosen) >= demand
-        # Covered with a prefix of the list, or else the best the cap allows from all of it.
+        if sum(e.free_slots for e in willing[:cap]) >= demand:
+            assert chosen == willing[:cap]
         best = sum(sorted((e.free_slots for e in willing), reverse=True)[:cap])
-        assert covered or sum(e.free_slots for e in chosen) == best
-        if covered:  # no pool beyond the covering prefix is named
-            prefix = max(index) + 1
-            top = sorted((e.free_slots for e in willing[: prefix - 1]), reverse=True)[:cap]
-            assert sum(top) < demand
+        assert sum(e.free_slots for e in chosen) >= min(demand, best)
 
 
-def test_the_manager_flocks_to_the_covering_pools_and_drops_a_pool_that_left_the_willing_list() -> None:
-    fm = FlockingManager(max_pools=5, withdraw_after=30.0)
+def test_the_manager_flocks_to_the_chosen_pools_and_drops_a_pool_that_left_the_willing_list() -> None:
+    fm = FlockingManager(max_pools=2, withdraw_after=30.0)
     willing = [entry("a", 2), entry("b", 2), entry("c", 9)]
     decision = fm.decide(load(free=0, idle=3), willing, 0.0)
     assert decision.flock_to == ["a.example.org:9618", "b.example.org:9618"]
