@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="give every pool a max_rtt of the round trip across this share of the network's "
         "diameter (default 0.7, where the paper saw its farthest jobs; 'none': no bound)",
     )
+    paper.add_argument(
+        "--settle", type=float, default=600.0, help="virtual seconds the overlay runs after the last join"
+    )
     paper.set_defaults(simulate=_simulate_paper)
     four = add_command(what, "four-pools", "the flock paper's four-pool prototype (Tables 2-3)")
     four.add_argument("--seed", type=int, default=1, help="random seed")
@@ -231,7 +234,10 @@ def _simulate_paper(args: argparse.Namespace) -> int:
     if args.pools < 2:
         print("poold: error: --pools must be at least 2", file=sys.stderr)
         return 2
-    config = PaperConfig(pools=args.pools, seed=args.seed, flock_within=args.flock_within)
+    if args.settle < 0:
+        print("poold: error: --settle must not be negative", file=sys.stderr)
+        return 2
+    config = PaperConfig(pools=args.pools, seed=args.seed, flock_within=args.flock_within, settle=args.settle)
     print(json.dumps(run_paper(config, args.out), indent=2))
     return 0
 

@@ -103,4 +103,4 @@ def test_flock_within_keeps_every_job_inside_that_share_of_the_diameter() -> Non
     # The experiment's default is the paper's 0.7; `--flock-within none` turns the bound off.
     assert PaperConfig().flock_within == 0.7
     args = build_parser().parse_args(["simulate", "paper", "--flock-within", "none"])
-    assert args.flock_within is None
+    assert args.flock_within is None and args.settle == PaperConfig().settle == 600.0
