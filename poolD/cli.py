@@ -23,7 +23,9 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _share(text: str) -> float:
+def _share(text: str) -> float | None:
+    if text == "none":
+        return None
     value = float(text)
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text} is not a share in (0, 1]")
@@ -71,8 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     paper.add_argument(
         "--flock-within",
         type=_share,
+        default=0.7,
         help="give every pool a max_rtt of the round trip across this share of the network's "
-        "diameter (default: no bound)",
+        "diameter (default 0.7, where the paper saw its farthest jobs; 'none': no bound)",
+    )
+    paper.add_argument(
+        "--settle", type=float, default=600.0, help="virtual seconds the overlay runs after the last join"
     )
     paper.set_defaults(simulate=_simulate_paper)
     four = add_command(what, "four-pools", "the flock paper's four-pool prototype (Tables 2-3)")
@@ -228,7 +234,10 @@ def _simulate_paper(args: argparse.Namespace) -> int:
     if args.pools < 2:
         print("poold: error: --pools must be at least 2", file=sys.stderr)
         return 2
-    config = PaperConfig(pools=args.pools, seed=args.seed, flock_within=args.flock_within)
+    if args.settle < 0:
+        print("poold: error: --settle must not be negative", file=sys.stderr)
+        return 2
+    config = PaperConfig(pools=args.pools, seed=args.seed, flock_within=args.flock_within, settle=args.settle)
     print(json.dumps(run_paper(config, args.out), indent=2))
     return 0
 

@@ -172,7 +172,7 @@ def test_flocking_manager_flocks_keeps_and_withdraws() -> None:
     assert decision.flock_to is not None and fm.changes(decision.flock_to)
     fm.active = decision.flock_to
     assert not fm.changes(["b.example.org:9618", "a.example.org:9618"])  # same pools, new order
-    assert not fm.changes(["a.example.org:9618"])  # b dropped out of the willing list
+    assert fm.changes(["a.example.org:9618"])  # b dropped out of the willing list: dropped (issue 18)
     assert fm.changes(["c.example.org:9618", "a.example.org:9618"])  # a new pool
     assert fm.decide(load(free=0, idle=5), [], 1.0).flock_to is None  # nobody willing: leave it
     assert fm.decide(load(free=1, idle=1), entries, 2.0).flock_to is None  # balanced: keep

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from poolD.cli import main
+from poolD.cli import build_parser, main
 from sim.flock_paper import (
     WITHIN,
     PaperConfig,
@@ -21,7 +22,7 @@ from sim.flock_paper import (
     run_pools,
 )
 
-SMALL = PaperConfig(pools=20, seed=3, size_range=(5, 25), settle=60.0)
+SMALL = PaperConfig(pools=20, seed=3, size_range=(5, 25), settle=60.0, flock_within=None)
 
 
 def _strip(result: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def _strip(result: dict[str, Any]) -> dict[str, Any]:
 
 def test_same_seed_same_json() -> None:
     assert _strip(run_paper(SMALL)) == _strip(run_paper(SMALL))
-    assert _strip(run_paper(SMALL)) != _strip(run_paper(PaperConfig(pools=20, seed=4, size_range=(5, 25))))
+    assert _strip(run_paper(SMALL)) != _strip(run_paper(dataclasses.replace(SMALL, seed=4)))
 
 
 def test_fifty_pools_flocking_cuts_the_longest_wait(
@@ -99,3 +100,7 @@ def test_flock_within_keeps_every_job_inside_that_share_of_the_diameter() -> Non
     on = bounded["with_flocking"]
     assert on["max_distance"] <= 0.35 and on["within"]["0.35"] == 1.0 and on["flocked_jobs"] > 0
     assert bounded["config"]["flock_within"] == 0.35 and run_paper(SMALL)["config"]["flock_within"] is None
+    # The experiment's default is the paper's 0.7; `--flock-within none` turns the bound off.
+    assert PaperConfig().flock_within == 0.7
+    args = build_parser().parse_args(["simulate", "paper", "--flock-within", "none"])
+    assert args.flock_within is None and args.settle == PaperConfig().settle == 600.0
