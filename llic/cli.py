@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from common.condor import Gateway
     from llic.submit import SubmitFile
 
 # what --dry-run prints of each task, in this order (a task's whole record is llic.task.Task)
@@ -118,46 +119,28 @@ def _print_ignored(prog: str, submit: SubmitFile) -> None:
 
 def _submit(prog: str, args: argparse.Namespace) -> int:
     """The real submission (llic/submitter.py): print each master and how to watch it."""
-    from pathlib import Path
-
+    import outcome
     import trio
 
     from common.condor import Gateway, GatewayError
     from common.config import ConfigError
     from common.logging import configure_logging
-    from llic.config import load_llic_config
     from llic.state import StateFileError
-    from llic.submit import SubmitFileError, parse_submit_file
-    from llic.submitter import SubmitError, condor_tools, default_master, submit_masters, wait_masters
+    from llic.submit import SubmitFileError
+    from llic.submitter import SubmitError, condor_tools
 
     configure_logging(prog, level="warning", json=False)  # the gateway's debug lines are not for users
 
     async def run() -> int:
-        config = load_llic_config(Path(args.config) if args.config else None).resolved(Path.cwd())
-        submit = parse_submit_file(args.file, cwd=Path.cwd())
-        for warning in submit.warnings:
-            print(f"{prog}: warning: {warning}", file=sys.stderr)
-        _print_ignored(prog, submit)
         async with Gateway(tools=condor_tools()) as gw:
-            masters = await submit_masters(
-                submit,
-                config,
-                gw,
-                schedd_name=args.schedd,
-                master=args.master or default_master(),
-                condor_config=args.condor_config,
-            )
-            for m in masters:
-                with_agents = f", {m.agents} agents with it" if m.agents else ""
-                with_agents += ", holding its owner's token" if m.token else ""
-                print(
-                    f"master {m.master_id} (job {m.job_id}{with_agents}): {m.tasks} tasks of queue statement "
-                    f"{m.block} (line {m.line}); state file {m.state_path}; watch: master_q {m.state_path}",
-                    flush=True,
-                )
-            if args.wait:
-                return await wait_masters(masters, gw, args.schedd)
-        return 0
+            async with trio.open_nursery() as nursery:
+                # The gateway's worker (a process importing HTCondor's bindings) starts now and
+                # gets ready while this one reads the submit file: not one after the other.
+                nursery.start_soon(_warm_up, gw)
+                await trio.sleep(0)
+                result = await outcome.acapture(_submit_with, prog, args, gw)
+                nursery.cancel_scope.cancel()
+            return result.unwrap()  # raised here, not wrapped in the nursery's exception group
 
     try:
         return trio.run(run)
@@ -166,6 +149,49 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
         return 2 if not isinstance(e, GatewayError) else 1
     except KeyboardInterrupt:
         return 130
+
+
+async def _warm_up(gw: Gateway) -> None:
+    """Start the gateway's worker; a failure here is left to the first real call to report."""
+    from common.condor import GatewayError
+
+    try:
+        await gw.version()
+    except GatewayError:
+        pass
+
+
+async def _submit_with(prog: str, args: argparse.Namespace, gw: Gateway) -> int:
+    from pathlib import Path
+
+    from llic.config import load_llic_config
+    from llic.submit import parse_submit_file
+    from llic.submitter import default_master, submit_masters, wait_masters
+
+    config = load_llic_config(Path(args.config) if args.config else None).resolved(Path.cwd())
+    submit = parse_submit_file(args.file, cwd=Path.cwd())
+    for warning in submit.warnings:
+        print(f"{prog}: warning: {warning}", file=sys.stderr)
+    _print_ignored(prog, submit)
+    masters = await submit_masters(
+        submit,
+        config,
+        gw,
+        schedd_name=args.schedd,
+        master=args.master or default_master(),
+        condor_config=args.condor_config,
+    )
+    for m in masters:
+        with_agents = f", {m.agents} agents with it" if m.agents else ""
+        with_agents += ", holding its owner's token" if m.token else ""
+        print(
+            f"master {m.master_id} (job {m.job_id}{with_agents}): {m.tasks} tasks of queue statement "
+            f"{m.block} (line {m.line}); state file {m.state_path}; watch: master_q {m.state_path}",
+            flush=True,
+        )
+    if args.wait:
+        return await wait_masters(masters, gw, args.schedd)
+    return 0
 
 
 def master_q(argv: list[str] | None = None) -> int:

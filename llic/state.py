@@ -25,6 +25,7 @@ import json
 import operator
 import os
 import re
+import threading
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -225,15 +226,37 @@ def _subdirs(directory: Path, starting: str) -> list[Path]:
 class StateWriter:
     """Saves one master's state file again and again: a task whose record did not change since
     the last save keeps its encoded line, so a save costs what changed plus a quick look at
-    each record (the master saves every STATE_SAVE_INTERVAL while results stream in)."""
+    each record (the master saves every STATE_SAVE_INTERVAL while results stream in).
+
+    A save is two steps: `encode` (the state as it is now, in the caller's thread) and `write`
+    (the file, fsync, rename: may run in another thread, so the master goes on serving agents
+    meanwhile). Writes are serialized, and one encoded before a save already written is
+    skipped: the file never goes back to an older state."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lines: dict[int, tuple[tuple[Any, ...], str]] = {}
+        self._encoded = 0  # saves encoded so far
+        self._written = 0  # the newest of them written
+        self._lock = threading.Lock()
 
     def save(self, state: MasterState) -> None:
         """save_state(path, state), reusing the lines of unchanged tasks."""
-        save_state(self.path, state, self._lines)
+        self.write(self.encode(state))
+
+    def encode(self, state: MasterState) -> tuple[int, bytes]:
+        """The file's bytes for `state`, numbered for `write`."""
+        self._encoded += 1
+        return self._encoded, _file_bytes(state, self._lines)
+
+    def write(self, encoded: tuple[int, bytes]) -> None:
+        """Write what `encode` gave (atomically), unless a later save was written already."""
+        number, data = encoded
+        with self._lock:
+            if number < self._written:
+                return
+            _write_file(self.path, data)
+            self._written = number
 
 
 def save_state(
@@ -242,9 +265,15 @@ def save_state(
     """Write atomically (temporary file, fsync, rename, fsync of the directory). Refuses to
     replace a file that is not an llic state file. `lines`: encoded task lines to reuse and
     update (StateWriter's)."""
-    path = Path(path)
+    _write_file(Path(path), _file_bytes(state, lines))
+
+
+def _file_bytes(state: MasterState, lines: dict[int, tuple[tuple[Any, ...], str]] | None) -> bytes:
     body = _encode(state, lines)
-    header = f"{MAGIC} {VERSION} sha256:{hashlib.sha256(body).hexdigest()}\n".encode()
+    return f"{MAGIC} {VERSION} sha256:{hashlib.sha256(body).hexdigest()}\n".encode() + body
+
+
+def _write_file(path: Path, data: bytes) -> None:
     if path.exists() and not _looks_like_state(path):
         raise StateFileError(f"{path}: exists and is not an llic master state file; not overwritten")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -252,8 +281,7 @@ def save_state(
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             with os.fdopen(fd, "wb", closefd=False) as f:
-                f.write(header)
-                f.write(body)
+                f.write(data)
                 f.flush()
             os.fsync(fd)
         finally:

@@ -41,6 +41,11 @@ HANDSHAKE_TIMEOUT = 60.0
 SCAN_HANDSHAKE_TIMEOUT = 10.0  # a port of a range that accepts but does not answer is skipped after this
 RETRY_FIRST = 0.1  # seconds between attempts to reach a master that is not listening yet, at first
 RETRY_MOST = 1.0  # ... growing to this
+# An agent submitted with its master often starts before the master listens (the master's own
+# start-up, ~1 s); for this long it tries every RETRY_SOON at most, so it connects within
+# 0.2 s of the master listening instead of up to RETRY_MOST later.
+RETRY_SOON = 0.2
+RETRY_SOON_FOR = 20.0
 RECV_SIZE = 1 << 18
 FLUSH_AFTER = 0.05  # seconds a result may wait for others to share its message, at most
 
@@ -267,7 +272,8 @@ class Agent:
         seconds: it may not have started yet (an agent submitted with its master), it may be
         restarting, and on a range of ports other masters may answer first (they refuse naming
         themselves, and the next port is tried)."""
-        deadline = time.monotonic() + self.config.connect_timeout
+        start = time.monotonic()
+        deadline = start + self.config.connect_timeout
         delay = RETRY_FIRST
         scanning = len(self.ports) > 1
         why = "nothing tried"
@@ -295,7 +301,7 @@ class Agent:
                 where = f"{self.ports[0]}-{self.ports[-1]}" if scanning else str(self.ports[0])
                 raise AgentFatal(f"cannot connect to the master at {self.host}:{where}: {why}") from None
             self._wait_running(min(delay, left))
-            delay = min(delay * 1.5, RETRY_MOST)
+            delay = min(delay * 1.5, RETRY_SOON if time.monotonic() - start < RETRY_SOON_FOR else RETRY_MOST)
 
     def _wait_running(self, seconds: float) -> None:
         """Sleep `seconds` while initial tasks go on: one that ends lets the next start."""
