@@ -25,6 +25,7 @@ from typing import Any
 from .. import protocol
 from .communicator import Agent, AgentFatal, parse_ports
 from .inputfile import InputFileError, load_input
+from .launcher import STOP_SIGNALS
 from .workspace import Workspace
 
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = os.environ.get("_CONDOR_SCRATCH_DIR") or os.getcwd()
     workspace = Workspace(config, home=home, scratch=scratch, base_env=os.environ)
     agent = Agent(args.host, ports, args.agent_id, config, workspace)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for signum in STOP_SIGNALS:
         signal.signal(signum, _on_signal)
     try:
         agent.run()

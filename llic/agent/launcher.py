@@ -61,6 +61,11 @@ def _on_child(signum: int, frame: object) -> None:
     """SIGCHLD: nothing to do here; Python's wake-up fd tells the communicator's select."""
 
 
+# The signals that stop the agent (HTCondor's SIGTERM on vacate or condor_rm, and the others a
+# user or the starter may send): __main__ turns them into Stopped.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class _LaunchError(Exception):
     """The task could not be started; the text goes into the result's `error`."""
 
@@ -231,8 +236,11 @@ class Launcher:
         failed: list[Job] = []
         while self.running is None and self.waiting and not self._aborted:
             job = self.waiting.popleft()
+            # A stop signal between the spawn and the bookkeeping would leave the task running
+            # unknown to abort(): the signals wait (blocked) until the task is recorded.
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
-                self.running = _Running(job, self._spawn(job))
+                self.running = _Running(job, self._spawn(job, mask))
             except _LaunchError as exc:
                 job.result = protocol.TaskResult(
                     job.task.process,
@@ -243,6 +251,8 @@ class Launcher:
                 )
                 self._finish(job, None)
                 failed.append(job)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return failed
 
     def _open(self, path: str, flags: int, what: str, opened: list[int]) -> int:
@@ -253,8 +263,9 @@ class Launcher:
         opened.append(fd)
         return fd
 
-    def _spawn(self, job: Job) -> int:
-        """The running task's pid, its stdio on its files; _LaunchError says which file or exec failed."""
+    def _spawn(self, job: Job, sigmask: set[signal.Signals]) -> int:
+        """The running task's pid, its stdio on its files, `sigmask` its signal mask (the agent's
+        own before it blocked its stop signals); _LaunchError says which file or exec failed."""
         opened: list[int] = []
         try:
             write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -288,6 +299,7 @@ class Launcher:
                         (os.POSIX_SPAWN_DUP2, streams[1], 2),
                     ],
                     setsid=True,
+                    setsigmask=sigmask,
                 )
             except (OSError, ValueError) as exc:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

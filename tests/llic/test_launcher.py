@@ -104,3 +104,38 @@ def test_cancel_of_a_task_that_already_ended_changes_nothing(launcher: Launcher,
     assert launcher.cancel((1, 0)) == []
     assert reported == [job]
     assert job.result is not None and job.result.exit_code == 7
+
+
+class _Stop(BaseException):
+    """As the agent's Stopped: raised by the stop signal's handler."""
+
+
+def test_a_stop_signal_right_after_the_spawn_finds_the_task_recorded(
+    launcher: Launcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM between posix_spawn and the launcher's bookkeeping used to leave the task running
+    unknown to abort() (test_agent's SIGTERM test failed once under load): the signal now waits
+    until the task is recorded, so closing the launcher kills it."""
+    from llic.agent import launcher as launcher_module
+
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stop(signum)
+
+    recorded = launcher_module._Running
+
+    def signalled_at_once(job: Job, pid: int) -> object:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives in the window the mask closes
+        return recorded(job, pid)
+
+    monkeypatch.setattr(launcher_module, "_Running", signalled_at_once)
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(_Stop):
+            launcher.submit(sh_job(0, "exec sleep 60", tmp_path))
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert launcher.running is not None, "the task was spawned but not recorded"
+    pid = launcher.running.pid
+    assert _alive(pid)
+    launcher.close()
+    poll_until("the task killed", lambda: not _alive(pid), timeout=10, poll=0.05)
