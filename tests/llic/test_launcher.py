@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,7 +125,10 @@ def test_a_stop_signal_right_after_the_spawn_finds_the_task_recorded(
     recorded = launcher_module._Running
 
     def signalled_at_once(job: Job, pid: int) -> object:
-        os.kill(os.getpid(), signal.SIGTERM)  # arrives in the window the mask closes
+        # arrives in the window the mask closes; sent to this thread, as the kernel delivers it
+        # to the single-threaded agent (a process-directed kill could go to a thread an earlier
+        # test left, which has it unblocked)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
         return recorded(job, pid)
 
     monkeypatch.setattr(launcher_module, "_Running", signalled_at_once)
