@@ -28,6 +28,7 @@ class LeafSet:
         # clockwise distance to the outermost larger member, counter-clockwise to the outermost
         # smaller one; None while a side has room (then any node could enter).
         self._reach: tuple[int, int] | None = None
+        self.version = 0  # bumped on every change, so users can cache what they derive from the set
 
     def members(self) -> list[Peer]:
         """Every node of the set, each once, whichever side it is on."""
@@ -47,6 +48,7 @@ class LeafSet:
         return ((node_id - me) & ID_MASK) < reach[0] or ((me - node_id) & ID_MASK) < reach[1]
 
     def _changed(self) -> None:
+        self.version += 1
         self._by_id = {p.id: p for p in self.smaller} | {p.id: p for p in self.larger}
         larger, smaller, me = self.larger, self.smaller, self.me.id
         if len(larger) < self.half or len(smaller) < self.half:
