@@ -768,6 +768,9 @@ class OverlayNode:
         within `leaf_timeout`, and tell the sender about the ones that are alive."""
         s = sender.id
         listed = {p.id for p in their}
+        missing = [m for m in self.leaf.members() if m.id != s and m.id not in listed]
+        if not missing:
+            return  # (the usual case: neighbours' sets overlap)
         reach_cw = reach_ccw = count_cw = count_ccw = 0
         for p in their:
             cw = (p.id - s) & ID_MASK
@@ -781,9 +784,7 @@ class OverlayNode:
         half = self.leaf.half
         timeout = self.params.leaf_timeout
         tell = False
-        for m in self.leaf.members():
-            if m.id == s or m.id in listed:
-                continue
+        for m in missing:
             cw = (m.id - s) & ID_MASK
             ccw = (s - m.id) & ID_MASK
             if cw <= ccw:
