@@ -313,7 +313,8 @@ class SimNetwork:
             node.sent += len(sends)
             sent, type_codes, index_of = self.stats.sent, self._type_codes, self._index_of
             trace, meter, group, loss = self.trace, self.meter, self._group, self.loss
-            latency, queue = self.latency, self._queue
+            latency, push = self.latency, heapq.heappush
+            heap, bucket, later, later_keys = self._heap, self._bucket, self._later, self._later_keys
             digest, seq, stamp = self._digest, self._seq, int(now * 1e9)
             for addr, msg in sends:
                 dst = index_of.get(addr)
@@ -337,7 +338,18 @@ class SimNetwork:
                     self.stats.lost += 1
                     continue
                 seq += 1
-                queue((now + latency(src, dst), seq, _DELIVER, dst, src, msg))
+                # _queue, inlined (the heap and bucket change only between events).
+                t = now + latency(src, dst)
+                k = int(t * _PER_BUCKET)
+                if k <= bucket:
+                    push(heap, (t, seq, _DELIVER, dst, src, msg))
+                else:
+                    waiting = later.get(k)
+                    if waiting is None:
+                        later[k] = [(t, seq, _DELIVER, dst, src, msg)]
+                        push(later_keys, k)
+                    else:
+                        waiting.append((t, seq, _DELIVER, dst, src, msg))
             self._digest, self._seq = digest, seq
         if self.on_event is not None:
             for event in out.events:

@@ -28,6 +28,7 @@ class LeafSet:
         # clockwise distance to the outermost larger member, counter-clockwise to the outermost
         # smaller one; None while a side has room (then any node could enter).
         self._reach: tuple[int, int] | None = None
+        self.version = 0  # bumped on every change, so users can cache what they derive from the set
 
     def members(self) -> list[Peer]:
         """Every node of the set, each once, whichever side it is on."""
@@ -47,6 +48,7 @@ class LeafSet:
         return ((node_id - me) & ID_MASK) < reach[0] or ((me - node_id) & ID_MASK) < reach[1]
 
     def _changed(self) -> None:
+        self.version += 1
         self._by_id = {p.id: p for p in self.smaller} | {p.id: p for p in self.larger}
         larger, smaller, me = self.larger, self.smaller, self.me.id
         if len(larger) < self.half or len(smaller) < self.half:
@@ -74,28 +76,31 @@ class LeafSet:
 
     def add(self, peer: Peer) -> bool:
         """Insert if the peer belongs on either side; True if the set changed."""
-        if peer.id == self.me.id:
+        me = self.me.id
+        if peer.id == me:
             return False
-        changed = self._insert(self.larger, peer, self._cw)
-        changed = self._insert(self.smaller, peer, self._ccw) or changed
+        changed = self._insert(self.larger, peer, lambda i: (i - me) & ID_MASK)
+        changed = self._insert(self.smaller, peer, lambda i: (me - i) & ID_MASK) or changed
         if changed:
             self._changed()
         return changed
 
-    def _insert(self, side: list[Peer], peer: Peer, measure: Callable[[Peer], int]) -> bool:
-        for i, p in enumerate(side):
-            if p.id == peer.id:
-                if p.addr != peer.addr:
-                    side[i] = peer
-                    return True
-                return False
-        distance = measure(peer)
-        if len(side) >= self.half and distance >= measure(side[-1]):
+    def _insert(self, side: list[Peer], peer: Peer, distance_to: Callable[[int], int]) -> bool:
+        pid = peer.id
+        if pid in self._by_id:  # (as before this add: a member of either side is in _by_id)
+            for i, p in enumerate(side):
+                if p.id == pid:
+                    if p.addr != peer.addr:
+                        side[i] = peer
+                        return True
+                    return False
+        distance = distance_to(pid)
+        if len(side) >= self.half and distance >= distance_to(side[-1].id):
             return False
         # Insert in order of distance (ids differ, so distances do: no ties), then drop the
         # farthest if the side overflows; the peer is always kept, being nearer than the last.
         at = len(side)
-        while at > 0 and measure(side[at - 1]) > distance:
+        while at > 0 and distance_to(side[at - 1].id) > distance:
             at -= 1
         side.insert(at, peer)
         del side[self.half :]

@@ -279,7 +279,10 @@ class OverlayNode:
         self._nonce = 0
         self._bcast_seq = 0
         self._bcast_seen: OrderedDict[tuple[int, int], None] = OrderedDict()
-        self._timers: dict[str, float] = {}
+        self._timers: dict[str, float] = {}  # whoever writes it sets _timers_changed
+        self._timers_changed = False
+        self._timers_due: float | None = None  # min(_timers.values()), kept by _flush
+        self._known_cache: tuple[tuple[int, int], list[Peer]] = ((-1, -1), [])
         self._out = Output()
         self._leaf_changed = False
 
@@ -293,13 +296,22 @@ class OverlayNode:
         else:
             self._send(bootstrap, JoinRequest(joiner=self.me))
             self._timers["join"] = now + self.params.join_retry
+            self._timers_changed = True
         return self._flush()
 
     def on_message(self, msg: Message, now: float) -> Output:
         """Handle one overlay message from the network (unknown types are ignored)."""
         sender = getattr(msg, "sender", None)
         if isinstance(sender, Peer):
-            self._heard(sender, now)
+            # _heard, inlined: this runs for every message.
+            pid = sender.id
+            heard = self.last_heard
+            heard[pid] = now
+            if len(heard) > self._heard_limit:
+                self._heard_limit = self._trim_recent(heard, by_value=True)
+            self.dead.pop(pid, None)
+            if self._departed and self._departed.pop(pid, None) is not None:
+                self._consider(sender, now, firsthand=True)  # back from the dead, or from a partition
         handler = self._handlers.get(type(msg))
         if handler is not None:
             handler(self, msg, now)
@@ -310,6 +322,7 @@ class OverlayNode:
         self._expire_probes(now)
         self._expire_hops(now)
         t = self._timers
+        self._timers_changed = True
         if t.get("leaf_repair", math.inf) <= now:
             del t["leaf_repair"]
             self._retry_leaf_repair(now)
@@ -418,7 +431,7 @@ class OverlayNode:
         mine = closeness(key, self.me.id)
         best, best_rank = self.me, (2, 0, math.inf, mine)
         leaf = self.leaf
-        for p in self.known():
+        for p in self._known():
             if p.id in exclude:
                 continue
             shared = shared_prefix_len(p.id, key, b)
@@ -432,10 +445,18 @@ class OverlayNode:
 
     def known(self) -> list[Peer]:
         """Every node in our leaf set and routing table."""
-        seen = {p.id: p for p in self.table.entries()}
-        for p in self.leaf.members():
-            seen.setdefault(p.id, p)
-        return list(seen.values())
+        return list(self._known())
+
+    def _known(self) -> list[Peer]:
+        """known(), listed again only after the table or the leaf set changed (row requests,
+        joins and routing around a silent hop all ask). Shared: do not change it."""
+        versions = (self.table.version, self.leaf.version)
+        if self._known_cache[0] != versions:
+            seen = {p.id: p for p in self.table.cached_entries()}
+            for p in self.leaf.members():
+                seen.setdefault(p.id, p)
+            self._known_cache = (versions, list(seen.values()))
+        return self._known_cache[1]
 
     # ------------------------------------------------------------------ internals
 
@@ -460,8 +481,12 @@ class OverlayNode:
             self._leaf_changed = False
         out, self._out = self._out, Output([], [])  # no default factories: this runs per message
         # The earliest deadline, without building a list: this runs after every message.
-        timers, pending, hops = self._timers, self._pending, self._hops
-        wakeup = min(timers.values()) if timers else None
+        pending, hops = self._pending, self._hops
+        if self._timers_changed:
+            self._timers_changed = False
+            timers = self._timers
+            self._timers_due = min(timers.values()) if timers else None
+        wakeup = self._timers_due
         if pending:
             due = next(iter(pending.values())).sent + self.params.probe_timeout
             wakeup = due if wakeup is None or due < wakeup else wakeup
@@ -474,6 +499,7 @@ class OverlayNode:
     def _become_joined(self, now: float) -> None:
         self.joined = True
         self._timers.pop("join", None)
+        self._timers_changed = True
         p = self.params
         self._timers.update(
             heartbeat=self._next(now, p.keepalive_interval),
@@ -498,18 +524,19 @@ class OverlayNode:
         """Learn of a node: leaf set if it belongs there, routing table by proximity. Without
         `measure`, a node whose round-trip time is unknown only fills an empty slot: it is not
         probed to challenge the entry that holds its slot."""
-        pid = peer.id
-        if pid == self.me.id:
+        pid, me = peer.id, self.me.id
+        if pid == me:
             return
         if not firsthand and self.dead.get(pid, 0.0) > now:
             return
         leaf, table, rtt = self.leaf, self.table, self.rtt
-        held = leaf.get(pid)
+        held = leaf._by_id.get(pid)
+        reach = leaf._reach
         if held is not None:
             if held.addr != peer.addr:
                 self.leaf.add(peer)  # same node, new address
-        elif not leaf.could_hold(pid):
-            pass
+        elif reach is not None and ((pid - me) & ID_MASK) >= reach[0] and ((me - pid) & ID_MASK) >= reach[1]:
+            pass  # LeafSet.could_hold, inlined: it cannot enter our leaf set
         elif self.joined and not firsthand:
             # Heard of second-hand, from a set that may be stale: it enters our leaf set only
             # once it answers (_on_pong), so that dead nodes are not passed around the ring.
@@ -518,10 +545,11 @@ class OverlayNode:
             self._leaf_did_change(now)
             if self.joined:
                 self._send(peer.addr, LeafSetPush(sender=self.me, leaf_set=leaf.members()))
-        where = table.slot(pid)
-        if where is None:
-            return
-        current = table.get(*where)
+        # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
+        b = table.b
+        r = (ID_BITS - (me ^ pid).bit_length()) // b
+        where = (r, (pid >> (ID_BITS - b * (r + 1))) & (table.cols - 1))
+        current = table._rows[r][where[1]]
         if current is None:
             if firsthand:
                 table.set(*where, peer)
@@ -563,8 +591,46 @@ class OverlayNode:
         return len(peers) + max(cap, 1)
 
     def _consider_all(self, peers: Iterable[Peer], now: float, *, measure: bool = True) -> None:
-        for p in peers:
-            self._consider(p, now, measure=measure)
+        """_consider (second-hand) for each peer. Most peers a push or reply names change
+        nothing (already in our leaf set, or outside it, and in their table slot or losing
+        to its holder): that case is decided here inline, with _consider's checks in its order,
+        and only the others go through _consider. This runs for every peer of every leaf-set
+        push, row reply and join info: most of the simulator's time."""
+        me, dead, rtt = self.me.id, self.dead, self.rtt
+        b = self.params.b
+        mask = (1 << b) - 1
+        rows = self.table._rows
+        leaf = self.leaf
+        for peer in peers:
+            pid = peer.id
+            if pid == me or dead.get(pid, 0.0) > now:
+                continue
+            held = leaf._by_id.get(pid)
+            if held is not None:
+                if held.addr != peer.addr:
+                    self._consider(peer, now, measure=measure)
+                    continue
+            else:
+                reach = leaf._reach  # LeafSet.could_hold, inlined
+                if reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]:
+                    self._consider(peer, now, measure=measure)
+                    continue
+            # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
+            r = (ID_BITS - (me ^ pid).bit_length()) // b
+            current = rows[r][(pid >> (ID_BITS - b * (r + 1))) & mask]
+            if current is None:
+                self._consider(peer, now, measure=measure)
+            elif current.id == pid:
+                if current.addr != peer.addr:
+                    self._consider(peer, now, measure=measure)
+            elif measure:
+                known_rtt = rtt.get(pid)
+                if known_rtt is None:
+                    self._consider(peer, now, measure=measure)
+                else:
+                    current_rtt = rtt.get(current.id)
+                    if current_rtt is not None and known_rtt < current_rtt:
+                        self._consider(peer, now, measure=measure)
 
     def _probe(
         self,
@@ -626,6 +692,7 @@ class OverlayNode:
             self._ask_for_replacements()
             self._repairs_left = LEAF_REPAIR_RETRIES
             self._timers["leaf_repair"] = now + 2 * self.params.probe_timeout
+            self._timers_changed = True
             # Spread the news: every member checks our set against its own (_check_push).
             push = LeafSetPush(sender=self.me, leaf_set=members)
             for p in members:
@@ -643,7 +710,7 @@ class OverlayNode:
         """Ask the farthest leaf member on each side for its leaf set (Pastry's leaf repair)."""
         asked = {p.id: p for p in (self.leaf.farthest("larger"), self.leaf.farthest("smaller")) if p}
         if not asked:
-            asked = {p.id: p for p in list(self.table.entries())[:1]}
+            asked = {p.id: p for p in self.table.cached_entries()[:1]}
         for p in asked.values():
             self._send(p.addr, LeafSetRequest(sender=self.me))
 
@@ -657,12 +724,14 @@ class OverlayNode:
         self._repairs_left -= 1
         self._ask_for_replacements()
         self._timers["leaf_repair"] = now + 2 * self.params.probe_timeout
+        self._timers_changed = True
 
     def _leaf_did_change(self, now: float) -> None:
         self._leaf_changed = True
         self._leaf_version += 1
         if self.joined:
             self._timers["watch"] = now  # our larger neighbour may be another node now
+            self._timers_changed = True
 
     def _watch(self, now: float) -> float:
         """Suspect our nearest larger neighbour after `leaf_timeout` of silence (counted from when
@@ -687,7 +756,7 @@ class OverlayNode:
         if not self._used:
             return
         horizon = self.params.table_probe_interval
-        for peer in list(self.table.entries()):
+        for peer in self.table.entries():
             if peer.addr in self._used and now - self.last_heard.get(peer.id, -math.inf) >= horizon:
                 self._probe(peer, now, kind=SUSPECT)
         self._used.clear()
@@ -699,6 +768,9 @@ class OverlayNode:
         within `leaf_timeout`, and tell the sender about the ones that are alive."""
         s = sender.id
         listed = {p.id for p in their}
+        missing = [m for m in self.leaf.members() if m.id != s and m.id not in listed]
+        if not missing:
+            return  # (the usual case: neighbours' sets overlap)
         reach_cw = reach_ccw = count_cw = count_ccw = 0
         for p in their:
             cw = (p.id - s) & ID_MASK
@@ -712,9 +784,7 @@ class OverlayNode:
         half = self.leaf.half
         timeout = self.params.leaf_timeout
         tell = False
-        for m in self.leaf.members():
-            if m.id == s or m.id in listed:
-                continue
+        for m in missing:
             cw = (m.id - s) & ID_MASK
             ccw = (s - m.id) & ID_MASK
             if cw <= ccw:
@@ -748,13 +818,13 @@ class OverlayNode:
         we do not hold, or have held for `max_backoff` row intervals, for it (lookahead)."""
         horizon = self.params.row_maintenance_interval * self.params.max_backoff
         held = self._entry_leaves
-        for peer in self.table.entries():
+        for peer in self.table.cached_entries():
             got = held.get(peer.id)
             if got is None or now - got[0] >= horizon:
                 self._send(peer.addr, LeafSetRequest(sender=self.me))
         for gone in [i for i in held if not self.table.contains(i)]:
             del held[gone]
-        known = self.known()
+        known = self._known()
         measured = [p for p in known if p.id in self.rtt]
         nearest = min(measured, key=lambda p: self.rtt[p.id]) if measured else None
         for row in range(self.table.used_rows()):
@@ -773,7 +843,7 @@ class OverlayNode:
             self._send(self.rng.choice(members).addr, LeafSetPush(sender=self.me, leaf_set=members))
 
     def _self_lookup(self) -> None:
-        entries = list(self.table.entries()) or self.leaf.members()
+        entries = self.table.entries() or self.leaf.members()
         if entries:
             self._send(self.rng.choice(entries).addr, JoinRequest(joiner=self.me, refresh=True))
 
@@ -835,7 +905,7 @@ class OverlayNode:
         self._consider_all(msg.leaf_set, now)
         if msg.root and not self.joined:
             self._become_joined(now)
-            for peer in self.known():
+            for peer in self._known():
                 self._send(peer.addr, Hello(sender=self.me))
 
     def _on_hello(self, msg: Hello, now: float) -> None:
@@ -870,7 +940,7 @@ class OverlayNode:
             # every node we know, at every row request.
             fits = [
                 p
-                for p in self.known()
+                for p in self._known()
                 if p.id != requester and (ID_BITS - (p.id ^ requester).bit_length()) // b == row
             ]
             if shared_prefix_len(self.me.id, requester, b) == msg.row:

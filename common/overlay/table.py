@@ -21,6 +21,7 @@ class RoutingTable:
         self._rows: list[list[Peer | None]] = [[None] * self.cols for _ in range(self.rows)]
         self.version = 0  # bumped on every change, so users can cache what they derive from rows
         self._used: tuple[int, int] = (-1, 0)  # (version, used_rows()) of the last count
+        self._entries: tuple[int, list[Peer]] = (-1, [])  # (version, entries) of the last listing
 
     def slot(self, node_id: int) -> tuple[int, int] | None:
         """Where a node would sit in our table (None for ourselves)."""
@@ -46,9 +47,18 @@ class RoutingTable:
         return [p for p in self._rows[row] if p is not None]
 
     def entries(self) -> list[Peer]:
-        """Every node in the table, row by row (a list: built in one comprehension, which is
-        cheaper than a generator for the few dozen entries a table holds)."""
-        return [p for row in self._rows for p in row if p is not None]
+        """Every node in the table, row by row (a new list, the caller's to change)."""
+        return list(self.cached_entries())
+
+    def cached_entries(self) -> list[Peer]:
+        """Every node in the table, row by row, listed again only after a change (the table has
+        128 / b rows of 2^b slots to scan, and the core asks at every row request and maintenance
+        round). The list is shared: do not change it."""
+        version, listed = self._entries
+        if version != self.version:
+            listed = [p for row in self._rows for p in row if p is not None]
+            self._entries = (self.version, listed)
+        return listed
 
     def remove(self, node_id: int) -> tuple[int, int] | None:
         """Empty the node's slot if it holds that node; returns the slot, or None."""
