@@ -142,28 +142,37 @@ def queued(d: PoolDaemon) -> list:
             return items
 
 
-async def test_the_gate_runs_poold_only_while_faultd_says_this_machine_manages(tmp_path: Path) -> None:
-    sock, state_file = tmp_path / "faultd.sock", tmp_path / "state.json"
+def gated_daemon(tmp_path: Path, state_file: Path | None = None) -> PoolDaemon:
+    """A poold gated by the faultd at tmp_path/faultd.sock (with `state_file` as its state file),
+    over a recorded overlay."""
     policy = tmp_path / "policy.toml"
     policy.write_text('default = "allow"\n')
     config = daemon(tmp_path, policy).config
-    config = config.model_copy(
-        update={"daemon": config.daemon.model_copy(update={"faultd_socket": sock, "state_file": state_file})}
+    gated = {"faultd_socket": tmp_path / "faultd.sock"}
+    if state_file is not None:
+        gated["state_file"] = state_file
+    d = PoolDaemon(config.model_copy(update={"daemon": config.daemon.model_copy(update=gated)}))
+    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    return d
+
+
+def failed_managers_core(d: PoolDaemon) -> PoolCore:
+    """The core of the poold on the manager that failed (collector 10.9.9.9), whose state file
+    faultD restores on `d`'s machine."""
+    config = d.config
+    settings = CoreSettings(
+        pool="home", collector="10.9.9.9:9618", discovery=config.discovery, flocking=config.flocking
     )
-    d = PoolDaemon(config)
+    return PoolCore(settings, OverlayRecorder().core, d.policy, random.Random(0))
+
+
+async def test_the_gate_runs_poold_only_while_faultd_says_this_machine_manages(tmp_path: Path) -> None:
+    sock, state_file = tmp_path / "faultd.sock", tmp_path / "state.json"
+    d = gated_daemon(tmp_path, state_file)
     d._wall_offset = 1_800_000_000.0 - trio.current_time()
     t0 = trio.current_time()
-    d.overlay = OverlayRecorder()  # type: ignore[assignment]
-    # The manager that failed (collector 10.9.9.9) had let pool 'visitor' in; faultD restored its
-    # poold's state file here.
-    before = PoolCore(
-        CoreSettings(
-            pool="home", collector="10.9.9.9:9618", discovery=config.discovery, flocking=config.flocking
-        ),
-        OverlayRecorder().core,
-        d.policy,
-        random.Random(0),
-    )
+    # The manager that failed had let pool 'visitor' in; faultD restored its poold's state file here.
+    before = failed_managers_core(d)
     out = before.on_message(
         FlockIntent(pool="visitor", origin=Peer(id=40, addr="10.0.0.40:7640"), schedd_hosts=["v.org"]), t0
     )
@@ -217,12 +226,7 @@ async def test_the_gate_runs_poold_only_while_faultd_says_this_machine_manages(t
 
 async def test_an_activation_without_a_state_file_still_tells_where_our_collector_is(tmp_path: Path) -> None:
     sock = tmp_path / "faultd.sock"
-    policy = tmp_path / "policy.toml"
-    policy.write_text('default = "allow"\n')
-    config = daemon(tmp_path, policy).config
-    config = config.model_copy(update={"daemon": config.daemon.model_copy(update={"faultd_socket": sock})})
-    d = PoolDaemon(config)
-    d.overlay = OverlayRecorder()  # type: ignore[assignment]
+    d = gated_daemon(tmp_path)
     d.overlay.core._consider(Peer(id=9 << 124, addr="10.0.0.9:7640"), 0.0, firsthand=True)  # type: ignore[attr-defined]
     d.overlay.core._flush()  # type: ignore[attr-defined]
 
@@ -247,22 +251,8 @@ async def test_status_says_resuming_until_the_core_resumed_from_the_state_file(
     status() must not say "active" with no FLOCK_TO: a harness (or an operator) reading it then
     would take the empty decisions for what the replicated state held (issue 16's A failover)."""
     sock, state_file = tmp_path / "faultd.sock", tmp_path / "state.json"
-    policy = tmp_path / "policy.toml"
-    policy.write_text('default = "allow"\n')
-    config = daemon(tmp_path, policy).config
-    config = config.model_copy(
-        update={"daemon": config.daemon.model_copy(update={"faultd_socket": sock, "state_file": state_file})}
-    )
-    d = PoolDaemon(config)
-    d.overlay = OverlayRecorder()  # type: ignore[assignment]
-    before = PoolCore(
-        CoreSettings(
-            pool="home", collector="10.9.9.9:9618", discovery=config.discovery, flocking=config.flocking
-        ),
-        OverlayRecorder().core,
-        d.policy,
-        random.Random(0),
-    )
+    d = gated_daemon(tmp_path, state_file)
+    before = failed_managers_core(d)
     before.flocking.active = ["b.example.org:9618"]
     save_state(state_file, before.export_state(trio.current_time(), d._wall_offset))
     reading = threading.Event()
