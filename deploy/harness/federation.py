@@ -35,6 +35,8 @@ from deploy.harness.sandbox import (
 
 T = TypeVar("T")
 
+POOLD_PORT = 7640  # every poold's overlay port (each pool's hosts have their own addresses)
+
 FAST_SETTINGS = """
 [ring.overlay]
 keepalive_interval = 1.0
@@ -163,35 +165,48 @@ tools = [{tools}]
     def config_file(self, name: str) -> Path:
         pool = self.pools[name]
         first = self.names[0]
-        bootstrap = "" if name == first else f'bootstrap = "{self.address(first)}:7640"'
+        bootstrap = "" if name == first else f'bootstrap = "{self.address(first)}:{POOLD_PORT}"'
         policy = ""
         if name in self.policies:
             policy_path = self.workdir / f"{name}-policy.toml"
             policy_path.write_text(self.policies[name])
             policy = f'policy_file = "{policy_path}"'
-        token_dir = pool.token_dir("poold")
         hosts = sorted({self.address(name), pool.collector.rpartition(":")[0]})
         self.keys.node(name, hosts=hosts, pool=name)
-        path = self.workdir / f"{name}.toml"
+        extra = self.sections.get(name, "")
+        trust = self.trust_section(name) if self.trusting(name) and "[trust]" not in extra else ""
+        daemon = f'control_socket = "{self.socket(name)}"\n{policy}'
+        return self.write_poold_config(
+            self.workdir / f"{name}.toml", name, node=name, bind=self.address(name), collector=pool.collector,
+            bootstrap=bootstrap, sections=f"{extra}\n{trust}", daemon=daemon,
+        )  # fmt: skip
+
+    def write_poold_config(
+        self, path: Path, name: str, *, node: str, bind: str, collector: str, bootstrap: str, sections: str,
+        daemon: str,
+    ) -> Path:  # fmt: skip
+        """One poold config of pool `name` at `path`: overlay node `node` on `bind`, its pool's
+        `collector`, `bootstrap` (a `bootstrap = ...` line or ""), extra `sections` (trust,
+        others) and the `[daemon]` table's lines."""
+        pool = self.pools[name]
+        token_dir = pool.token_dir("poold")
         path.write_text(f"""
 [pool]
 name = "{name}"
-collector = "{pool.collector}"
+collector = "{collector}"
 condor_config = "{pool.client_config}"
 {f'token_dir = "{token_dir}"' if token_dir else ""}
 
 [ring]
-node_name = "{name}"
-bind = "{self.address(name)}"
-port = 7640
+node_name = "{node}"
+bind = "{bind}"
+port = {POOLD_PORT}
 {bootstrap}
-{self.keys.toml(name)}
+{self.keys.toml(node)}
 {FAST_SETTINGS}{self.flocking.get(name, "")}
-{self.sections.get(name, "")}
-{self.trust_section(name) if self.trusting(name) and "[trust]" not in self.sections.get(name, "") else ""}
+{sections}
 [daemon]
-control_socket = "{self.socket(name)}"
-{policy}
+{daemon}
 """)
         return path
 

@@ -30,10 +30,8 @@ from typing import Any
 
 from common.service import query_control
 from deploy.harness.fault_pool import FaultPool
-from deploy.harness.federation import FAST_SETTINGS, Federation
+from deploy.harness.federation import POOLD_PORT, Federation
 from deploy.harness.sandbox import Sandbox, poll_until, start_in_netns, stop_processes
-
-POOLD_PORT = 7640
 
 
 class HAFederation(Federation):
@@ -88,7 +86,7 @@ class HAFederation(Federation):
     def candidate_config(self, name: str, j: int, *, rejoin: bool = False) -> Path:
         """poold's config on host j of the pool. The first pool's host 0 founds the ring, the
         others join through it; `rejoin` (a machine come back): through the first pool's host 1."""
-        pool, fp = self.pools[name], self.fault[name]
+        fp = self.fault[name]
         first = self.names[0]
         via = (first, 1) if rejoin else (first, 0)
         bootstrap = ""
@@ -96,30 +94,16 @@ class HAFederation(Federation):
             bootstrap = f'bootstrap = "{self.host_address(*via)}:{POOLD_PORT}"'
         node = self.node_name(name, j)
         self.keys.node(node, hosts=[self.host_address(name, j)], pool=name)
-        token_dir = pool.token_dir("poold")
         trust = self.trust_section(name, host=j, schedd_host=self.submit_host) if self.trusting(name) else ""
-        path = self.workdir / name / f"poold-{j}.toml"
-        path.write_text(f"""
-[pool]
-name = "{name}"
-collector = "{self.collector_of(name, j)}"
-condor_config = "{pool.client_config}"
-{f'token_dir = "{token_dir}"' if token_dir else ""}
-
-[ring]
-node_name = "{node}"
-bind = "{self.host_address(name, j)}"
-port = {POOLD_PORT}
-{bootstrap}
-{self.keys.toml(node)}
-{FAST_SETTINGS}{self.flocking.get(name, "")}
-{trust}
-[daemon]
-control_socket = "{self.candidate_socket(name, j)}"
-faultd_socket = "{fp.socket(j)}"
-state_file = "{self.state_file(name, j)}"
-""")
-        return path
+        daemon = (
+            f'control_socket = "{self.candidate_socket(name, j)}"\n'
+            f'faultd_socket = "{fp.socket(j)}"\n'
+            f'state_file = "{self.state_file(name, j)}"'
+        )
+        return self.write_poold_config(
+            self.workdir / name / f"poold-{j}.toml", name, node=node, bind=self.host_address(name, j),
+            collector=self.collector_of(name, j), bootstrap=bootstrap, sections=trust, daemon=daemon,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ processes
 
