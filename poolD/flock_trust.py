@@ -201,6 +201,9 @@ class TrustBroker:
         self.me = me  # our overlay node: the origin of our notices
         self.held: dict[tuple[str, str], float] = {}  # (peer, role) -> expiry of the token we hold
         self.asked: dict[tuple[str, str], Asked] = {}  # (peer, role) -> our request under way
+        # (peer, role) -> until when an approved token is being installed: not asked for again
+        # meanwhile (the driver feeds on_installed; the deadline only guards a lost outcome)
+        self.installing: dict[tuple[str, str], float] = {}
         self.issued: dict[tuple[str, str], float] = {}  # (peer, role) -> expiry of what we approved
         self.counters: Counter[str] = Counter()
         self._approving: dict[tuple[str, str], tuple[str, str]] = {}  # -> (request id, reply address)
@@ -212,11 +215,13 @@ class TrustBroker:
         self, peer: str, role: str, collector: str, addr: str, peer_domain: str, now: float
     ) -> TrustOutput:
         """Our `role` daemons need a token of `peer` (its collector, overlay address and
-        TRUST_DOMAIN): ask for one unless we hold one with more than half its lifetime left or
-        a request is under way."""
+        TRUST_DOMAIN): ask for one unless we hold one with more than half its lifetime left, a
+        request is under way or an approved token is being installed."""
         out = TrustOutput()
         key = (peer, role)
         if self.held.get(key, 0.0) - now > self.settings.lifetime / 2:
+            return out
+        if self.installing.get(key, 0.0) > now:
             return out
         asked = self.asked.get(key)
         if asked is not None and asked.deadline > now:
@@ -274,6 +279,7 @@ class TrustBroker:
             return out
         del self.asked[key]
         if verdict.approved:
+            self.installing[key] = now + self.settings.request_timeout
             out.actions.append(InstallToken(verdict.pool, verdict.role, verdict.request_id))
         else:
             self.counters["token_requests_refused"] += 1
@@ -287,6 +293,7 @@ class TrustBroker:
         """The token is where our daemons read it (it is good for the lifetime we asked), or not."""
         out = TrustOutput()
         key = (action.peer, action.role)
+        self.installing.pop(key, None)
         if error is None:
             self.held[key] = now + self.settings.lifetime
             text = f"{action.role} token of {action.peer} installed"
@@ -304,6 +311,7 @@ class TrustBroker:
         out = TrustOutput()
         key = (peer, role)
         self.asked.pop(key, None)
+        self.installing.pop(key, None)
         if self.held.pop(key, None) is not None:
             out.actions.append(RemoveToken(peer, role, reason))
             text = f"{role} token of {peer} removed: {reason}"
@@ -415,6 +423,9 @@ class TrustBroker:
         for key, until in list(self.issued.items()):
             if until <= now:
                 del self.issued[key]
+        for key, until in list(self.installing.items()):
+            if until <= now:
+                del self.installing[key]  # its outcome never came: `want` may ask again
         return out
 
     def wakeup(self) -> float | None:

@@ -89,6 +89,26 @@ def test_ask_announce_install_and_renew_at_half_life() -> None:
     assert only(t.want("physics", "schedd", "x:1", B.addr, "physics.sandbox", 700.0).actions, RequestToken)
 
 
+def test_no_second_request_while_the_approved_token_is_being_installed() -> None:
+    """A flocking round that comes between the approval and the install's outcome asked again
+    (a second request, approved too, replacing the first token): now it waits for the outcome."""
+    t = broker()
+    want = lambda now: t.want("physics", "schedd", "c:9618", B.addr, "physics.sandbox", now)  # noqa: E731
+    (req,) = want(0.0).actions
+    t.on_requested(req, "0000001", None, 0.0)
+    ok = TokenVerdict(pool="physics", role="schedd", request_id="0000001", approved=True, reason="approved")
+    (install,) = t.on_verdict(ok, 1.0).actions
+    assert want(2.0).actions == []
+    t.on_installed(install, "permission denied", 3.0)
+    assert only(want(4.0).actions, RequestToken)  # the install failed: asked again
+    t.on_requested(req, "0000002", None, 4.0)
+    ok2 = TokenVerdict(pool="physics", role="schedd", request_id="0000002", approved=True, reason="approved")
+    t.on_verdict(ok2, 5.0)
+    t.expire(5.0 + t.settings.request_timeout)  # the install's outcome was lost: forgotten in time
+    assert t.installing == {}
+    assert only(want(6.0 + t.settings.request_timeout).actions, RequestToken)
+
+
 def test_a_refused_or_failed_request_is_noted_and_forgotten() -> None:
     t = broker()
     (req,) = t.want("physics", "schedd", "c:9618", B.addr, "physics.sandbox", 0.0).actions
