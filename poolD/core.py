@@ -7,10 +7,10 @@ The core is fed, each with `now`:
 - a reading of the pool's load (`on_load`): the Information Gatherer offers free slots;
 - a message from another pool (`on_message`): an offer, an authorization request or its answer;
 - the outcome of an action it asked for (`on_flock_to_applied`, `on_flock_from_applied`,
-  `on_shut_out`).
+  `on_shut_out`, `on_flock_to_read`).
 
 It returns a `CoreOutput`: actions for the driver to carry out (`ReadLoad`, `Send`, `Measure`,
-`SetFlockTo`, `SetFlockFrom`, `ShutOutSchedds`), decisions worth a log line, and when it next
+`SetFlockTo`, `SetFlockFrom`, `ShutOutSchedds`, `ReadFlockTo`), decisions worth a log line, and when it next
 wants `on_timer`. It never reads a clock, sleeps, sends or calls HTCondor, so `poold run`
 (poolD.service) and every `poold simulate` experiment drive this same object.
 
@@ -73,6 +73,7 @@ from common.wire import Message
 from poolD.collector_moves import CollectorClaim, CollectorMoves
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.discovery import Discovery, DiscoverySettings, peer_host
+from poolD.flock_to_readback import FlockToReadBack, ReadFlockTo
 from poolD.flock_trust import (
     ApproveToken,
     InstallToken,
@@ -165,6 +166,7 @@ Action = (
     | SetFlockTo
     | SetFlockFrom
     | ShutOutSchedds
+    | ReadFlockTo
     | RequestToken
     | ApproveToken
     | InstallToken
@@ -303,6 +305,7 @@ class PoolCore:
         self._intent_sent: dict[str, float] = {}  # pool -> when we last asked it to renew
         # Issue 16: repointing and the state file.
         self.collector_moves = CollectorMoves(settings.pool, self.counters)
+        self.flock_to_readback = FlockToReadBack()  # after an activation (poolD.flock_to_readback)
         self.grant_addrs: dict[str, str] = {}  # pool holding a grant -> its overlay address
         # pools whose grant the policy revoked, shut out once FLOCK_FROM no longer holds their hosts
         self._shut_out_due: dict[str, ShutOutSchedds] = {}
@@ -347,6 +350,8 @@ class PoolCore:
         if self.trust is not None:
             self._take(self.trust.expire(now), out)
         self._send_move_notices(now, out)
+        if self.flock_to_readback.due(now):
+            self._ask_flock_to(out)
         if self._round is not None and now >= self._round.deadline:
             self._finish_round(now, out)
         round_due = self._round is None and now >= self._next_round
@@ -437,6 +442,35 @@ class PoolCore:
         self._repoint(out)
         out.wakeup = self._wakeup()
         return out
+
+    def read_back_flock_to(self, now: float) -> CoreOutput:
+        """This machine just took the pool's manager role: learn FLOCK_TO as the schedds have it
+        (poolD.flock_to_readback), since the state resumed may predate the last change."""
+        out = CoreOutput()
+        self.flock_to_readback.start()
+        self._ask_flock_to(out)
+        out.wakeup = self._wakeup()
+        return out
+
+    def on_flock_to_read(self, seen: dict[str, list[str]] | None, now: float) -> CoreOutput:
+        """FLOCK_TO as each schedd has it (None: no schedd reported, or one could not be asked):
+        taken as applied when the schedds agree on a value we do not have."""
+        value = self.flock_to_readback.on_read(seen, self._flock_to_snapshot(), now)
+        if value is None or seen is None:
+            return CoreOutput(wakeup=self._wakeup())
+        had, has = ", ".join(self.flocking.active) or "none", ", ".join(value) or "not set"
+        text = f"FLOCK_TO read back from the schedds: {has}; the resumed state had {had}"
+        applied = FlockToApplied(SetFlockTo(value, "read back from the schedds"), applied=True, seen=seen)
+        out = self.on_flock_to_applied(applied, now)
+        out.notes.insert(0, note("flock_to_read_back", text, flock_to=",".join(value)))
+        return out
+
+    def _ask_flock_to(self, out: CoreOutput) -> None:
+        self.flock_to_readback.asked(self._flock_to_snapshot())
+        out.actions.append(ReadFlockTo())
+
+    def _flock_to_snapshot(self) -> tuple[tuple[str, ...], object]:
+        return tuple(self.flocking.active), self._applying
 
     def on_flock_from_applied(self, result: FlockFromApplied, now: float) -> CoreOutput:
         """Answer the pool that asked, now that its schedds are let in (or could not be). A
@@ -804,6 +838,8 @@ class PoolCore:
             times.append(due)
         if (notice := self.collector_moves.next_notice()) is not None:
             times.append(notice)
+        if (read := self.flock_to_readback.wakeup()) is not None:
+            times.append(read)
         return min(times)
 
     # ------------------------------------------------------------------ cross-pool trust

@@ -3,8 +3,9 @@
 It owns the I/O the core asks for and feeds the answers back, each with `trio.current_time()`:
 - the overlay (UDP ring of central managers): messages from other pools go to the core, the
   core's `Send` and `Measure` actions go out through it at once;
-- the gateway (HTCondor): `ReadLoad`, `SetFlockTo`, `SetFlockFrom` and `ShutOutSchedds` are
-  carried out one at a time by one task, in the order the core asked for them, and their outcome is fed back;
+- the gateway (HTCondor): `ReadLoad`, `SetFlockTo`, `SetFlockFrom`, `ShutOutSchedds` and
+  `ReadFlockTo` (after an activation) are carried out one at a time by one task, in the order
+  the core asked for them, and their outcome is fed back;
 - token directories and HTCondor's token tools (cross-pool trust, `[trust]`): `RequestToken`,
   `ApproveToken`, `InstallToken` and `RemoveToken` each run as a task of their own (an install
   waits for the tool to receive the token), bounded by the core (poolD.flock_trust);
@@ -69,6 +70,7 @@ from poolD.core import (
     ShutOutDone,
     ShutOutSchedds,
 )
+from poolD.flock_to_readback import ReadFlockTo
 from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
 from poolD.manager_role import Activate, Deactivate, GateAction, ManagerGate, Raise, reading_from_status
 from poolD.policy import Policy
@@ -84,13 +86,11 @@ from poolD.state import (
 
 log = structlog.get_logger("poold")
 
-GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom | ShutOutSchedds
+GatewayAction = ReadLoad | SetFlockTo | SetFlockFrom | ShutOutSchedds | ReadFlockTo
 # What a SIGHUP takes on from a changed poold.toml; any other change waits for a restart (the
 # revocation list, [ring] revoked_file, is read again on every SIGHUP).
 RELOADABLE = ("daemon.policy_file", "daemon.log_level", "daemon.gateway_timeout", "daemon.advertise_interval")
 STATE_SAVE_INTERVAL = 1.0  # seconds: a change reaches the state file within this
-FLOCK_TO_READBACK_EVERY = 2.0  # seconds between asks for the schedds' FLOCK_TO after an activation
-FLOCK_TO_READBACK_TRIES = 30  # the schedds report to a new collector within seconds; a minute at most
 
 
 class PoolDaemon:
@@ -308,8 +308,7 @@ class PoolDaemon:
             text = f"this machine holds the pool's manager role (epoch {action.epoch}): poold active"
             self._note(note("poold_active", text, epoch=action.epoch))
             await self._run_core(core)
-            if self._trust_nursery is not None:  # serve's nursery (None in unit tests)
-                self._trust_nursery.start_soon(self._read_back_flock_to, core)
+            await self._apply(core.read_back_flock_to(trio.current_time()))
             await self._apply(core.reassert_flock_from(trio.current_time()))
             if not core.announcing_move:
                 # The state resumed (if any) named our own collector, yet the role came here from
@@ -320,45 +319,6 @@ class PoolDaemon:
                 self.core.epoch = action.epoch
         else:
             self._stand_by(action)
-
-    async def _read_back_flock_to(self, core: PoolCore) -> None:
-        """_adopt_schedds_flock_to as a task of its own: a surprise there must not end poold."""
-        try:
-            await self._adopt_schedds_flock_to(core)
-        except Exception as e:
-            self.counters["condor_action_errors"] += 1
-            log.exception("FLOCK_TO read back failed", error=str(e))
-
-    async def _adopt_schedds_flock_to(self, core: PoolCore) -> None:
-        """After an activation: FLOCK_TO as the schedds have it, when the resumed state says
-        otherwise. The replica lags the active poold by about 2 s (its state file is written
-        within a second of a change, and faultd reads it every `state_interval`), so a failover
-        right after a FLOCK_TO change resumes without it; a core that does not know the schedds'
-        FLOCK_TO would never withdraw it. The schedds report to our collector a few seconds
-        after the takeover: asked every FLOCK_TO_READBACK_EVERY until one does. Taken only if
-        the schedds agree and the core changed nothing meanwhile (else its next round decides)."""
-        for _ in range(FLOCK_TO_READBACK_TRIES):
-            if self.core is not core:
-                return
-            before = (list(core.flocking.active), core.applying_flock_to)
-            seen = await read_flock_to(self.gateway)
-            if seen is not None:
-                break
-            await trio.sleep(FLOCK_TO_READBACK_EVERY)
-        else:
-            return
-        values = {tuple(v) for v in seen.values()}
-        if self.core is not core or len(values) != 1:
-            return
-        (value,) = values
-        now_core = (list(core.flocking.active), core.applying_flock_to)
-        if list(value) == core.flocking.active or now_core != before:
-            return
-        had, has = ", ".join(core.flocking.active) or "none", ", ".join(value) or "not set"
-        text = f"FLOCK_TO read back from the schedds: {has}; the resumed state had {had}"
-        self._note(note("flock_to_read_back", text, flock_to=",".join(value)))
-        applied = FlockToApplied(SetFlockTo(value, "read back from the schedds"), applied=True, seen=seen)
-        await self._apply(core.on_flock_to_applied(applied, trio.current_time()))
 
     def _stand_by(self, action: Deactivate) -> None:
         """Losing the role: the core goes, and with it every HTCondor action not yet carried out;
@@ -504,6 +464,9 @@ class PoolDaemon:
         if isinstance(action, ShutOutSchedds):
             done = await shut_out_schedds(self.gateway, action)
             return lambda: core.on_shut_out(done, trio.current_time())
+        if isinstance(action, ReadFlockTo):
+            seen = await read_flock_to(self.gateway)
+            return lambda: core.on_flock_to_read(seen, trio.current_time())
         granted = await apply_flock_from(self.gateway, action)
         return lambda: core.on_flock_from_applied(granted, trio.current_time())
 
@@ -554,6 +517,8 @@ class PoolDaemon:
             return lambda: core.on_flock_to_applied(FlockToApplied(action, False, {}), trio.current_time())
         if isinstance(action, ShutOutSchedds):
             return lambda: core.on_shut_out(ShutOutDone(action, error=error), trio.current_time())
+        if isinstance(action, ReadFlockTo):
+            return lambda: core.on_flock_to_read(None, trio.current_time())
         return lambda: core.on_flock_from_applied(FlockFromApplied(action, error), trio.current_time())
 
     async def _feed(self, what: str, step: Callable[[], CoreOutput], core: PoolCore | None = None) -> None:

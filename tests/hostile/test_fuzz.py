@@ -81,6 +81,7 @@ from poolD.core import (
     ShutOutDone,
     ShutOutSchedds,
 )
+from poolD.flock_to_readback import ReadFlockTo
 from poolD.flock_trust import ApproveToken, InstallToken, RemoveToken, RequestToken
 from poolD.messages import (
     Announcement,
@@ -480,6 +481,8 @@ def _outcome(core: PoolCore, action: object, ok: bool, now: float) -> CoreOutput
         assert {"h1", "10.0.0.1"}.isdisjoint(action.hosts), action  # never our own schedd
         hypothesis_event("shut out")
         return core.on_shut_out(ShutOutDone(action, 1, ("slot1_1@x",), None if ok else "down"), now)
+    if isinstance(action, ReadFlockTo):  # the schedds' FLOCK_TO, or none reported yet
+        return core.on_flock_to_read({"h1": ["n1:9618", "n2:9618"]} if ok else None, now)
     if isinstance(action, RequestToken):
         return core.on_token_requested(action, "42" if ok else None, None if ok else "down", now)
     if isinstance(action, ApproveToken):
@@ -491,7 +494,16 @@ def _outcome(core: PoolCore, action: object, ok: bool, now: float) -> CoreOutput
 
 
 # Every action the pool core can ask for has its fed-back outcome above.
-FED_BACK = (ReadLoad, SetFlockTo, SetFlockFrom, ShutOutSchedds, RequestToken, ApproveToken, InstallToken)
+FED_BACK = (
+    ReadLoad,
+    SetFlockTo,
+    SetFlockFrom,
+    ShutOutSchedds,
+    ReadFlockTo,
+    RequestToken,
+    ApproveToken,
+    InstallToken,
+)
 
 
 def test_every_pool_core_action_and_message_is_fuzzed() -> None:
@@ -504,7 +516,9 @@ def test_every_pool_core_action_and_message_is_fuzzed() -> None:
 @given(
     script=st.lists(
         st.tuples(
-            pool_messages | st.sampled_from(["allow all", "refuse a"]), st.floats(0, 30), st.booleans()
+            pool_messages | st.sampled_from(["allow all", "refuse a", "activated"]),
+            st.floats(0, 30),
+            st.booleans(),
         ),
         max_size=30,
     ),
@@ -518,8 +532,8 @@ def test_every_pool_core_action_and_message_is_fuzzed() -> None:
     trust=True,
 )
 def test_pool_core_survives_any_well_typed_message(script: list, trust: bool) -> None:
-    """Messages, policy reloads and timers in any order, every action's outcome fed back as
-    done or failed; a shut-out never names our own schedd's hosts."""
+    """Messages, policy reloads, activations and timers in any order, every action's outcome fed
+    back as done or failed; a shut-out never names our own schedd's hosts."""
     overlay = OverlayNode(Peer(id=IDS[5], addr="me:1"), OverlayParams(), random.Random(1))
     overlay.start(0.0)
     settings_ = CoreSettings(pool="home", collector="me:9618", discovery=DiscoverySection(),
@@ -534,6 +548,8 @@ def test_pool_core_survives_any_well_typed_message(script: list, trust: bool) ->
             pending.append(core.replace_policy(Policy.allow_all(), now))
         elif item == "refuse a":
             pending.append(core.replace_policy(REFUSE_A, now))
+        elif item == "activated":  # the manager role came here: FLOCK_TO read back
+            pending.append(core.read_back_flock_to(now))
         else:
             pending.append(core.on_message(item, now))
         pending.append(core.on_timer(now))

@@ -25,6 +25,7 @@ from poolD.core import (
     SetFlockFrom,
     SetFlockTo,
 )
+from poolD.flock_to_readback import ReadFlockTo
 from poolD.messages import FlockIntent
 from poolD.service import PoolDaemon
 from poolD.state import load_state, save_state
@@ -317,24 +318,37 @@ class ScheddsGateway:
         return self.flock_to[daemon.name]
 
 
-async def test_an_activated_poold_takes_flock_to_as_the_schedds_have_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def read_back_through_the_driver(d: PoolDaemon) -> None:
+    """An activation's FLOCK_TO read-back, each ReadFlockTo carried out by the driver's
+    gateway step and fed to the core, the core's timer fired when it asks (virtual time)."""
+    core, now = d.core, 0.0
+    out = core.read_back_flock_to(now)
+    for _ in range(100):
+        asks = [a for a in out.actions if isinstance(a, ReadFlockTo)]
+        if asks:
+            out = (await d._carry_out(core, asks[0]))()
+        elif core.flock_to_readback.wakeup() is not None:
+            now = core.flock_to_readback.wakeup()
+            out = core.on_timer(now)
+        else:
+            return
+
+
+async def test_an_activated_poold_takes_flock_to_as_the_schedds_have_it(tmp_path: Path) -> None:
     """The replica lags the active poold by about 2 s: a failover right after a FLOCK_TO change
     resumes without it, and a core that does not know the schedds' FLOCK_TO never withdraws it.
     The activated poold reads it back once the schedds report to its collector (issue 16)."""
-    monkeypatch.setattr(service, "FLOCK_TO_READBACK_EVERY", 0.0)
     d, _ = daemon_with_state(tmp_path)
     core = d.core
     assert core.flocking.active == []  # resumed from a state written before the change
     d.gateway = ScheddsGateway({"s1": "b.example.org:9618", "s2": "b.example.org:9618"}, late=2)  # type: ignore[assignment]
-    await d._adopt_schedds_flock_to(core)
+    await read_back_through_the_driver(d)
     assert core.flocking.active == ["b.example.org:9618"]
     assert core.flock_to_seen == {"s1": ["b.example.org:9618"], "s2": ["b.example.org:9618"]}
-    assert "FLOCK_TO read back from the schedds" in d.decisions[-1]
+    assert d.gateway.late == 0  # asked again while no schedd reported
 
     # Schedds that disagree (a change applied to some only) are left to the core's next round.
     d, _ = daemon_with_state(tmp_path)
     d.gateway = ScheddsGateway({"s1": "b.example.org:9618", "s2": None})  # type: ignore[assignment]
-    await d._adopt_schedds_flock_to(d.core)
+    await read_back_through_the_driver(d)
     assert d.core.flocking.active == []
