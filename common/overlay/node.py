@@ -269,7 +269,7 @@ class OverlayNode:
             self.dead.pop(pid, None)
             if self._departed and self._departed.pop(pid, None) is not None:
                 self._consider(sender, now, firsthand=True)  # back from the dead, or from a partition
-        handler = self._handlers.get(type(msg))
+        handler = _HANDLERS.get(type(msg))
         if handler is not None:
             handler(self, msg, now)
         return self._flush()
@@ -984,19 +984,23 @@ class OverlayNode:
                     )
                     self._used.add(peer.addr)
 
-    _handlers: dict[type[Message], Callable[[OverlayNode, Message, float], None]] = {
-        Ping: _on_ping,
-        Pong: _on_pong,
-        JoinRequest: _on_join,
-        JoinInfo: _on_join_info,
-        Hello: _on_hello,
-        LeafSetRequest: _on_leaf_request,
-        LeafSetPush: _on_leaf_push,
-        RowRequest: _on_row_request,
-        RowReply: _on_row_reply,
-        Route: _on_route,
-        RouteAck: _on_route_ack,
-        Direct: _on_direct,
-        Broadcast: _on_broadcast,
-        Heartbeat: _on_heartbeat,
-    }  # type: ignore[dict-item]
+
+# The handler of each message type (OverlayNode.on_message). Outside the class, and typed
+# Callable[..., None] as each handler takes its own message type: so that the module compiles
+# (mypyc, docs/bench/build_compiled_sim.sh), whose classes' bodies cannot refer to their methods.
+_HANDLERS: dict[type[Message], Callable[..., None]] = {
+    Ping: OverlayNode._on_ping,
+    Pong: OverlayNode._on_pong,
+    JoinRequest: OverlayNode._on_join,
+    JoinInfo: OverlayNode._on_join_info,
+    Hello: OverlayNode._on_hello,
+    LeafSetRequest: OverlayNode._on_leaf_request,
+    LeafSetPush: OverlayNode._on_leaf_push,
+    RowRequest: OverlayNode._on_row_request,
+    RowReply: OverlayNode._on_row_reply,
+    Route: OverlayNode._on_route,
+    RouteAck: OverlayNode._on_route_ack,
+    Direct: OverlayNode._on_direct,
+    Broadcast: OverlayNode._on_broadcast,
+    Heartbeat: OverlayNode._on_heartbeat,
+}
