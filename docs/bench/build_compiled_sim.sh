@@ -54,5 +54,5 @@ INI
 for f in "${COMPILED[@]}"; do
     rm "$f"  # the extension module alone: no doubt about which one is imported
 done
-rm -rf build
+[[ ${KEEP_C:-0} == 1 ]] || rm -rf build  # KEEP_C=1 keeps the generated C (build/) to read
 echo "built: ${COMPILED[*]} -> $build"
