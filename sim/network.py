@@ -18,7 +18,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -30,10 +30,15 @@ from common.overlay.messages import Peer, Route, overlay_codec
 from common.overlay.node import Event, Output, OverlayNode, OverlayParams
 from common.wire import Message
 
-_DELIVER, _TIMER, _START, _CALL = 0, 1, 2, 3
-BUCKET_SECONDS = 0.01  # the event queue's bucket width (SimNetwork._push)
-_PER_BUCKET = 1 / BUCKET_SECONDS
-_MASK64 = (1 << 64) - 1
+# Event kinds. Final: constants to a compiled build (docs/bench/build_compiled_sim.sh), not
+# globals looked up at each use.
+_DELIVER: Final = 0
+_TIMER: Final = 1
+_START: Final = 2
+_CALL: Final = 3
+BUCKET_SECONDS: Final = 0.01  # the event queue's bucket width (SimNetwork._push)
+_PER_BUCKET: Final = 1 / BUCKET_SECONDS
+_MASK64: Final = (1 << 64) - 1
 
 EventHook = Callable[[int, Event, float], None]
 

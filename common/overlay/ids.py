@@ -8,10 +8,12 @@ that every node computes the same root for a key.
 from __future__ import annotations
 
 import hashlib
+from typing import Final
 
-ID_BITS = 128
-ID_SPACE = 1 << ID_BITS
-ID_MASK = ID_SPACE - 1
+# Final: constants to a compiled build (docs/bench/build_compiled_sim.sh), not a global looked up at each use.
+ID_BITS: Final = 128
+ID_SPACE: Final = 1 << ID_BITS
+ID_MASK: Final = ID_SPACE - 1
 
 
 def node_id_from_name(name: str) -> int:

@@ -64,13 +64,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from pydantic import Field, field_validator
-
-from common.config import StrictModel
 from common.overlay.ids import ID_BITS, ID_MASK, closeness, digit, shared_prefix_len
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import (
-    MAX_LEAF_SET,
     Broadcast,
     Direct,
     Heartbeat,
@@ -87,48 +83,9 @@ from common.overlay.messages import (
     RowReply,
     RowRequest,
 )
+from common.overlay.params import OverlayParams
 from common.overlay.table import RoutingTable
 from common.wire import Message
-
-
-class OverlayParams(StrictModel):
-    """Protocol parameters; the `[overlay]` section of a daemon's config."""
-
-    b: int = Field(4, description="bits per digit: rows of 2^b columns")
-    leaf_set_size: int = Field(16, ge=2, le=MAX_LEAF_SET, description="l: l/2 neighbours on each side")
-    keepalive_interval: float = Field(10.0, gt=0, description="heartbeats to our smaller neighbour")
-    leaf_timeout: float = Field(15.0, gt=0, description="silence after which our larger neighbour is probed")
-    probe_timeout: float = Field(3.0, gt=0)
-    table_probe_interval: float = Field(
-        300.0, gt=0, description="silence after which a table entry we send to is probed"
-    )
-    row_maintenance_interval: float = Field(60.0, gt=0)
-    leaf_exchange_interval: float = Field(60.0, gt=0)
-    max_backoff: int = Field(8, ge=1, description="adaptive intervals grow up to this many times")
-    hop_timeout: float = Field(1.0, gt=0, description="wait for a routed message's per-hop ack")
-    max_reroutes: int = Field(4, ge=0, description="hops tried around silent nodes before giving up")
-    join_retry: float = Field(5.0, gt=0)
-    dead_memory: float = Field(120.0, gt=0)
-    revive_interval: float = Field(30.0, gt=0, description="how often a departed node is probed again")
-    departed_memory: int = Field(64, ge=0, description="how many departed nodes are remembered for that")
-    recent_peers: int = Field(
-        512, ge=0, description="RTTs and last-heard times kept for nodes outside leaf set and table"
-    )
-
-    @field_validator("b")
-    @classmethod
-    def _digit_bits(cls, value: int) -> int:
-        if value not in (1, 2, 4, 8):
-            raise ValueError("b must be 1, 2, 4 or 8 (a digit width dividing 128)")
-        return value
-
-    @field_validator("leaf_set_size")
-    @classmethod
-    def _even(cls, value: int) -> int:
-        if value % 2:
-            raise ValueError("the leaf set size must be even (l/2 on each side)")
-        return value
-
 
 # ----------------------------------------------------------------------------- events
 
@@ -312,7 +269,7 @@ class OverlayNode:
             self.dead.pop(pid, None)
             if self._departed and self._departed.pop(pid, None) is not None:
                 self._consider(sender, now, firsthand=True)  # back from the dead, or from a partition
-        handler = self._handlers.get(type(msg))
+        handler = _HANDLERS.get(type(msg))
         if handler is not None:
             handler(self, msg, now)
         return self._flush()
@@ -1027,19 +984,23 @@ class OverlayNode:
                     )
                     self._used.add(peer.addr)
 
-    _handlers: dict[type[Message], Callable[[OverlayNode, Message, float], None]] = {
-        Ping: _on_ping,
-        Pong: _on_pong,
-        JoinRequest: _on_join,
-        JoinInfo: _on_join_info,
-        Hello: _on_hello,
-        LeafSetRequest: _on_leaf_request,
-        LeafSetPush: _on_leaf_push,
-        RowRequest: _on_row_request,
-        RowReply: _on_row_reply,
-        Route: _on_route,
-        RouteAck: _on_route_ack,
-        Direct: _on_direct,
-        Broadcast: _on_broadcast,
-        Heartbeat: _on_heartbeat,
-    }  # type: ignore[dict-item]
+
+# The handler of each message type (OverlayNode.on_message). Outside the class, and typed
+# Callable[..., None] as each handler takes its own message type: so that the module compiles
+# (mypyc, docs/bench/build_compiled_sim.sh), whose classes' bodies cannot refer to their methods.
+_HANDLERS: dict[type[Message], Callable[..., None]] = {
+    Ping: OverlayNode._on_ping,
+    Pong: OverlayNode._on_pong,
+    JoinRequest: OverlayNode._on_join,
+    JoinInfo: OverlayNode._on_join_info,
+    Hello: OverlayNode._on_hello,
+    LeafSetRequest: OverlayNode._on_leaf_request,
+    LeafSetPush: OverlayNode._on_leaf_push,
+    RowRequest: OverlayNode._on_row_request,
+    RowReply: OverlayNode._on_row_reply,
+    Route: OverlayNode._on_route,
+    RouteAck: OverlayNode._on_route_ack,
+    Direct: OverlayNode._on_direct,
+    Broadcast: OverlayNode._on_broadcast,
+    Heartbeat: OverlayNode._on_heartbeat,
+}
