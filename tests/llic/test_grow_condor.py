@@ -24,7 +24,7 @@ import pytest
 from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until
 from llic.chef import ChefState
 from llic.master_core import MasterStatus
-from llic.state import load_state
+from llic.state import MasterState, load_state
 from llic.taskbook import TaskState
 from tests.llic.test_master_condor import (  # the module's fixture and helpers (its tests stay there)
     master_history,
@@ -145,9 +145,15 @@ def test_agents_grow_into_freed_slots_and_leave_as_the_queue_drains(
             return sample.agents_idle + sample.agents_running == 1
 
         poll_until("every agent but the long task's to leave", one_agent_left, timeout=180, poll=0.5)
-        state = load_state(state_path)
+
+        def all_but_the_long_one_done() -> MasterState | None:
+            state = load_state(state_path)  # saved within STATE_SAVE_INTERVAL of a change
+            return state if state.counts().done == N - 1 else None
+
+        state = poll_until(
+            "the state file to show every other task done", all_but_the_long_one_done, timeout=60
+        )
         assert state.status is MasterStatus.RUNNING and state.tasks[LONG].state is TaskState.RUNNING
-        assert state.counts().done == N - 1
         assert samples[-1].plain_running == PLAIN - SHORT
         (work / "release").touch()
         state = wait_done(pool, state_path)
