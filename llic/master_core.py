@@ -3,8 +3,8 @@
 It owns the chefs (llic/chef.py), the `TaskBook` and the network admission (llic/netadmit.py)
 and makes §3.7's main-loop decisions: how many agents, which chef gets which event, growing the
 agents as matching slots appear and the queued work is worth another agent's start-up,
-dismissing agents that have not connected by the queue read after the queue emptied (running
-ones are told no_more_tasks and leave by themselves), giving up, the final removal of every agent job ever
+dismissing agents that have not connected as soon as nothing is queued (running ones are told
+no_more_tasks and leave by themselves), giving up, the final removal of every agent job ever
 submitted (after the agents that finished had a moment to leave), and when to save the state
 file, ask for a negotiation cycle, read the schedd queue or count the pool's matching slots.
 The trio driver (llic/master.py) is a thin loop around it: it feeds events (llic/events.py)
@@ -628,12 +628,6 @@ class MasterCore:
             if chef.active and job is not None and job not in alive:
                 out.extend(self._to_chef(chef, AgentVanished(chef.agent), now))
         out.extend(self._balance(now))
-        if not self.book.queued and not self.over:
-            # the surplus: agents still waiting for a slot (or starting) while nothing is queued
-            # would only take a slot to be told no_more_tasks; those connecting now are let go so
-            for chef in self.chefs:
-                if chef.state is ChefState.LAUNCHED:
-                    out.extend(self._to_chef(chef, Dismiss("nothing queued for it"), now))
         self._dirty = self._dirty or bool(out.actions)  # a quiet poll changes nothing
         return out
 
@@ -712,7 +706,18 @@ class MasterCore:
                 chef.fill(self.book, self._accepting, out)
         if self.book.queued:
             self._grow(out, now)
+        elif self._waiting_for_slots():
+            self._dismiss_waiting(out, now)
         return self._grants(out, now)
+
+    def _dismiss_waiting(self, out: Output, now: float) -> None:
+        """Nothing is queued: the agents still waiting for a slot (or starting) would only take
+        one to be told no_more_tasks, so they are removed now, not at the next queue read: a
+        slot freed meanwhile (an agent that finished, a plain job that ended) would start one
+        (the schedd reuses its claim at once). Those holding initial tasks stay."""
+        for chef in self.chefs:
+            if chef.state is ChefState.LAUNCHED:
+                out.extend(self._to_chef(chef, Dismiss("nothing queued for it"), now))
 
     def _grow(self, out: Output, now: float) -> None:
         """Launch agents while the pool has more matching slots than agents that can take tasks

@@ -139,9 +139,16 @@ def test_connect_with_empty_queue_says_no_more_and_terminates() -> None:
     a, b = of(core2.start(2, 0.0), SubmitAgent)
     out = core2.handle(AgentConnected(a.agent), 1.0)
     assert tasks_sent(out, a.agent) == [Assignment(0, 1), Assignment(1, 1)]
-    out = core2.handle(AgentConnected(b.agent), 1.0)
-    assert of(out, SendNoMoreTasks) == [SendNoMoreTasks(b.agent)] and of(out, CloseConnection)
-    assert core2.chefs[1].state is ChefState.TERMINATED
+    assert core2.chefs[1].state is ChefState.TERMINATED  # b waited for a slot: dismissed at once
+    assert of(core2.handle(AgentConnected(b.agent), 1.0), RefuseAgent)
+    # an agent that connects holding its initial task only: no_more_tasks, and it ends with it
+    core3 = MasterCore.new(range(2), LlicConfig(window_size=5, initial_jobs_number=1))
+    a, b = of(core3.start(2, 0.0), SubmitAgent)
+    assert core3.book.queued == 0 and core3.chefs[1].state is ChefState.LAUNCHED  # it holds task 1
+    out = core3.handle(AgentConnected(b.agent), 1.0)
+    assert of(out, SendNoMoreTasks) == [SendNoMoreTasks(b.agent)] and not of(out, CloseConnection)
+    out = core3.handle(ResultReceived(b.agent, ok_result(1, 1)), 2.0)
+    assert of(out, CloseConnection) and core3.chefs[1].state is ChefState.TERMINATED
 
 
 def test_broken_connection_requeues_removes_and_resubmits_until_unrecoverable() -> None:
@@ -661,22 +668,37 @@ def test_no_growth_when_the_running_agents_drain_the_queue_before_a_new_one_coul
     assert len(of(core2.handle(SlotsCounted(10), 26.0), SubmitAgent)) == 9
 
 
-def test_agents_waiting_for_a_slot_are_dismissed_once_nothing_is_queued() -> None:
+def test_agents_waiting_for_a_slot_are_dismissed_as_soon_as_nothing_is_queued() -> None:
+    """Not at the next queue read (QUEUE_POLL_INTERVAL later): a slot freed meanwhile would start
+    an agent only to tell it no_more_tasks (seen on real HTCondor: the schedd reuses the claim of
+    an agent that finished for one still waiting, at once)."""
     core, subs = started(4, 3, window_size=2, queue_poll_interval=5.0)
     a, b, c = subs
-    connect_all(core, [a, b], 1.0)  # they hold all 4 tasks
-    core.handle(AgentSubmitted(c.agent, "3.0"), 1.0)
-    assert core.book.queued == 0 and core.chefs[2].state is ChefState.LAUNCHED
-    assert of(core.on_timer(5.0), PollQueue) == [PollQueue()]
-    out = core.handle(QueueSnapshot(frozenset({"1.0", "2.0", "3.0"})), 6.0)
+    core.handle(AgentSubmitted(c.agent, "3.0"), 0.5)  # waits for a slot
+    connect_all(core, [a], 1.0)  # holds 2 of 4
+    assert core.chefs[2].state is ChefState.LAUNCHED
+    core.handle(AgentSubmitted(b.agent, "2.0"), 1.0)
+    out = core.handle(AgentConnected(b.agent), 1.5)  # takes the last 2: nothing queued
+    assert core.book.queued == 0
     assert of(out, RemoveAgents) == [RemoveAgents(("3.0",), f"agent {c.agent}: nothing queued for it")]
     assert core.chefs[2].state is ChefState.TERMINATED and core.chefs[2].rec.recoveries == 0
-    assert of(core.handle(AgentConnected(c.agent), 7.0), RefuseAgent)  # too late: it was let go
-    out = core.handle(ConnectionBroken(a.agent, "reset"), 8.0)  # its 2 tasks come back
+    assert of(core.handle(AgentConnected(c.agent), 2.0), RefuseAgent)  # too late: it was let go
+    out = core.handle(ConnectionBroken(a.agent, "reset"), 3.0)  # its 2 tasks come back
     relaunched = [s.chef for s in of(out, SubmitAgent)]
     assert sorted(relaunched) == [0, 2]  # the broken one's chef, and the dismissed one again
-    out = core.finish(9.0, "stop")
+    out = core.finish(4.0, "stop")
     assert "3.0" in {j for r in of(out, RemoveAgents) for j in r.job_ids}
+
+
+def test_an_agent_dismissed_before_its_job_id_is_known_is_removed_when_it_is() -> None:
+    core, subs = started(2, 2, window_size=2)
+    a, b = subs
+    connect_all(core, [a], 1.0)  # takes both tasks; b's submission is still under way
+    assert core.chefs[1].state is ChefState.TERMINATED
+    assert not core.still_launching(b.agent)  # the driver drops it if it has not submitted yet
+    out = core.handle(AgentSubmitted(b.agent, "2.0"), 1.5)  # else its job goes as soon as known
+    assert [r.job_ids for r in of(out, RemoveAgents)] == [("2.0",)]
+    assert of(core.handle(QueueSnapshot(frozenset({"1.0"})), 2.0), SubmitAgent) == []  # no recovery
 
 
 def test_finish_gives_agents_that_finished_time_to_leave_before_removing_them() -> None:
