@@ -40,7 +40,7 @@ from common.condor.types import (
     TokenInfo,
     TokenRequest,
 )
-from common.wire import FrameDecoder, FrameTooLarge, frame, pack, unpack
+from common.framing import FrameDecoder, FrameTooLarge, frame, pack, unpack
 
 log = structlog.get_logger("condor.gateway")
 
