@@ -130,6 +130,15 @@ class Gateway:
         with trio.CancelScope(shield=True):
             await self._discard_child(graceful=True)
 
+    async def start(self) -> None:
+        """Start the worker now rather than at the first call, so that its start-up (a Python
+        loading HTCondor's bindings) overlaps whatever the caller does before that call."""
+        async with self._lock:
+            if self._process is None or self._process.returncode is not None:
+                if self._process is not None:
+                    self.restarts += 1
+                self._process = await self._start_child()
+
     # ------------------------------------------------------------------ the child process
 
     async def _start_child(self) -> trio.Process:
