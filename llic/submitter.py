@@ -32,7 +32,8 @@ For each queue block of the user's submit file:
    clients claim to be its unprivileged user: HTCondor runs no job as root), and the master and
    its agents are released together (one negotiation and one queue scan serve both), and the
    schedd is asked to reschedule, as condor_submit does after a submit: a negotiation cycle
-   and a queue scan (which starts scheduler-universe jobs) now, not at the next interval.
+   and a queue scan (which starts scheduler-universe jobs) now, not at the next interval; and
+   once more shortly after (`_follow_up`), since the first cycle often misses the agents.
 
 Before step 2, the submitting user's token for the masters is fetched once from the schedd
 (`condor_token_fetch`, READ and WRITE, MASTER_TOKEN_LIFETIME seconds) and written into each
@@ -96,6 +97,7 @@ from llic.submit_target import SubmitError, Target, find_target
 MASTER_MAX_RUNS = 20  # runs before HTCondor holds a master that keeps failing
 MASTER_ENV = "LLIC_MASTER"
 EXIT_UNUSABLE = 2
+FOLLOW_UP_AFTER = 0.3  # seconds from the release's reschedule to the follow-up (_follow_up)
 EXIT_GAVE_UP = 3
 
 
@@ -215,7 +217,22 @@ async def submit_masters(
     submitted: list[SubmittedMaster] = []
     for block in submit.blocks:
         submitted.append(await _submit_one(submit, block, config, gw, master, target, agent_cache))
+    if any(m.agents for m in submitted):
+        await _follow_up(gw, target.schedd)
     return submitted
+
+
+async def _follow_up(gw: Gateway, schedd: DaemonRef) -> None:
+    """One more reschedule, FOLLOW_UP_AFTER seconds after the release's (module doc, step 4):
+    the negotiation cycle the first one starts often queries the collector before the schedd's
+    submitter ad shows the agents as idle, and finds nothing to match; the agents then waited for
+    the next periodic cycle (up to NEGOTIATOR_INTERVAL). The schedd runs the scan this one asks
+    for no sooner than SCHEDD_MIN_INTERVAL after the last; the ad is there by then."""
+    await trio.sleep(FOLLOW_UP_AFTER)
+    try:
+        await gw.reschedule(schedd=schedd)
+    except GatewayError:
+        pass
 
 
 async def _submit_one(

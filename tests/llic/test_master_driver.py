@@ -500,6 +500,9 @@ def test_prelaunched_agents_share_one_description_with_process_in_their_names(tm
     generic = submitter._by_process(descriptions, [a.agent for a in launches])
     assert generic is not None and "1.$(Process).1" in generic["arguments"]
     assert " 2853-2868 " in generic["arguments"]
+    # nothing comes back but stdout and stderr: said, so the starter starts the agent at once
+    # (with TransferOutput undefined it sleeps 1 s after the download, to tell changed files)
+    assert generic["MY.TransferOutput"] == '""'
     for i, description in enumerate(descriptions):
         assert {k: v.replace("$(Process)", str(i)) for k, v in generic.items()} == description
     odd = [descriptions[0], {**descriptions[1], "request_memory": "99"}, descriptions[2]]
