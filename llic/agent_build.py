@@ -15,9 +15,9 @@ other Python finds a magic number not its own, and zipimport falls back to the s
 Chefs transfer it with every agent, so it is built once per content: the file name carries a hash
 of everything inside, and an archive already there is reused. master_submitter, which builds one
 for every master it submits, keeps it in the user's cache (`agent_cache_dir`) and copies it from
-there: the compile is a child Python, ~0.1-0.2 s on the way to the first task. The bytes are reproducible: members
-in sorted order with fixed timestamps and permissions. That is why the zip is written with
-`zipfile` and only then turned into an application by `zipapp.create_archive` (which adds the
+there: the compile is a child Python, ~0.1-0.2 s on the way to the first task. The bytes are
+reproducible: members in sorted order with fixed timestamps and permissions. That is why the zip
+is written with `zipfile` and only then turned into an application by `zipapp.create_archive` (which adds the
 `#!/usr/bin/env python3` line): `create_archive` on a directory stores members in directory order
 with their mtimes.
 """

@@ -133,9 +133,12 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
     from llic.master_token import condor_tools
 
     async def run() -> int:
-        async with Gateway(tools=condor_tools()) as gw:
+        # the second gateway only fetches the masters' token (a tool) while the first one works
+        async with Gateway(tools=condor_tools()) as gw, Gateway(tools=condor_tools()) as token_gw:
             await gw.start()
-            result = await outcome.acapture(_submit_with, prog, args, gw)
+            if args.schedd:
+                await token_gw.start()
+            result = await outcome.acapture(_submit_with, prog, args, gw, token_gw)
             return result.unwrap()  # raised here, not wrapped in an exception group
 
     try:
@@ -183,7 +186,7 @@ def _read_submit(prog: str, args: argparse.Namespace) -> SubmitFile:
     return submit
 
 
-async def _submit_with(prog: str, args: argparse.Namespace, gw: Gateway) -> int:
+async def _submit_with(prog: str, args: argparse.Namespace, gw: Gateway, token_gw: Gateway) -> int:
     from pathlib import Path
 
     import outcome
@@ -201,7 +204,13 @@ async def _submit_with(prog: str, args: argparse.Namespace, gw: Gateway) -> int:
         try:
             found.append(
                 outcome.Value(
-                    await find_target(gw, config, schedd_name=args.schedd, condor_config=args.condor_config)
+                    await find_target(
+                        gw,
+                        config,
+                        schedd_name=args.schedd,
+                        condor_config=args.condor_config,
+                        token_gw=token_gw,
+                    )
                 )
             )
         except Exception as e:

@@ -11,6 +11,9 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import outcome
+import trio
+
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
 from common.condor.address import parse_sinful
 from llic.master_token import AUTHORIZATIONS
@@ -50,10 +53,35 @@ class Target:
 
 
 async def find_target(
-    gw: Gateway, config: LlicConfig, *, schedd_name: str | None = None, condor_config: str | None = None
+    gw: Gateway,
+    config: LlicConfig,
+    *,
+    schedd_name: str | None = None,
+    condor_config: str | None = None,
+    token_gw: Gateway | None = None,
 ) -> Target:
     """The schedd (named, else the first the collector lists), its CONFIG_ROOT unless
-    `condor_config` is given, and the masters' token (module doc)."""
+    `condor_config` is given, and the masters' token (module doc). With `token_gw` (a gateway of
+    its own: its worker runs `condor_token_fetch` while `gw`'s asks the collector and the schedd)
+    the token of a named schedd is fetched at once, not after the rest."""
+    if token_gw is None or schedd_name is None:
+        schedd, host, condor_config = await _find_schedd(gw, schedd_name, condor_config)
+        return Target(schedd, host, condor_config, await _master_token(token_gw or gw, schedd, config))
+    token: list[str | None] = []
+    async with trio.open_nursery() as nursery:
+        named = DaemonRef(kind=DaemonKind.SCHEDD, name=schedd_name)
+        nursery.start_soon(_keep_token, token, token_gw, named, config)
+        found = await outcome.acapture(_find_schedd, gw, schedd_name, condor_config)
+        if isinstance(found, outcome.Error):
+            nursery.cancel_scope.cancel()
+    schedd, host, condor_config = found.unwrap()  # raised here, not in an exception group
+    return Target(schedd, host, condor_config, token[0])
+
+
+async def _find_schedd(
+    gw: Gateway, schedd_name: str | None, condor_config: str | None
+) -> tuple[DaemonRef, str | None, str | None]:
+    """The schedd with its address, where agents reach its host, and the master's CONDOR_CONFIG."""
     schedds = await gw.list_schedds()
     if schedd_name is not None:
         schedds = [s for s in schedds if s.name == schedd_name]
@@ -66,8 +94,11 @@ async def find_target(
     if condor_config is None:
         root = await gw.get_config(schedd, "CONFIG_ROOT")
         condor_config = f"{root.rstrip('/')}/condor_config" if root else None
-    token = await _master_token(gw, schedd, config)
-    return Target(schedd, agent_ip(found.address), condor_config, token)
+    return schedd, agent_ip(found.address), condor_config
+
+
+async def _keep_token(into: list[str | None], gw: Gateway, schedd: DaemonRef, config: LlicConfig) -> None:
+    into.append(await _master_token(gw, schedd, config))
 
 
 async def _master_token(gw: Gateway, schedd: DaemonRef, config: LlicConfig) -> str | None:
