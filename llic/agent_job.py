@@ -80,6 +80,12 @@ def agent_job(
             "should_transfer_files": "YES",
             "when_to_transfer_output": "ON_EXIT",
             "transfer_input_files": ", ".join(inputs),
+            # Nothing but stdout and stderr comes back through HTCondor (results travel over the
+            # agent's connection). Said explicitly: a job without TransferOutput gets back every
+            # new or changed file, found by modification time, so its starter sleeps 1 s after
+            # downloading the inputs before it starts the job (FileTransfer, time_t's 1 s grain).
+            # An empty `transfer_output_files` leaves TransferOutput undefined; this sets it.
+            "MY.TransferOutput": '""',
             "output": str(agent_dir / CONDOR_STDOUT),
             "error": str(agent_dir / "agent.err"),
             "log": str(plan.outdir / "agents.log"),

@@ -118,68 +118,129 @@ def _print_ignored(prog: str, submit: SubmitFile) -> None:
 
 
 def _submit(prog: str, args: argparse.Namespace) -> int:
-    """The real submission (llic/submitter.py): print each master and how to watch it."""
+    """The real submission (llic/submitter.py): print each master and how to watch it.
+
+    What the schedd waits for comes first, and the rest overlaps it (the first task runs
+    seconds sooner for it): the gateway's worker (a Python loading HTCondor's bindings) starts
+    before this process imports the submitter; while the worker finds the schedd, its
+    configuration and the masters' token (`find_target`; the token comes from a tool, a process
+    of its own), a thread imports the submitter and reads the submit file, and another builds
+    the agent zipapp into the user's cache (`agent_build.agent_cache_dir`) if it is not there."""
     import outcome
     import trio
 
-    from common.condor import Gateway, GatewayError
-    from common.config import ConfigError
+    from common.condor import Gateway
+    from llic.master_token import condor_tools
+
+    async def run() -> int:
+        # the second gateway only fetches the masters' token (a tool) while the first one works
+        async with Gateway(tools=condor_tools()) as gw, Gateway(tools=condor_tools()) as token_gw:
+            await gw.start()
+            if args.schedd:
+                await token_gw.start()
+            result = await outcome.acapture(_submit_with, prog, args, gw, token_gw)
+            return result.unwrap()  # raised here, not wrapped in an exception group
+
+    try:
+        _quiet_logging(prog)
+        return trio.run(run)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        if not isinstance(e, _submit_errors()):
+            raise
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        from common.condor import GatewayError
+
+        return 1 if isinstance(e, GatewayError) else 2
+
+
+def _quiet_logging(prog: str) -> None:
     from common.logging import configure_logging
-    from llic.state import StateFileError
-    from llic.submit import SubmitFileError
-    from llic.submitter import SubmitError, condor_tools
 
     configure_logging(prog, level="warning", json=False)  # the gateway's debug lines are not for users
 
-    async def run() -> int:
-        async with Gateway(tools=condor_tools()) as gw:
-            async with trio.open_nursery() as nursery:
-                # The gateway's worker (a process importing HTCondor's bindings) starts now and
-                # gets ready while this one reads the submit file: not one after the other.
-                nursery.start_soon(_warm_up, gw)
-                await trio.sleep(0)
-                result = await outcome.acapture(_submit_with, prog, args, gw)
-                nursery.cancel_scope.cancel()
-            return result.unwrap()  # raised here, not wrapped in the nursery's exception group
 
-    try:
-        return trio.run(run)
-    except (SubmitFileError, ConfigError, SubmitError, StateFileError, GatewayError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2 if not isinstance(e, GatewayError) else 1
-    except KeyboardInterrupt:
-        return 130
-
-
-async def _warm_up(gw: Gateway) -> None:
-    """Start the gateway's worker; a failure here is left to the first real call to report."""
+def _submit_errors() -> tuple[type[Exception], ...]:
+    """What a submission reports as one line (the user's file, config or pool), not a traceback."""
     from common.condor import GatewayError
+    from common.config import ConfigError
+    from llic.state import StateFileError
+    from llic.submit import SubmitFileError
+    from llic.submit_target import SubmitError
 
-    try:
-        await gw.version()
-    except GatewayError:
-        pass
+    return (SubmitFileError, ConfigError, SubmitError, StateFileError, GatewayError)
 
 
-async def _submit_with(prog: str, args: argparse.Namespace, gw: Gateway) -> int:
+def _read_submit(prog: str, args: argparse.Namespace) -> SubmitFile:
+    """Import the submitter (in the worker's start-up) and read the submit file."""
     from pathlib import Path
 
-    from llic.config import load_llic_config
+    import llic.submitter  # noqa: F401 (imported here, in this thread: seconds of the critical path)
     from llic.submit import parse_submit_file
-    from llic.submitter import default_master, submit_masters, wait_masters
 
-    config = load_llic_config(Path(args.config) if args.config else None).resolved(Path.cwd())
     submit = parse_submit_file(args.file, cwd=Path.cwd())
     for warning in submit.warnings:
         print(f"{prog}: warning: {warning}", file=sys.stderr)
     _print_ignored(prog, submit)
+    return submit
+
+
+async def _submit_with(prog: str, args: argparse.Namespace, gw: Gateway, token_gw: Gateway) -> int:
+    from pathlib import Path
+
+    import outcome
+    import trio
+
+    from llic.agent_build import agent_cache_dir, cached_agent
+    from llic.config import load_llic_config
+    from llic.submit_target import find_target  # light: before the thread imports the submitter
+
+    config = load_llic_config(Path(args.config) if args.config else None).resolved(Path.cwd())
+    cache = agent_cache_dir()
+    found: list[outcome.Outcome] = []
+
+    async def find() -> None:
+        try:
+            found.append(
+                outcome.Value(
+                    await find_target(
+                        gw,
+                        config,
+                        schedd_name=args.schedd,
+                        condor_config=args.condor_config,
+                        token_gw=token_gw,
+                    )
+                )
+            )
+        except Exception as e:
+            found.append(outcome.Error(e))
+
+    def prebuild() -> None:
+        try:
+            if cache is not None:
+                cached_agent(cache)
+        except Exception:  # the real build (llic/submitter.py) tries again and reports
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(find)
+        nursery.start_soon(trio.to_thread.run_sync, prebuild)
+        read = await outcome.acapture(trio.to_thread.run_sync, _read_submit, prog, args)
+        if isinstance(read, outcome.Error):
+            nursery.cancel_scope.cancel()
+    submit = read.unwrap()
+    target = found[0].unwrap()
+
+    from llic.submitter import default_master, submit_masters, wait_masters
+
     masters = await submit_masters(
         submit,
         config,
         gw,
-        schedd_name=args.schedd,
         master=args.master or default_master(),
-        condor_config=args.condor_config,
+        target=target,
+        agent_cache=cache,
     )
     for m in masters:
         with_agents = f", {m.agents} agents with it" if m.agents else ""

@@ -11,10 +11,11 @@ re-runs it when it is killed or exits non-zero, and it resumes from STATE_FILE. 
    An unusable state file or description is one line on stderr and exit status 2, with nothing
    deleted or rewritten (master_submitter's `on_exit_hold` then holds the job, so HTCondor does
    not re-run a master that cannot start).
-2. Builds the agent zipapp into its output directory (the state file's directory), opens its TCP
-   server on INITIAL_MASTER_PORT_NUMBER or, if taken, any free port, removes agent jobs a
-   previous run may have left (by the `LlicMaster` job attribute: an agent submitted just before
-   a crash is in no state file), and starts the core (`MasterCore.start`).
+2. Opens its TCP server on INITIAL_MASTER_PORT_NUMBER or, if taken, any free port, removes agent
+   jobs a previous run may have left (by the `LlicMaster` job attribute: an agent submitted just
+   before a crash is in no state file), and starts the core (`MasterCore.start`); it builds the
+   agent zipapp into its output directory (the state file's directory) meanwhile, serving the
+   agents submitted with it, and submits agents of its own once the zipapp is there.
 3. Carries out the core's actions: agents are submitted through an `AgentRunner` (llic/runners.py;
    HTCondor jobs described by llic/agent_job.py); their connections are authenticated and served
    by llic/connection.py, whose events go to the core; a result counts only through
@@ -170,6 +171,7 @@ class Master:
             log=self.log,
         )
         self.setup: AgentSetup | None = None  # known once the zipapp is built and the port open
+        self._setup_ready = trio.Event()
         self.stop_reason: str | None = None
         self.exit_signal: int | None = None
         self._over = trio.Event()
@@ -267,8 +269,6 @@ class Master:
         if self.prelaunched and not adopt:
             why = "no secret file" if not self.prelaunch_ok else f"port {self.port} not in {self.ports}"
             self.log.warning("agents submitted with the master cannot reach this run: replaced", why=why)
-        pyz = await trio.to_thread.run_sync(build_agent, self.plan.outdir)
-        self.setup = AgentSetup(pyz, self.host, self.port, self.secret, self.agent_python)
         sizes = await trio.to_thread.run_sync(self.plan.input_sizes)
         self.log.info(
             "master starting",
@@ -292,6 +292,9 @@ class Master:
                 slots = 1
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.links.serve, listeners, nursery)
+            # the zipapp (a child Python compiles its bytecode) is only needed for the agents
+            # this master submits itself: agents submitted with it are served meanwhile
+            nursery.start_soon(self._build_setup)
             nursery.start_soon(self._submitter)
             nursery.start_soon(self._remover)
             nursery.start_soon(self._wakeup.run, self._on_timer)
@@ -462,11 +465,18 @@ class Master:
 
     # ------------------------------------------------------------------ HTCondor side
 
+    async def _build_setup(self) -> None:
+        """Build the agent zipapp; the agents this master submits wait for it (`_submitter`)."""
+        pyz = await trio.to_thread.run_sync(build_agent, self.plan.outdir)
+        self.setup = AgentSetup(pyz, self.host, self.port, self.secret, self.agent_python)
+        self._setup_ready.set()
+
     async def _submitter(self) -> None:
         """Submit agents one at a time. After a refusal the chef resubmits at once (and counts a
         recovery), so failures in a row are spaced out (1, 2, 4 ... 30 s): a schedd that is
         restarting should not use up every chef's NUM_AGENT_RECOVERIES in a second."""
         failures = 0
+        await self._setup_ready.wait()
         async for action in self._submit_recv:
             if not self.core.still_launching(action.agent):
                 continue  # dismissed, recovered or stopped while it waited here

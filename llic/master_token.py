@@ -18,8 +18,12 @@ only to the master).
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
+# HTCondor's command-line tools (condor_token_fetch) as a command prefix, split like a shell
+# would; unset: on PATH, as on a submit host. The sandbox's: `deploy/sandbox tool POOL --user --`.
+TOOLS_ENV = "LLIC_CONDOR_TOOLS"
 TOKEN_DIR = "tokens.d"  # in the master's output directory
 TOKEN_FILE = "llic-master"
 AUTHORIZATIONS = ("READ", "WRITE")  # query, submit, remove, edit and reschedule the user's jobs
@@ -61,3 +65,8 @@ def remove_token(outdir: Path) -> None:
         directory.rmdir()
     except OSError:
         pass
+
+
+def condor_tools() -> list[str]:
+    """The command prefix HTCondor's tools run with ($LLIC_CONDOR_TOOLS; empty: on PATH)."""
+    return shlex.split(os.environ.get(TOOLS_ENV, ""))

@@ -19,9 +19,9 @@ from typing import Protocol
 import trio
 
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
-from common.condor.address import parse_sinful
 from llic.agent_job import AGENT_PYTHON, CONDOR_STDOUT, MASTER_ATTR
 from llic.plan import Plan
+from llic.submit_target import agent_ip, usable_ip  # noqa: F401 (re-exported)
 
 
 def request_attributes(attributes: dict[str, str]) -> dict[str, float]:
@@ -85,19 +85,6 @@ class AgentRunner(Protocol):
     async def aclose(self) -> None:
         """Let go of what the runner holds (the gateway's worker, local processes)."""
         ...
-
-
-def agent_ip(address: str | None) -> str | None:
-    """The IPv4 address in a daemon's sinful string, if agents can reach this master there (the
-    master listens on IPv4; loopback and 0.0.0.0 are no address for another machine)."""
-    parsed = parse_sinful(address)
-    ip = parsed.ip if parsed is not None else None
-    return str(ip) if ip is not None and ip.version == 4 and usable_ip(str(ip)) else None
-
-
-def usable_ip(ip: str | None) -> bool:
-    """An address another machine can reach us at (not loopback, not 0.0.0.0)."""
-    return bool(ip) and not ip.startswith("127.") and ip != "0.0.0.0"
 
 
 class GatewayAgents:

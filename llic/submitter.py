@@ -32,7 +32,8 @@ For each queue block of the user's submit file:
    clients claim to be its unprivileged user: HTCondor runs no job as root), and the master and
    its agents are released together (one negotiation and one queue scan serve both), and the
    schedd is asked to reschedule, as condor_submit does after a submit: a negotiation cycle
-   and a queue scan (which starts scheduler-universe jobs) now, not at the next interval.
+   and a queue scan (which starts scheduler-universe jobs) now, not at the next interval; and
+   once more shortly after (`_follow_up`), since the first cycle often misses the agents.
 
 Before step 2, the submitting user's token for the masters is fetched once from the schedd
 (`condor_token_fetch`, READ and WRITE, MASTER_TOKEN_LIFETIME seconds) and written into each
@@ -54,10 +55,10 @@ base name as argv[0], and a venv's python started that way does not find its ven
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
-import shlex
 import socket
 import sys
 import time
@@ -75,9 +76,9 @@ from llic.config import LlicConfig
 from llic.eventlog import append_events, log_path, submit_event
 from llic.events import AgentSubmitted, SubmitAgent
 from llic.master_core import MasterStatus
-from llic.master_token import AUTHORIZATIONS, remove_token, write_token
+from llic.master_token import TOOLS_ENV, condor_tools, remove_token, write_token  # noqa: F401 (re-exported)
 from llic.plan import make_plan
-from llic.runners import agent_ip, matching_slots
+from llic.runners import matching_slots
 from llic.state import (
     MasterInfo,
     MasterState,
@@ -91,18 +92,13 @@ from llic.state import (
     state_file_name,
 )
 from llic.submit import QueueBlock, SubmitFile
+from llic.submit_target import SubmitError, Target, find_target
 
 MASTER_MAX_RUNS = 20  # runs before HTCondor holds a master that keeps failing
 MASTER_ENV = "LLIC_MASTER"
-# HTCondor's command-line tools (condor_token_fetch) as a command prefix, split like a shell
-# would; unset: on PATH, as on a submit host. The sandbox's: `deploy/sandbox tool POOL --user --`.
-TOOLS_ENV = "LLIC_CONDOR_TOOLS"
 EXIT_UNUSABLE = 2
+FOLLOW_UP_AFTER = 0.3  # seconds from the release's reschedule to the follow-up (_follow_up)
 EXIT_GAVE_UP = 3
-
-
-class SubmitError(Exception):
-    """master_submitter cannot go on; one line."""
 
 
 @dataclass
@@ -208,30 +204,35 @@ async def submit_masters(
     schedd_name: str | None = None,
     master: str,
     condor_config: str | None = None,
+    target: Target | None = None,
+    agent_cache: Path | None = None,
 ) -> list[SubmittedMaster]:
-    """Submit one master per queue block; see the module doc."""
-    schedds = await gw.list_schedds()
-    if schedd_name is not None:
-        schedds = [s for s in schedds if s.name == schedd_name]
-        if not schedds:
-            raise SubmitError(f"no schedd named {schedd_name!r} in the pool")
-    if not schedds:
-        raise SubmitError("the pool's collector lists no schedd")
-    schedd = DaemonRef(kind=DaemonKind.SCHEDD, name=schedds[0].name)
-    agent_host = agent_ip(schedds[0].address)  # where execute machines reach the master's host
-    if condor_config is None:
-        root = await gw.get_config(schedd, "CONFIG_ROOT")
-        condor_config = f"{root.rstrip('/')}/condor_config" if root else None
-    token = await _master_token(gw, schedd, config)
+    """Submit one master per queue block; see the module doc. `target`: as `find_target` found
+    it (else found here); `agent_cache`: where the agent zipapp is built once (`agent_build`)."""
+    if target is None:
+        target = await find_target(gw, config, schedd_name=schedd_name, condor_config=condor_config)
     prefix = config.master_outputs_dir_prefix_path
     if prefix.endswith("/"):
         Path(prefix).mkdir(parents=True, exist_ok=True)
     submitted: list[SubmittedMaster] = []
     for block in submit.blocks:
-        submitted.append(
-            await _submit_one(submit, block, config, gw, schedd, master, condor_config, agent_host, token)
-        )
+        submitted.append(await _submit_one(submit, block, config, gw, master, target, agent_cache))
+    if any(m.agents for m in submitted):
+        await _follow_up(gw, target.schedd)
     return submitted
+
+
+async def _follow_up(gw: Gateway, schedd: DaemonRef) -> None:
+    """One more reschedule, FOLLOW_UP_AFTER seconds after the release's (module doc, step 4):
+    the negotiation cycle the first one starts often queries the collector before the schedd's
+    submitter ad shows the agents as idle, and finds nothing to match; the agents then waited for
+    the next periodic cycle (up to NEGOTIATOR_INTERVAL). The schedd runs the scan this one asks
+    for no sooner than SCHEDD_MIN_INTERVAL after the last; the ad is there by then."""
+    await trio.sleep(FOLLOW_UP_AFTER)
+    try:
+        await gw.reschedule(schedd=schedd)
+    except GatewayError:
+        pass
 
 
 async def _submit_one(
@@ -239,12 +240,11 @@ async def _submit_one(
     block: QueueBlock,
     config: LlicConfig,
     gw: Gateway,
-    schedd: DaemonRef,
     master: str,
-    condor_config: str | None,
-    agent_host: str | None,
-    token: str | None,
+    target: Target,
+    agent_cache: Path | None,
 ) -> SubmittedMaster:
+    schedd, agent_host, token = target.schedd, target.agent_host, target.token
     prefix = config.master_outputs_dir_prefix_path
     master_id = new_master_id(block.index)
     outdir = master_output_dir(prefix, master_id)
@@ -284,7 +284,7 @@ async def _submit_one(
     desc = master_job(
         state_path,
         master=master,
-        condor_config=condor_config,
+        condor_config=target.condor_config,
         batch_name=f"llic {os.path.basename(submit.path)}#{block.index}",
     )
     try:
@@ -301,7 +301,7 @@ async def _submit_one(
         clusters = [result.cluster]
         if agent_host is not None and config.initial_master_port_number:
             state, agent_cluster, agents = await _prelaunch(
-                gw, schedd, state_path, state, config, block, agent_host
+                gw, schedd, state_path, state, config, block, agent_host, agent_cache
             )
             if agent_cluster is not None:
                 clusters.append(agent_cluster)
@@ -331,25 +331,6 @@ async def _submit_one(
     )
 
 
-async def _master_token(gw: Gateway, schedd: DaemonRef, config: LlicConfig) -> str | None:
-    """The submitting user's token for the masters (llic/master_token.py): fetched once from
-    their schedd, bounded to READ and WRITE and MASTER_TOKEN_LIFETIME. None when the lifetime is
-    0, or with a warning when the pool gives none (e.g. a pool without IDTOKENS: its masters
-    authenticate the pool's own way, as before)."""
-    if not config.master_token_lifetime:
-        return None
-    try:
-        return await gw.fetch_token(AUTHORIZATIONS, lifetime=config.master_token_lifetime, daemon=schedd)
-    except GatewayError as e:
-        print(
-            f"master_submitter: warning: no token for the master from schedd {schedd.name} ({e});"
-            " it authenticates the pool's own way (FS), which fails where the schedd does not offer"
-            " FS channel binding (docs/security-htcondor.md)",
-            file=sys.stderr,
-        )
-        return None
-
-
 async def _prelaunch(
     gw: Gateway,
     schedd: DaemonRef,
@@ -358,6 +339,7 @@ async def _prelaunch(
     config: LlicConfig,
     block: QueueBlock,
     host: str,
+    agent_cache: Path | None = None,
 ) -> tuple[MasterState, int | None, int]:
     """The master's first agents (module doc, step 3), submitted on hold in one cluster: the
     state to save (naming them), their cluster and how many. None and 0 when the pool's slots
@@ -377,7 +359,7 @@ async def _prelaunch(
     write_secret(plan.outdir, secret)
     first = config.initial_master_port_number
     ports = [first, min(first + PORT_SPAN - 1, 65535)]
-    pyz = await trio.to_thread.run_sync(build_agent, plan.outdir)
+    pyz = await trio.to_thread.run_sync(functools.partial(build_agent, plan.outdir, cache=agent_cache))
     setup = AgentSetup(pyz, host, f"{ports[0]}-{ports[1]}", secret)
     descriptions = [(await trio.to_thread.run_sync(prepare_agent, plan, a, setup))[0] for a in launches]
     description = _by_process(descriptions, [a.agent for a in launches])
@@ -520,8 +502,3 @@ async def _queue_problems(gw: Gateway, schedd: DaemonRef | None, watches: list[_
 def default_master() -> str:
     """The llic-master to submit: $LLIC_MASTER, else the one beside this Python."""
     return os.environ.get(MASTER_ENV) or str(Path(sys.executable).parent / "llic-master")
-
-
-def condor_tools() -> list[str]:
-    """The command prefix HTCondor's tools run with ($LLIC_CONDOR_TOOLS; empty: on PATH)."""
-    return shlex.split(os.environ.get(TOOLS_ENV, ""))

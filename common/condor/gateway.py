@@ -40,7 +40,7 @@ from common.condor.types import (
     TokenInfo,
     TokenRequest,
 )
-from common.wire import FrameDecoder, FrameTooLarge, frame, pack, unpack
+from common.framing import FrameDecoder, FrameTooLarge, frame, pack, unpack
 
 log = structlog.get_logger("condor.gateway")
 
@@ -129,6 +129,15 @@ class Gateway:
         """Stop the worker: EOF on its stdin, a kill after 2 s; shielded from cancellation."""
         with trio.CancelScope(shield=True):
             await self._discard_child(graceful=True)
+
+    async def start(self) -> None:
+        """Start the worker now rather than at the first call, so that its start-up (a Python
+        loading HTCondor's bindings) overlaps whatever the caller does before that call."""
+        async with self._lock:
+            if self._process is None or self._process.returncode is not None:
+                if self._process is not None:
+                    self.restarts += 1
+                self._process = await self._start_child()
 
     # ------------------------------------------------------------------ the child process
 

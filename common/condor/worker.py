@@ -27,7 +27,7 @@ import htcondor2 as htcondor
 from common.classad_text import literal
 from common.condor.knobs import check_knob_name, check_value_text
 from common.condor.shut_out import SCHEDD_ATTRS, SLOT_ATTRS, SUBMITTER_ATTRS, plan_shut_out
-from common.wire import FrameDecoder, frame, pack, unpack
+from common.framing import FrameDecoder, frame, pack, unpack
 
 MY_TYPES = {
     "master": "DaemonMaster",

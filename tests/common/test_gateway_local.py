@@ -48,3 +48,15 @@ def test_token_request_list_json_as_23_9_prints_it() -> None:
     assert parse_json_documents(text) == [{"RequestId": "1634618", "TokenLifetime": 600}]
     assert parse_json_documents('{"a": 1}\n{"a": 2}\n') == [{"a": 1}, {"a": 2}]
     assert parse_json_documents("\n") == []
+
+
+async def test_start_brings_the_worker_up_before_the_first_call() -> None:
+    async with Gateway() as gw:
+        assert gw.child_pid is None
+        await gw.start()
+        pid = gw.child_pid
+        assert pid is not None
+        await gw.start()  # already running: the same worker
+        assert gw.child_pid == pid
+        assert await gw.match_ads("true", [{}]) == [True]
+        assert gw.child_pid == pid and gw.restarts == 0

@@ -128,3 +128,27 @@ def test_frames_survive_any_chunking(payloads: list[bytes], cuts: list[int]) -> 
         while (p := dec.next_frame()) is not None:
             got.append(p)
     assert got == payloads and dec.pending == 0
+
+
+def test_the_gateway_worker_frames_without_pydantic_or_structlog() -> None:
+    """The worker (whose start every gateway call waits for first) imports the framing only:
+    pydantic and structlog took most of its start-up."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, common.condor.worker; "
+        "print(sorted(m for m in ('pydantic', 'structlog', 'rich') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_wire_still_offers_the_framing() -> None:
+    from common import framing, wire
+
+    assert wire.frame is framing.frame and wire.FrameDecoder is framing.FrameDecoder
+    decoder = framing.FrameDecoder()
+    decoder.feed(wire.frame(wire.pack({"a": 1})))
+    payload = decoder.next_frame()
+    assert payload is not None and wire.unpack(payload) == {"a": 1}

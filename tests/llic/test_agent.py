@@ -953,3 +953,30 @@ def test_a_granted_large_result_is_paced_at_the_grants_rate(
     assert master.outcome == "done", master.outcome
     assert master.bulk_seconds[(0, 0)] >= 8 * big / rate - 0.05
     assert (submit / "out.bin").stat().st_size == big
+
+
+def test_cached_build_is_built_once_and_copied(tmp_path: Path, pyz: Path) -> None:
+    """master_submitter builds the zipapp once per content into the user's cache and copies it
+    into each master's directory (the bytecode compile is a child Python, ~0.1-0.2 s)."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    first = agent_build.build_agent(tmp_path / "one", cache=cache)
+    cached = cache / first.name
+    assert cached.read_bytes() == first.read_bytes() == pyz.read_bytes()
+    os.utime(cached, ns=(0, 0))
+    second = agent_build.build_agent(tmp_path / "two", cache=cache)
+    assert second.read_bytes() == pyz.read_bytes() and os.access(second, os.X_OK)
+    assert cached.stat().st_mtime_ns == 0  # taken from the cache, not built again
+    assert sorted(x.name for x in cache.iterdir() if not x.name.startswith(".")) == [first.name]
+    assert [x.name for x in (tmp_path / "two").iterdir()] == [second.name]  # no temporary left
+
+
+def test_agent_cache_dir_is_the_users_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = agent_build.agent_cache_dir()
+    assert cache == tmp_path / "xdg" / "llic" and cache.stat().st_mode & 0o777 == 0o700
+    cache.chmod(0o770)  # others could put an archive there that the user's agents would run
+    assert agent_build.agent_cache_dir() is None
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # cannot be made: no cache
+    assert agent_build.agent_cache_dir() is None

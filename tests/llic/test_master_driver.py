@@ -500,6 +500,9 @@ def test_prelaunched_agents_share_one_description_with_process_in_their_names(tm
     generic = submitter._by_process(descriptions, [a.agent for a in launches])
     assert generic is not None and "1.$(Process).1" in generic["arguments"]
     assert " 2853-2868 " in generic["arguments"]
+    # nothing comes back but stdout and stderr: said, so the starter starts the agent at once
+    # (with TransferOutput undefined it sleeps 1 s after the download, to tell changed files)
+    assert generic["MY.TransferOutput"] == '""'
     for i, description in enumerate(descriptions):
         assert {k: v.replace("$(Process)", str(i)) for k, v in generic.items()} == description
     odd = [descriptions[0], {**descriptions[1], "request_memory": "99"}, descriptions[2]]
@@ -605,3 +608,54 @@ def test_request_attributes_are_named_as_in_the_job_ad() -> None:
     attrs = {"request_memory": "256", "request_cpus": "1", "Request_GPUs": "0", "request_disk": "1 GB"}
     attrs["rank"] = "1"
     assert request_attributes(attrs) == {"RequestMemory": 256.0, "RequestCpus": 1.0, "RequestGpus": 0.0}
+
+
+@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
+async def test_agents_submitted_with_the_master_are_served_while_it_builds_its_zipapp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master's own zipapp (a child Python compiles it) is for the agents it submits itself:
+    the agents master_submitter sent with it get their tasks before it is built."""
+    import threading
+
+    state_path = make_state(tmp_path, NFS_SUB.format(n=6))
+    (tmp_path / "work").chmod(0o755)
+    state, plan = m.load_plan(state_path)
+    core = restore(state, plan.config)
+    launches = [a for a in core.prelaunch(1, time.time()).actions if isinstance(a, SubmitAgent)]
+    secret = p.make_secret()
+    write_secret(plan.outdir, secret)
+    first = free_port_pair()
+    setup = AgentSetup(build_agent(plan.outdir), "127.0.0.1", f"{first}-{first + 1}", secret)
+    runner = m.LocalAgents(tmp_path / "scratch", slots=1)
+    for launch in launches:
+        description, _ = prepare_agent(plan, launch, setup)
+        core.handle(AgentSubmitted(launch.agent, await runner.submit(description)), time.time())
+    extra = {"prelaunch": {"host": "127.0.0.1", "ports": [first, first + 1], "cluster": 1}}
+    save_state(state_path, snapshot(core, plan.info, time.time(), extra))
+    state, plan = m.load_plan(state_path)
+    gate = threading.Event()
+    done_before_build: list[int] = []
+    opened_by_a_result: list[bool] = []
+
+    def held_build(out: Path) -> Path:
+        opened_by_a_result.append(gate.wait(20))  # False: nothing was served while it waited
+        return build_agent(out)
+
+    monkeypatch.setattr(m, "build_agent", held_build)
+    master = m.Master(plan, state, runner, host="127.0.0.1")
+
+    async def open_gate_after_a_result() -> None:
+        while master.core.counts().done == 0:
+            await trio.sleep(0.05)
+        done_before_build.append(master.core.counts().done)
+        gate.set()
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(open_gate_after_a_result)
+            rc = await master.run()
+    gate.set()
+    await runner.aclose()
+    assert rc == m.EXIT_DONE and opened_by_a_result == [True] and done_before_build[0] >= 1
+    assert master.setup is not None and load_state(state_path).counts().done == 6

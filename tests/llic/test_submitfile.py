@@ -407,3 +407,24 @@ def test_master_submitter_dry_run(
     (tmp_path / "bad.sub").write_text("executable = /bin/echo\nqueue in (\n")
     assert master_submitter(["--dry-run", "bad.sub"]) == 2
     assert "bad.sub:2:" in capsys.readouterr().err
+
+
+def test_submission_reports_a_bad_file_while_the_pool_is_looked_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """master_submitter reads the file while its gateway looks for the schedd (at once, not one
+    after the other): a bad file is still one line naming file and line, exit status 2, and a
+    pool that cannot be reached is one line too (exit status 1), not a traceback."""
+    config = tmp_path / "condor_config"
+    config.write_text("COLLECTOR_HOST = 127.0.0.1:1\n")
+    monkeypatch.setenv("CONDOR_CONFIG", str(config))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.sub").write_text("executable = /bin/echo\nqueue in (\n")
+    assert master_submitter(["bad.sub"]) == 2
+    assert "bad.sub:2:" in capsys.readouterr().err
+    (tmp_path / "good.sub").write_text("executable = /bin/echo\nqueue\n")
+    for named in ([], ["-name", "schedd@nowhere"]):  # named: its token is asked for at once, beside
+        assert master_submitter(["good.sub", *named]) == 1
+        err = capsys.readouterr().err  # (a warning that no token came may come first)
+        assert err.splitlines()[-1].startswith("master_submitter: error: ") and "Traceback" not in err, err
