@@ -84,6 +84,7 @@ from llic.task_policy import (
 )
 from llic.taskbook import TaskBook, TaskCounts, TaskRecord, TaskState
 
+_NAMES_KEPT = 4096  # agent names whose parse the core remembers (one per launch), at most
 RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
 AGENT_STARTUP_GUESS = 10.0  # seconds from submitting an agent to its connection, until one is seen
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
@@ -140,11 +141,13 @@ class MasterCore:
         self._run_time = (0.0, 0)  # sum and count of the run times of tasks that ran
         self._next_periodic: float | None = None  # the next periodic policy evaluation
         self._last_now = 0.0  # the time of the entry point being handled
+        self._names: dict[str, tuple[int, int, int] | None] = {}  # parse_agent_name, remembered
 
     def _new_chef(self, rec: ChefRecord, run: int) -> Chef:
-        """A chef that asks the job policy about ended runs (and so may wait for requeues)."""
+        """A chef that asks the job policy about ended runs (and so may wait for requeues);
+        HTCondor's default policy (every run that ends is done) needs no asking."""
         chef = Chef(rec, self.config, run, self._net)
-        chef.decide = self._decide
+        chef.decide = None if type(self._policy) is DefaultPolicy else self._decide
         chef.wait_for_requeues = self._policy.may_requeue()
         return chef
 
@@ -375,6 +378,7 @@ class MasterCore:
             return self.handle(events[0], now)
         self._dirty = True
         out = Output()
+        refill: dict[int, Chef] = {}  # the chefs whose agents sent results, in order
         for event in events:
             chef, current = self._chef_of(event.agent)
             if chef is None or not current:
@@ -385,7 +389,13 @@ class MasterCore:
             if event.result.ok:
                 total, n = self._run_time
                 self._run_time = (total + max(0.0, event.result.run_time), n + 1)
-            out.extend(self._to_chef(chef, event, now))
+            out.extend(chef.handle(event, now, self.book, self._accepting, refill=False))
+            refill[chef.index] = chef
+        # each agent's window refilled once for its results: one SendTasks (one message) for
+        # the batch rather than one per result
+        for chef in refill.values():
+            chef.now = now
+            chef.fill(self.book, self._accepting, out)
         out.extend(self._balance(now))
         return self._done(out, now)
 
@@ -643,7 +653,13 @@ class MasterCore:
     def _chef_of(self, agent: str) -> tuple[Chef | None, bool]:
         """The chef an agent's name points to (None: not one of ours), and whether the agent is
         that chef's latest launch in this run (else its events are stale)."""
-        parsed = parse_agent_name(agent)
+        names = self._names
+        if agent in names:
+            parsed = names[agent]
+        else:
+            if len(names) >= _NAMES_KEPT:
+                names.clear()
+            parsed = names[agent] = parse_agent_name(agent)
         if parsed is None or parsed[1] >= len(self.chefs):
             return None, False
         chef = self.chefs[parsed[1]]
