@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import threading
@@ -180,6 +181,28 @@ def test_records_leave_their_default_fields_off_the_wire_and_come_back_whole(imp
     assert sent == {"process": 3, "attempt": 0, "status": "ok", "exit_code": 0}
     sent = msgpack.unpackb(p.encode({"t": "result", "result": killed})[4:], raw=False)["result"]
     assert sent == {"process": 3, "attempt": 0, "status": "ok", "signal": 9, "stderr_tail": "x", "error": ""}
+
+
+def _filtered(record: p.Task | p.TaskResult) -> dict[str, Any]:
+    """The record's map less the fields holding `_WIRE_DEFAULTS` (what the short maps mean)."""
+    defaults = p._WIRE_DEFAULTS[type(record)]
+    return {
+        k: v
+        for k, v in record.to_dict().items()
+        if k not in defaults or v != defaults[k] or type(v) is not type(defaults[k])
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(tasks, results, st.integers(0, 50))
+def test_wire_maps_are_the_records_maps_less_their_defaults(t: p.Task, r: p.TaskResult, attempt: int) -> None:
+    """The master sends a task as `task_map(spec, attempt)`, made from the task without copying
+    it: the same map, in the same order, as run `attempt`'s `to_dict` less the default fields."""
+    run = dataclasses.replace(t, attempt=attempt)
+    assert list(p.task_map(t, attempt).items()) == list(_filtered(run).items())
+    assert list(p._wire(r).items()) == list(_filtered(r).items())
+    for kept in (p.Task(0, "x", "/", cluster=0, log="l", hold=True, policy={"A": "1"}, output_remaps="a=b"),):
+        assert p.task_map(kept, 0) == _filtered(kept)
 
 
 def test_unknown_fields_are_dropped_for_later_versions(impl: str) -> None:
