@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llic import state as state_module
 from llic.chef import ChefState
 from llic.config import LlicConfig
 from llic.events import (
@@ -38,7 +39,7 @@ from llic.state import (
     state_file_name,
 )
 from llic.task import TaskResult
-from llic.taskbook import TaskState
+from llic.taskbook import TaskRecord, TaskState
 from tests.llic.test_chef import check_end, simulate, tasks_sent
 
 INFO = MasterInfo("1234.0", "alice", 1234, "/home/alice/job.sub", 0)
@@ -337,3 +338,47 @@ def test_a_state_file_of_an_earlier_llic_still_loads_and_resumes(tmp_path: Path)
 def _task_lines(path: Path) -> list[dict[str, object]]:
     body = path.read_bytes().partition(b"\n")[2]
     return json.loads(body)["tasks"]
+
+
+_texts = st.text(max_size=12)
+_floats = st.floats(allow_nan=True, allow_infinity=True) | st.floats(0, 2e9)
+_outcomes = st.builds(
+    TaskResult,
+    process=st.integers(0, 99),
+    attempt=st.integers(0, 9),
+    status=st.sampled_from(["ok", "prepare_failed", "launch_failed", ""]),
+    exit_code=st.none() | st.integers(-(2**40), 2**40) | st.booleans(),
+    signal=st.none() | st.integers(1, 64),
+    run_time=st.floats(0, 1e9) | st.integers(0, 9),
+    started=st.none() | _floats,
+    finished=st.none() | _floats,
+    host=_texts,
+    stdout_tail=_texts,
+    stderr_tail=st.just(""),
+    error=st.none() | _texts,
+)
+_records = st.builds(
+    TaskRecord,
+    process=st.integers(0, 2**40),
+    state=st.sampled_from(list(TaskState)),
+    attempt=st.integers(0, 9),
+    failures=st.integers(0, 3),
+    chef=st.none() | st.integers(0, 5),
+    failed_on=st.frozensets(st.integers(0, 5), max_size=2),
+    outcome=st.none() | _outcomes,
+    completed=st.none() | _floats,
+    recorded=st.integers(0, 3),
+    completions=st.integers(0, 3),
+    hold_reason=st.none() | _texts,
+    entered=st.none() | _floats,
+    wall_clock=st.floats(0, 1e6) | st.integers(0, 5),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_records)
+def test_task_lines_are_json_dumps_of_the_records_maps(rec: TaskRecord) -> None:
+    """A task's line is written by hand for the common records (a save re-encodes every record
+    that changed): the very text json.dumps makes of `_task_json`, whatever the values."""
+    expected = json.dumps(state_module._task_json(rec), separators=(",", ":"), ensure_ascii=False)
+    assert state_module._task_line(rec) == expected
