@@ -205,6 +205,45 @@ def test_wire_maps_are_the_records_maps_less_their_defaults(t: p.Task, r: p.Task
         assert p.task_map(kept, 0) == _filtered(kept)
 
 
+_odd_values = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 2**40)
+    | st.floats()
+    | st.text(max_size=5)
+    | st.lists(st.text(max_size=3) | st.integers(), max_size=3)
+    | st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)
+)
+_task_keys = [f.name for f in dataclasses.fields(p.Task)]
+_result_keys = [f.name for f in dataclasses.fields(p.TaskResult)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(tasks, results, results.map(lambda r: dataclasses.replace(r, status="ok", signal=None))),
+    st.data(),
+)
+def test_from_dict_reads_every_map_as_the_field_by_field_check_does(record: Any, data: st.DataObject) -> None:
+    """Task.from_dict and TaskResult.from_dict take the common maps at once and hand every
+    other one to the field-by-field check: the same records, the same errors, for any map."""
+    kind = type(record)
+    keys = _task_keys if kind is p.Task else _result_keys
+    m = dict(p._wire(record) if data.draw(st.booleans()) else record.to_dict())
+    m.update(data.draw(st.dictionaries(st.sampled_from(keys), _odd_values, min_size=1, max_size=2)))
+    for key in data.draw(st.lists(st.sampled_from(keys), max_size=2)):
+        m.pop(key, None)
+    outcomes = []
+    for read in (kind._checked, kind.from_dict):
+        try:
+            outcomes.append(read(m))
+        except p.ProtocolError as e:
+            outcomes.append(str(e))
+    slow, fast = outcomes
+    assert fast == slow
+    if not isinstance(slow, str):
+        assert [type(getattr(fast, k)) for k in keys] == [type(getattr(slow, k)) for k in keys]
+
+
 def test_unknown_fields_are_dropped_for_later_versions(impl: str) -> None:
     (msg,) = decode_all(raw({"t": "welcome", "window": 2, "compression": "zstd"}))
     assert msg.body == {"window": 2}
