@@ -251,7 +251,8 @@ class Master:
         self.extra["agent_host"] = self.host
         self.extra["port"] = self.port
         self.extra["net"] = self.core.net_figures(now)
-        return self.state_file.encode(snapshot(self.core, self.plan.info, now, self.extra, copy=False))
+        state = snapshot(self.core, self.plan.info, now, self.extra, copy=False)
+        return self.state_file.encode(state, self.core.take_changed())
 
     # ------------------------------------------------------------------ the run
 

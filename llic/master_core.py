@@ -229,6 +229,11 @@ class MasterCore:
         """The chefs' persistent facts (what the state file keeps)."""
         return [c.rec for c in self.chefs]
 
+    def take_changed(self) -> set[int]:
+        """The processes whose task records changed since the last call (for the state file's
+        writer: the other records' lines stay as they were)."""
+        return self.book.take_touched()
+
     def net_figures(self, now: float) -> dict[str, object]:
         """The network accounting as the state file's `extra.net` and master_q show it."""
         return self._net.snapshot(now)

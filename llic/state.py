@@ -28,7 +28,7 @@ import os
 import re
 import threading
 import typing
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring as _encode_str  # type: ignore[attr-defined]
 from pathlib import Path
@@ -242,14 +242,18 @@ class StateWriter:
         self._written = 0  # the newest of them written
         self._lock = threading.Lock()
 
-    def save(self, state: MasterState) -> None:
+    def save(self, state: MasterState, changed: Collection[int] | None = None) -> None:
         """save_state(path, state), reusing the lines of unchanged tasks."""
-        self.write(self.encode(state))
+        self.write(self.encode(state, changed))
 
-    def encode(self, state: MasterState) -> tuple[int, bytes]:
-        """The file's bytes for `state`, numbered for `write`."""
+    def encode(self, state: MasterState, changed: Collection[int] | None = None) -> tuple[int, bytes]:
+        """The file's bytes for `state`, numbered for `write`. `changed`: the processes whose
+        records may differ from when this writer last encoded them (`MasterCore.take_changed`
+        since then); the others keep their lines without a look. None: every record is
+        compared with its line's (a look per record and save: for 100,000 tasks, saved every
+        STATE_SAVE_INTERVAL, that was most of a save)."""
         self._encoded += 1
-        return self._encoded, _file_bytes(state, self._lines)
+        return self._encoded, _file_bytes(state, self._lines, changed)
 
     def write(self, encoded: tuple[int, bytes]) -> None:
         """Write what `encode` gave (atomically), unless a later save was written already."""
@@ -270,8 +274,12 @@ def save_state(
     _write_file(Path(path), _file_bytes(state, lines))
 
 
-def _file_bytes(state: MasterState, lines: dict[int, tuple[tuple[Any, ...], str]] | None) -> bytes:
-    body = _encode(state, lines)
+def _file_bytes(
+    state: MasterState,
+    lines: dict[int, tuple[tuple[Any, ...], str]] | None,
+    changed: Collection[int] | None = None,
+) -> bytes:
+    body = _encode(state, lines, changed)
     return f"{MAGIC} {VERSION} sha256:{hashlib.sha256(body).hexdigest()}\n".encode() + body
 
 
@@ -362,7 +370,11 @@ def _looks_like_state(path: Path) -> bool:
 # ----------------------------------------------------------------------------- encoding
 
 
-def _encode(state: MasterState, lines: dict[int, tuple[tuple[Any, ...], str]] | None = None) -> bytes:
+def _encode(
+    state: MasterState,
+    lines: dict[int, tuple[tuple[Any, ...], str]] | None = None,
+    changed: Collection[int] | None = None,
+) -> bytes:
     head = {
         "master": vars(state.info),
         "config": state.config,
@@ -377,6 +389,14 @@ def _encode(state: MasterState, lines: dict[int, tuple[tuple[Any, ...], str]] | 
     text = json.dumps(head, separators=(",", ":"), ensure_ascii=False)
     if lines is None:
         tasks = ",\n".join(_task_line(t) for t in state.tasks)
+    elif changed is not None:
+        encoded = []
+        for t in state.tasks:
+            known = lines.get(t.process)
+            if known is None or t.process in changed:
+                known = lines[t.process] = (_fingerprint(t), _task_line(t))
+            encoded.append(known[1])
+        tasks = ",\n".join(encoded)
     else:
         encoded = []
         for t in state.tasks:

@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -40,7 +41,7 @@ from llic.state import (
 )
 from llic.task import TaskResult
 from llic.taskbook import TaskRecord, TaskState
-from tests.llic.test_chef import check_end, simulate, tasks_sent
+from tests.llic.test_chef import Sim, check_end, simulate, tasks_sent
 
 INFO = MasterInfo("1234.0", "alice", 1234, "/home/alice/job.sub", 0)
 
@@ -89,10 +90,13 @@ def test_a_state_writer_writes_what_a_fresh_save_writes_after_every_change(tmp_p
     writer = StateWriter(tmp_path / "a.state")
     fresh = tmp_path / "b.state"
 
+    told = StateWriter(tmp_path / "c.state")  # told what changed, as the master's is
+
     def same() -> None:
         writer.save(snapshot(core, INFO, 20.0, copy=False))
+        told.save(snapshot(core, INFO, 20.0, copy=False), core.take_changed())
         save_state(fresh, snapshot(core, INFO, 20.0))
-        assert writer.path.read_bytes() == fresh.read_bytes()
+        assert writer.path.read_bytes() == fresh.read_bytes() == told.path.read_bytes()
 
     same()
     agent = core.chefs[0].agent
@@ -102,6 +106,7 @@ def test_a_state_writer_writes_what_a_fresh_save_writes_after_every_change(tmp_p
     core.handle(ConnectionBroken(agent, "lost"), 17.0)  # its tasks back to the queue
     same()
     core = restore(load_state(writer.path))
+    told = StateWriter(tmp_path / "c.state")  # a restarted master's writer knows no lines
     core.start(2, 18.0)
     same()
     assert load_state(writer.path).counts() == core.counts()
@@ -382,3 +387,27 @@ def test_task_lines_are_json_dumps_of_the_records_maps(rec: TaskRecord) -> None:
     that changed): the very text json.dumps makes of `_task_json`, whatever the values."""
     expected = json.dumps(state_module._task_json(rec), separators=(",", ":"), ensure_ascii=False)
     assert state_module._task_line(rec) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_writer_told_what_changed_writes_what_a_fresh_save_writes(data: st.DataObject) -> None:
+    """The master's writer encodes again only the records the core says changed since its last
+    save (every change of a record goes through the task book's _move or _start): through any
+    interleaving of the chef property test, at every save, its bytes are a fresh save's."""
+    current: list[Any] = [None, None]  # the core, and its master's writer
+    plain_save = Sim.save
+
+    def save(sim: Sim) -> None:
+        plain_save(sim)
+        if current[0] is not sim.core:  # a (re)started master: a new writer
+            current[:] = [sim.core, StateWriter(Path("/nonexistent/m.state"))]
+        state = snapshot(sim.core, INFO, sim.now, copy=False)
+        encoded = current[1].encode(state, sim.core.take_changed())[1]
+        assert encoded == state_module._file_bytes(state, None)
+
+    Sim.save = save  # type: ignore[method-assign]
+    try:
+        check_end(simulate(data))
+    finally:
+        Sim.save = plain_save  # type: ignore[method-assign]
