@@ -182,11 +182,12 @@ class MasterCore:
     def gave_up(self) -> bool:
         """Tasks left to run and every chef unrecoverable (§3.7): nothing can run them. (Held
         tasks alone keep the master waiting for a release or a removal, as HTCondor keeps them.)"""
-        return (
-            not self.book.idle
-            and bool(self.chefs)
-            and all(c.state is ChefState.UNRECOVERABLE for c in self.chefs)
-        )
+        if self.book.idle or not self.chefs:
+            return False
+        for chef in self.chefs:  # asked after every event: the first chef usually answers
+            if chef.rec.state is not ChefState.UNRECOVERABLE:
+                return False
+        return True
 
     @property
     def over(self) -> bool:
