@@ -176,9 +176,12 @@ class Chef:
         """Its agent is submitted or connected."""
         return self.rec.state in (ChefState.LAUNCHED, ChefState.RUNNING)
 
-    def handle(self, event: ChefEvent, now: float, book: TaskBook, others: Collection[int]) -> Output:
+    def handle(
+        self, event: ChefEvent, now: float, book: TaskBook, others: Collection[int], *, refill: bool = True
+    ) -> Output:
         """`others`: the chefs that can take tasks (see TaskBook.take; this chef is left out
-        there)."""
+        there). `refill` False: a result does not refill the agent's window; the caller calls
+        `fill` once after a batch of results."""
         out = Output()
         s = self.rec.state
         self.now = now
@@ -231,7 +234,8 @@ class Chef:
                     if self.rec.failures >= self.config.max_task_failures:
                         self._recover(f"{self.rec.failures} failed tasks", book, others, out)
                         return out
-                self.fill(book, others, out)
+                if refill:
+                    self.fill(book, others, out)
             case ConnectionBroken(reason=reason):
                 if s is ChefState.RUNNING:
                     self._recover(f"connection broken: {reason}", book, others, out)

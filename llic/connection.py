@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +55,7 @@ from llic.files import OutputPlacementError, place_outputs
 from llic.netadmit import IN, OUT
 from llic.plan import Plan, input_blobs
 from llic.state import StateFileError
-from llic.task import STATUS_PREPARE_FAILED, Task, TaskResult
+from llic.task import STATUS_PREPARE_FAILED, TaskResult
 from llic.taskbook import Assignment
 
 HANDSHAKE_TIMEOUT = 10.0  # an agent answers in milliseconds; a stalled handshake is dropped
@@ -66,29 +67,72 @@ RECV_SIZE = 1 << 18
 
 @dataclass
 class AgentConnection:
-    """One authenticated agent's connection: what the core says goes into `outbox`, in order."""
+    """One authenticated agent's connection: what the core says goes into `outbox`, in order,
+    for its sender task; bytes there are the rest of a write `Connections.deliver` began (None:
+    close)."""
 
     agent: str
     chef: int
     peer: str
     stream: trio.SocketStream
     version: int = 1  # the protocol version its hello said
-    send: trio.MemorySendChannel[Action | None] = field(init=False)
-    outbox: trio.MemoryReceiveChannel[Action | None] = field(init=False)
+    outbox: deque[Action | bytes | None] = field(default_factory=deque)
     refusal: str | None = None
     closing: str | None = None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     recv_started: float | None = None  # when the first bytes of the message being received came
+    # the sender waits for the outbox with nothing of its own under way: deliver may write
+    sender_idle: bool = False
+    fd: int = field(init=False)
+    _wake: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
 
     def __post_init__(self) -> None:
-        self.send, self.outbox = trio.open_memory_channel(math.inf)
+        self.fd = self.stream.socket.fileno()
+
+    def put(self, item: Action | bytes | None) -> None:
+        """Queue for the sender (and wake it)."""
+        self.outbox.append(item)
+        if self.sender_idle:
+            self._wake.unpark_all()
+
+    async def take(self) -> list[Action | bytes | None]:
+        """Everything queued, once something is (for the sender)."""
+        while not self.outbox:
+            self.sender_idle = True
+            try:
+                await self._wake.park()
+            finally:
+                self.sender_idle = False
+        items = list(self.outbox)
+        self.outbox.clear()
+        return items
 
     def close(self, reason: str) -> None:
         """Deliver what is queued, then close (within CLOSE_TIMEOUT)."""
         if self.closing is None:
             self.closing = reason
-            self.send.send_nowait(None)
+            self.put(None)
             self.scope.deadline = min(self.scope.deadline, trio.current_time() + CLOSE_TIMEOUT)
+
+
+def _write_some(fd: int, data: bytes) -> int:
+    """Write what the socket takes now, without waiting: how many bytes (0: its buffer is full)."""
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
+
+
+async def _receive_some(fd: int) -> bytes:
+    """The next bytes from the socket (b"": the peer closed): one wait for them, then one read.
+    (trio's `receive_some` reads first, which between messages finds nothing, then waits, and
+    checkpoints around it: per message of a flood of short tasks that was most of the receiving.)"""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            return os.read(fd, RECV_SIZE)
+        except BlockingIOError:
+            continue
 
 
 class _Closed(Exception):
@@ -150,10 +194,41 @@ class Connections:
             self.feed(event)
 
     def deliver(self, action: WelcomeAgent | SendTasks | SendNoMoreTasks | GrantBulk | CancelTask) -> None:
-        """Queue what the core says to its agent (dropped when it is not connected or closing)."""
+        """Queue what the core says to its agent (dropped when it is not connected or closing).
+        Tasks without files for an agent whose sender has nothing under way are written at once,
+        as far as the socket takes them (the sender gets the rest): in a flood of short tasks,
+        handing each batch to the sender task cost more than writing it."""
         conn = self.conns.get(action.agent)
-        if conn is not None and conn.closing is None:
-            conn.send.send_nowait(action)
+        if conn is None or conn.closing is not None:
+            return
+        if conn.sender_idle and not conn.outbox and type(action) is SendTasks and conn.version >= 2:
+            data = self._plain_batch(action)
+            if data is not None:
+                try:
+                    written = _write_some(conn.fd, data)
+                except OSError:
+                    written = 0  # the sender meets the error again and ends the connection
+                if written < len(data):
+                    conn.put(data[written:])
+                return
+        conn.put(action)
+
+    def _plain_batch(self, action: SendTasks) -> bytes | None:
+        """The `tasks` message of `action`, if every task goes without files and pacing and the
+        batch encodes (else None: the sender sends it, as it sends every other message)."""
+        if action.rates or len(action.tasks) > protocol.MAX_BATCH:
+            return None
+        specs, transfer = self.plan.specs, self.plan.transfer
+        maps = []
+        for assignment in action.tasks:
+            spec = specs[assignment.process]
+            if transfer and self.plan.private_inputs(spec):
+                return None
+            maps.append(protocol.task_map(spec, assignment.attempt))
+        try:
+            return b"".join(protocol.encode_frames({"t": protocol.TASKS, "tasks": maps}))
+        except protocol.ProtocolError:
+            return None
 
     def close(self, agent: str, reason: str) -> None:
         """Deliver what is queued for `agent`, then close its connection."""
@@ -335,22 +410,21 @@ class Connections:
         """What the core said, in order; everything queued when the sender wakes goes out in one
         write (a paced task, or one whose inputs must be read, is written by itself, in turn)."""
         batching = conn.version >= 2
-        async for first in conn.outbox:
-            actions = [first]
-            while True:
-                try:
-                    actions.append(conn.outbox.receive_nowait())
-                except trio.WouldBlock:
-                    break
+        while True:
+            actions = await conn.take()
             frames: list[bytes] = []
-            batch: list[Task] = []
+            batch: list[dict[str, Any]] = []  # tasks' wire maps
             for action in actions:
+                if isinstance(action, bytes):  # the rest of a write deliver began
+                    frames += self._batch_frames(conn, batch)
+                    frames.append(action)
+                    continue
                 if isinstance(action, SendTasks):
                     for assignment in action.tasks:
                         pace = action.rate_of(assignment.process)
                         spec = self.plan.specs[assignment.process]
                         if pace is None and not (self.plan.transfer and self.plan.private_inputs(spec)):
-                            task = spec.with_attempt(assignment.attempt)
+                            task = protocol.task_map(spec, assignment.attempt)
                             if batching:
                                 batch.append(task)
                             else:
@@ -388,11 +462,16 @@ class Connections:
 
     @staticmethod
     async def _write(conn: AgentConnection, frames: list[bytes]) -> None:
+        """Write `frames` (and empty the list): what the socket takes at once, then the rest
+        through trio (waiting while the agent's side is full)."""
         if frames:
-            await conn.stream.send_all(b"".join(frames))
+            data = b"".join(frames)
             frames.clear()
+            written = _write_some(conn.fd, data)
+            if written < len(data):
+                await conn.stream.send_all(memoryview(data)[written:])
 
-    def _batch_frames(self, conn: AgentConnection, batch: list[Task]) -> list[bytes]:
+    def _batch_frames(self, conn: AgentConnection, batch: list[dict[str, Any]]) -> list[bytes]:
         """The frames of the batched tasks (and `batch` emptied): `tasks` messages of at most
         MAX_BATCH tasks; a batch that cannot be encoded goes task by task, so that only a task
         that cannot be sent fails."""
@@ -407,13 +486,13 @@ class Connections:
                     self._encode_task(conn, task, frames)
         return frames
 
-    def _encode_task(self, conn: AgentConnection, task: Task, frames: list[bytes]) -> bool:
-        """A task without files as its `task` message, added to `frames`; False (and the task
-        failed, as _send_task fails it) when it cannot be encoded."""
+    def _encode_task(self, conn: AgentConnection, task: dict[str, Any], frames: list[bytes]) -> bool:
+        """A task without files (its wire map, `protocol.task_map`) as its `task` message, added
+        to `frames`; False (and the task failed, as _send_task fails it) when it cannot be encoded."""
         try:
             frames += protocol.encode_frames({"t": protocol.TASK, "task": task})
         except protocol.ProtocolError as e:
-            self._unsendable(conn, task.process, task.attempt, e)
+            self._unsendable(conn, task["process"], task.get("attempt", 0), e)
             return False
         return True
 
@@ -486,7 +565,7 @@ class Connections:
         while True:
             msg = decoder.next()
             if msg is None:
-                data = await conn.stream.receive_some(RECV_SIZE)
+                data = await _receive_some(conn.fd)
                 if not data:
                     decoder.eof()
                     raise _Closed

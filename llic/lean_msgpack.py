@@ -106,11 +106,33 @@ def _map(data: bytes, pos: int, n: int, depth: int) -> tuple[dict[Any, Any], int
         raise MsgpackError("truncated")
     out = {}
     depth += 1
+    size = len(data)
     for _ in range(n):
-        key, pos = _decode(data, pos, depth)
-        if type(key) is not str and type(key) is not bytes:
-            raise MsgpackError(f"a map key of type {type(key).__name__}")
-        out[key], pos = _decode(data, pos, depth)
+        # a short string key, and a small integer or a short string value, read here: they are
+        # most of a task's or result's objects (the agent decodes a task per task)
+        b = data[pos] if pos < size else 0xC1
+        if 0xA0 <= b <= 0xBF:
+            end = pos + 1 + (b & 0x1F)
+            if end > size:
+                raise MsgpackError("truncated")
+            key = data[pos + 1 : end].decode("utf-8")
+            pos = end
+        else:
+            key, pos = _decode(data, pos, depth)
+            if type(key) is not str and type(key) is not bytes:
+                raise MsgpackError(f"a map key of type {type(key).__name__}")
+        b = data[pos] if pos < size else 0xC1
+        if b <= 0x7F:
+            out[key] = b
+            pos += 1
+        elif 0xA0 <= b <= 0xBF:
+            end = pos + 1 + (b & 0x1F)
+            if end > size:
+                raise MsgpackError("truncated")
+            out[key] = data[pos + 1 : end].decode("utf-8")
+            pos = end
+        else:
+            out[key], pos = _decode(data, pos, depth)
     return out, pos
 
 

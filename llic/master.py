@@ -203,8 +203,12 @@ class Master:
         self._applied += 1
         for note in out.notes:
             self.log.info(note)
+        deliver = self.links.deliver
         for action in out.actions:
-            self.execute(action)
+            if type(action) is SendTasks:  # most of them, in a flood of short tasks
+                deliver(action)
+            else:
+                self.execute(action)
         if out.wakeup != self._wakes_at:  # most events leave it where it was
             self._wakes_at = out.wakeup
             delay = math.inf if out.wakeup is None else max(0.0, out.wakeup - time.time())
@@ -249,7 +253,8 @@ class Master:
         self.extra["agent_host"] = self.host
         self.extra["port"] = self.port
         self.extra["net"] = self.core.net_figures(now)
-        return self.state_file.encode(snapshot(self.core, self.plan.info, now, self.extra, copy=False))
+        state = snapshot(self.core, self.plan.info, now, self.extra, copy=False)
+        return self.state_file.encode(state, self.core.take_changed())
 
     # ------------------------------------------------------------------ the run
 

@@ -84,6 +84,7 @@ from llic.task_policy import (
 )
 from llic.taskbook import TaskBook, TaskCounts, TaskRecord, TaskState
 
+_NAMES_KEPT = 4096  # agent names whose parse the core remembers (one per launch), at most
 RESCHEDULE_FOLLOW_UP = 2.0  # seconds from the reschedule after a submission to the next one
 AGENT_STARTUP_GUESS = 10.0  # seconds from submitting an agent to its connection, until one is seen
 AGENT_EXIT_GRACE = 10.0  # seconds finished agents get to leave the queue before the final removal
@@ -140,11 +141,13 @@ class MasterCore:
         self._run_time = (0.0, 0)  # sum and count of the run times of tasks that ran
         self._next_periodic: float | None = None  # the next periodic policy evaluation
         self._last_now = 0.0  # the time of the entry point being handled
+        self._names: dict[str, tuple[int, int, int] | None] = {}  # parse_agent_name, remembered
 
     def _new_chef(self, rec: ChefRecord, run: int) -> Chef:
-        """A chef that asks the job policy about ended runs (and so may wait for requeues)."""
+        """A chef that asks the job policy about ended runs (and so may wait for requeues);
+        HTCondor's default policy (every run that ends is done) needs no asking."""
         chef = Chef(rec, self.config, run, self._net)
-        chef.decide = self._decide
+        chef.decide = None if type(self._policy) is DefaultPolicy else self._decide
         chef.wait_for_requeues = self._policy.may_requeue()
         return chef
 
@@ -179,11 +182,12 @@ class MasterCore:
     def gave_up(self) -> bool:
         """Tasks left to run and every chef unrecoverable (§3.7): nothing can run them. (Held
         tasks alone keep the master waiting for a release or a removal, as HTCondor keeps them.)"""
-        return (
-            not self.book.idle
-            and bool(self.chefs)
-            and all(c.state is ChefState.UNRECOVERABLE for c in self.chefs)
-        )
+        if self.book.idle or not self.chefs:
+            return False
+        for chef in self.chefs:  # asked after every event: the first chef usually answers
+            if chef.rec.state is not ChefState.UNRECOVERABLE:
+                return False
+        return True
 
     @property
     def over(self) -> bool:
@@ -225,6 +229,11 @@ class MasterCore:
     def chef_records(self) -> list[ChefRecord]:
         """The chefs' persistent facts (what the state file keeps)."""
         return [c.rec for c in self.chefs]
+
+    def take_changed(self) -> set[int]:
+        """The processes whose task records changed since the last call (for the state file's
+        writer: the other records' lines stay as they were)."""
+        return self.book.take_touched()
 
     def net_figures(self, now: float) -> dict[str, object]:
         """The network accounting as the state file's `extra.net` and master_q show it."""
@@ -375,6 +384,7 @@ class MasterCore:
             return self.handle(events[0], now)
         self._dirty = True
         out = Output()
+        refill: dict[int, Chef] = {}  # the chefs whose agents sent results, in order
         for event in events:
             chef, current = self._chef_of(event.agent)
             if chef is None or not current:
@@ -385,7 +395,13 @@ class MasterCore:
             if event.result.ok:
                 total, n = self._run_time
                 self._run_time = (total + max(0.0, event.result.run_time), n + 1)
-            out.extend(self._to_chef(chef, event, now))
+            out.extend(chef.handle(event, now, self.book, self._accepting, refill=False))
+            refill[chef.index] = chef
+        # each agent's window refilled once for its results: one SendTasks (one message) for
+        # the batch rather than one per result
+        for chef in refill.values():
+            chef.now = now
+            chef.fill(self.book, self._accepting, out)
         out.extend(self._balance(now))
         return self._done(out, now)
 
@@ -637,7 +653,13 @@ class MasterCore:
     def _chef_of(self, agent: str) -> tuple[Chef | None, bool]:
         """The chef an agent's name points to (None: not one of ours), and whether the agent is
         that chef's latest launch in this run (else its events are stale)."""
-        parsed = parse_agent_name(agent)
+        names = self._names
+        if agent in names:
+            parsed = names[agent]
+        else:
+            if len(names) >= _NAMES_KEPT:
+                names.clear()
+            parsed = names[agent] = parse_agent_name(agent)
         if parsed is None or parsed[1] >= len(self.chefs):
             return None, False
         chef = self.chefs[parsed[1]]

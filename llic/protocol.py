@@ -155,32 +155,27 @@ def _check_text(value: Any, where: str) -> str:
 
 
 class _Checked(dict):  # type: ignore[type-arg]
-    """A task or result map as validation normalized it, with the record it was read into
-    (`value`), so that the receiver does not read it a second time."""
-
-    value: Any = None
+    """A task or result map the sender built from its own record (`_wire`): taken as it is."""
 
 
-def _checked(record: Task | TaskResult) -> _Checked:
-    out = _Checked(record.to_dict())
-    out.value = record
-    return out
-
-
-def _check_task(value: Any, where: str) -> dict[str, Any]:
-    if isinstance(value, _Checked):  # a record the sender built (encode_frames): taken as it is
-        return value
-    return _checked(Task.from_dict(value))
-
-
-def _check_result(value: Any, where: str) -> dict[str, Any]:
+def _check_task(value: Any, where: str) -> Any:
+    """Sending: the sender's own map (`_Checked`), as it is. Receiving: the Task the map reads
+    as (the body keeps the record, not its map again: the receiver wants the record, and making
+    the map a second time cost as much as checking it)."""
     if isinstance(value, _Checked):
         return value
-    return _checked(TaskResult.from_dict(value))
+    return Task.from_dict(value)
+
+
+def _check_result(value: Any, where: str) -> Any:
+    """As `_check_task`, for a TaskResult."""
+    if isinstance(value, _Checked):
+        return value
+    return TaskResult.from_dict(value)
 
 
 def _record(value: Any, kind: Any) -> Any:
-    return value.value if isinstance(value, _Checked) else kind.from_dict(value)
+    return value if isinstance(value, kind) else kind.from_dict(value)
 
 
 def _batch(check: _Check) -> _Check:
@@ -257,7 +252,8 @@ def _check_files(value: Any, kinds: tuple[str, ...], max_blob: int) -> list[dict
 def validate_message(
     msg: Any, allowed: Iterable[str] | None = None, max_blob: int = MAX_BLOB
 ) -> tuple[str, dict[str, Any]]:
-    """(type, body) of a message map, body holding the known fields only (normalized); else ProtocolError."""
+    """(type, body) of a message map, body holding the known fields only (normalized: a task or
+    result as its checked record, Task or TaskResult); else ProtocolError."""
     msg = _map(msg, "message")
     mtype = msg.get("t")
     if not isinstance(mtype, str) or mtype not in _FIELDS:
@@ -413,13 +409,70 @@ _WIRE_DEFAULTS: dict[type, dict[str, Any]] = {
 
 def _wire(record: Task | TaskResult) -> _Checked:
     """The record's map without the fields that hold their defaults, marked as checked."""
-    defaults = _WIRE_DEFAULTS[Task if isinstance(record, Task) else TaskResult]
-    out = _Checked(
-        (k, v)
-        for k, v in record.to_dict().items()
-        if k not in defaults or v != defaults[k] or type(v) is not type(defaults[k])
-    )
-    out.value = record
+    if isinstance(record, Task):
+        return task_map(record, record.attempt)
+    return _result_map(record)
+
+
+def task_map(task: Task, attempt: int) -> _Checked:
+    """Run `attempt` of `task` as its wire map (`_WIRE_DEFAULTS` left out, fields in `to_dict`'s
+    order), made from the task directly: the master sends a task per result, and copying it
+    (`with_attempt`) and then its whole map (`to_dict`) only to drop most of it cost more than
+    encoding it."""
+    out = _Checked(process=task.process)
+    if task.cluster != 0 or type(task.cluster) is not int:
+        out["cluster"] = task.cluster
+    if attempt != 0 or type(attempt) is not int:
+        out["attempt"] = attempt
+    out["executable"] = task.executable
+    if task.arguments:
+        out["arguments"] = list(task.arguments)
+    if task.environment:
+        out["environment"] = dict(task.environment)
+    if task.input is not None:
+        out["input"] = task.input
+    if task.output is not None:
+        out["output"] = task.output
+    if task.error is not None:
+        out["error"] = task.error
+    out["initialdir"] = task.initialdir
+    if task.transfer_input_files:
+        out["transfer_input_files"] = list(task.transfer_input_files)
+    if task.transfer_output_files is not None:
+        out["transfer_output_files"] = list(task.transfer_output_files)
+    if task.log is not None:
+        out["log"] = task.log
+    if task.hold:
+        out["hold"] = True
+    if task.policy:
+        out["policy"] = dict(task.policy)
+    if task.output_remaps is not None:
+        out["output_remaps"] = task.output_remaps
+    return out
+
+
+def _result_map(result: TaskResult) -> _Checked:
+    """A result's wire map (`_WIRE_DEFAULTS` left out, fields in `to_dict`'s order)."""
+    out = _Checked(process=result.process, attempt=result.attempt, status=result.status)
+    if result.exit_code is not None:
+        out["exit_code"] = result.exit_code
+    if result.signal is not None:
+        out["signal"] = result.signal
+    run_time = float(result.run_time)
+    if run_time != 0.0:
+        out["run_time"] = run_time
+    if result.started is not None:
+        out["started"] = result.started
+    if result.finished is not None:
+        out["finished"] = result.finished
+    if result.host != "" or type(result.host) is not str:
+        out["host"] = result.host
+    if result.stdout_tail != "" or type(result.stdout_tail) is not str:
+        out["stdout_tail"] = result.stdout_tail
+    if result.stderr_tail != "" or type(result.stderr_tail) is not str:
+        out["stderr_tail"] = result.stderr_tail
+    if result.error is not None:
+        out["error"] = result.error
     return out
 
 

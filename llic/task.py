@@ -238,6 +238,49 @@ class Task:
         """Validate a task map from the wire, an input file or a submit directive; ProtocolError
         names the bad field. `cluster` and `attempt` may be left out (0), and the master's own
         fields (absent in maps from older llic)."""
+        if type(data) is dict and data.keys() <= _PLAIN_TASK_KEYS:
+            # the common task (the agent reads one per task): its fields of their plain types
+            get = data.get
+            process, cluster, attempt = get("process"), get("cluster", 0), get("attempt", 0)
+            executable, initialdir = get("executable"), get("initialdir")
+            arguments = get("arguments", _NO_ARGUMENTS)
+            if (
+                type(process) is int
+                and process >= 0
+                and type(cluster) is int
+                and cluster >= 0
+                and type(attempt) is int
+                and attempt >= 0
+                and type(executable) is str
+                and executable
+                and type(initialdir) is str
+                and initialdir.startswith("/")
+                and (
+                    arguments is _NO_ARGUMENTS
+                    or (type(arguments) is list and all(type(a) is str for a in arguments))
+                )
+            ):
+                task = object.__new__(cls)
+                put = object.__setattr__  # frozen; the fields as __post_init__ leaves them
+                put(task, "process", process)
+                put(task, "executable", executable)
+                put(task, "initialdir", initialdir)
+                put(task, "cluster", cluster)
+                put(task, "attempt", attempt)
+                put(task, "arguments", tuple(arguments))
+                put(task, "environment", {})
+                for name in ("input", "output", "error", "transfer_output_files", "log", "output_remaps"):
+                    put(task, name, None)
+                put(task, "transfer_input_files", ())
+                put(task, "hold", False)
+                put(task, "policy", {})
+                return task
+        return cls._checked(data)
+
+    @classmethod
+    def _checked(cls, data: Any) -> Task:
+        """from_dict field by field: what a map that is not the common kind goes through, and
+        what names the field that is wrong."""
         data = _map(data, "task")
         get = data.get
         initialdir = _str(_require(data, "initialdir", "task"), "task.initialdir", nonempty=True)
@@ -265,6 +308,9 @@ class Task:
 
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
+# the keys of a task whose other fields hold their defaults (what `Task.from_dict` reads at once)
+_NO_ARGUMENTS: tuple[str, ...] = ()  # a task map without `arguments` (told apart from a null)
+_PLAIN_TASK_KEYS = frozenset({"process", "cluster", "attempt", "executable", "initialdir", "arguments"})
 
 
 @dataclass
@@ -324,6 +370,44 @@ class TaskResult:
     @classmethod
     def from_dict(cls, data: Any) -> TaskResult:
         """Validate a result map from the wire; ProtocolError names the bad field."""
+        if type(data) is dict:  # the common result, every field of its plain type: checked at once
+            get = data.get
+            process, attempt, status = get("process"), get("attempt"), get("status")
+            exit_code, signal = get("exit_code"), get("signal")
+            run_time, started, finished = get("run_time", 0.0), get("started"), get("finished")
+            host, out_tail, err_tail = get("host", ""), get("stdout_tail", ""), get("stderr_tail", "")
+            error = get("error")
+            if (
+                type(process) is int
+                and process >= 0
+                and type(attempt) is int
+                and attempt >= 0
+                and type(status) is str
+                and (exit_code is None or type(exit_code) is int)
+                and (signal is None or (type(signal) is int and signal >= 1))
+                and (status != STATUS_OK or (exit_code is None) != (signal is None))
+                and status in STATUSES
+                and type(run_time) is float
+                and 0.0 <= run_time < math.inf
+                and (started is None or (type(started) is float and 0.0 <= started < math.inf))
+                and (finished is None or (type(finished) is float and 0.0 <= finished < math.inf))
+                and type(host) is str
+                and type(out_tail) is str
+                and type(err_tail) is str
+                and len(out_tail) <= TAIL_SIZE
+                and len(err_tail) <= TAIL_SIZE
+                and (error is None or type(error) is str)
+            ):
+                return cls(
+                    process, attempt, status, exit_code, signal, run_time, started, finished, host,
+                    out_tail, err_tail, error,
+                )  # fmt: skip
+        return cls._checked(data)
+
+    @classmethod
+    def _checked(cls, data: Any) -> TaskResult:
+        """from_dict field by field: what a map that is not the common kind goes through, and
+        what names the field that is wrong."""
         data = _map(data, "result")
         get = data.get
         status = _str(_require(data, "status", "result"), "result.status")

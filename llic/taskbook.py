@@ -173,6 +173,8 @@ class TaskBook:
         self.requeued = 0  # runs that exited and run again by the job's policy (max_retries...)
         self.log_events = False  # keep `events` (the master writes job event logs)
         self.events: list[TaskEvent] = []
+        self._touched: set[int] = set()  # records changed since take_touched (every change
+        # of a record goes through _move or _start)
         for process in processes:
             if process in self._tasks:
                 raise ValueError(f"process {process} given twice")
@@ -329,6 +331,7 @@ class TaskBook:
                 self._start(rec, now, host)
 
     def _start(self, rec: TaskRecord, now: float, host: str) -> None:
+        self._touched.add(rec.process)
         rec.run_started = now
         rec.entered = now
         self._event(rec, EventKind.EXECUTE, now, reason=host)
@@ -470,6 +473,12 @@ class TaskBook:
         if self.log_events:
             self.events.append(TaskEvent(rec.process, kind, now, **details))  # type: ignore[arg-type]
 
+    def take_touched(self) -> set[int]:
+        """The processes whose records changed since the last call (the state file's writer
+        encodes only their lines again)."""
+        touched, self._touched = self._touched, set()
+        return touched
+
     def take_events(self) -> list[TaskEvent]:
         """The events since the last call, oldest first."""
         events, self.events = self.events, []
@@ -478,6 +487,7 @@ class TaskBook:
     def _move(
         self, rec: TaskRecord, state: TaskState, chef: int | None = None, now: float | None = None
     ) -> None:
+        self._touched.add(rec.process)
         if now is not None:
             rec.entered = now
         if rec.chef is not None:

@@ -57,6 +57,12 @@ def _kill_group(pid: int) -> None:
         pass  # nothing left, or not ours
 
 
+try:  # the C function: signal.pthread_sigmask turns every signal of the old mask into an enum
+    from _signal import pthread_sigmask as _sigmask
+except ImportError:  # pragma: no cover (not CPython)
+    _sigmask = signal.pthread_sigmask
+
+
 def _on_child(signum: int, frame: object) -> None:
     """SIGCHLD: nothing to do here; Python's wake-up fd tells the communicator's select."""
 
@@ -183,8 +189,8 @@ class Launcher:
     def poll(self) -> list[Job]:
         """The jobs that finished since the last call (with their results), in order; the next
         waiting job is started first, so the slot is not idle while results go back."""
-        try:
-            while self._wake_r.recv(4096):
+        try:  # one read empties it (a byte per signal); a second would only find nothing
+            while len(self._wake_r.recv(4096)) == 4096:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
@@ -238,7 +244,7 @@ class Launcher:
             job = self.waiting.popleft()
             # A stop signal between the spawn and the bookkeeping would leave the task running
             # unknown to abort(): the signals wait (blocked) until the task is recorded.
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            mask = _sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 self.running = _Running(job, self._spawn(job, mask))
             except _LaunchError as exc:
@@ -252,7 +258,7 @@ class Launcher:
                 self._finish(job, None)
                 failed.append(job)
             finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                _sigmask(signal.SIG_SETMASK, mask)
         return failed
 
     def _open(self, path: str, flags: int, what: str, opened: list[int]) -> int:
@@ -263,7 +269,7 @@ class Launcher:
         opened.append(fd)
         return fd
 
-    def _spawn(self, job: Job, sigmask: set[signal.Signals]) -> int:
+    def _spawn(self, job: Job, sigmask: set[int]) -> int:
         """The running task's pid, its stdio on its files, `sigmask` its signal mask (the agent's
         own before it blocked its stop signals); _LaunchError says which file or exec failed."""
         opened: list[int] = []

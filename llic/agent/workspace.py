@@ -160,7 +160,10 @@ class Workspace:
         return os.path.join(self.work, f"task-{task.process}.{task.attempt}")
 
     def _env(self, task: protocol.Task, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The agent's environment, then the agent's additions, then the task's own (which win)."""
+        """The agent's environment, then the agent's additions, then the task's own (which win);
+        the agent's own dict when there are neither (only read: posix_spawn's `env`)."""
+        if not extra and not task.environment:
+            return self.base_env
         env = dict(self.base_env)
         env.update(extra or {})
         env.update(task.environment)

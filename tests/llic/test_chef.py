@@ -133,6 +133,26 @@ def test_a_batch_of_results_ends_where_the_same_results_one_by_one_end() -> None
     assert cores[0] == cores[1] and cores[0][0].done == 20
 
 
+def test_a_batch_with_duplicates_and_reorders_records_each_result_once_and_refills_once() -> None:
+    """One `results` message holding a result twice, results out of order and one of an earlier
+    batch: each run is recorded once, the duplicates are counted as ignored, and the agent's
+    window is refilled by one SendTasks for the whole batch."""
+    core, [sub] = started(12, 1, window_size=4)
+    core.handle(AgentSubmitted(sub.agent, "1.0"), 1.0)
+    held = tasks_sent(core.handle(AgentConnected(sub.agent), 1.0), sub.agent)
+    assert len(held) == 4
+    first = [ok_result(a.process, a.attempt) for a in held[:2]]
+    out = core.handle_results([ResultReceived(sub.agent, r) for r in first], 2.0)
+    assert len(of(out, SendTasks)) == 1 and len(tasks_sent(out, sub.agent)) == 2
+    again = [ok_result(a.process, a.attempt) for a in reversed(held[2:])]
+    batch = [*again, again[0], first[1], again[1]]  # reversed, twice, and one of the first batch
+    out = core.handle_results([ResultReceived(sub.agent, r) for r in batch], 3.0)
+    [refill] = of(out, SendTasks)
+    assert len(refill.tasks) == 2 and core.book.held(0) == 4
+    assert core.book.counts().done == 4 and core.book.ignored == 3
+    assert all(core.book[a.process].recorded == 1 for a in held)
+
+
 def test_connect_with_empty_queue_says_no_more_and_terminates() -> None:
     assert len(started(1, 2)[1]) == 1
     core2 = MasterCore.new(range(2), LlicConfig(window_size=5))
@@ -401,6 +421,40 @@ class Sim:
             self.ledger[task.process] = outcome
         self.check()
 
+    def batch(self, agent: SimAgent, picks: list[tuple[int, bool]], dups: list[int], turn: int) -> None:
+        """A `results` message: results of tasks the agent holds (ok or failed), results it sent
+        before and some of these again, in any order, handled as one batch."""
+        results: list[TaskResult] = []
+        for index, ok in picks:
+            if not agent.held:
+                break
+            task = agent.held.pop(index % len(agent.held))
+            outcome = (
+                TaskResult(task.process, task.attempt, "ok", exit_code=task.process % 5, host=agent.name)
+                if ok
+                else bad_result(task.process, task.attempt)
+            )
+            agent.sent_results.append((task, outcome))
+            results.append(outcome)
+        results += [agent.sent_results[d % len(agent.sent_results)][1] for d in dups if agent.sent_results]
+        if not results:
+            return
+        turn %= len(results)
+        results = results[turn:] + results[:turn]
+        book = self.core.book
+        current = {
+            (r.process, r.attempt)
+            for r in results
+            if book[r.process].state is TaskState.RUNNING and book[r.process].attempt == r.attempt
+        }
+        self.now += 1.0
+        self.apply(self.core.handle_results([ResultReceived(agent.name, r) for r in results], self.now))
+        for r in results:
+            if r.ok and (r.process, r.attempt) in current and book[r.process].state is TaskState.DONE:
+                assert self.ledger.get(r.process, r) == r, "a result recorded twice"
+                self.ledger[r.process] = r
+        self.check()
+
     def duplicate(self, agent: SimAgent, index: int) -> None:
         _, outcome = agent.sent_results[index % len(agent.sent_results)]
         before = self.core.book.counts()
@@ -458,6 +512,7 @@ STEPS = [
     "ok",
     "fail",
     "dup",
+    "batch",
     "break",
     "kill",
     "snapshot",
@@ -503,6 +558,11 @@ def simulate(data: st.DataObject, restart_via: object = None) -> Sim:
         elif step in ("ok", "fail") and any(a.held for a in sim.connected()):
             agents = [a for a in sim.connected() if a.held]
             sim.result(agents[k % len(agents)], k, step == "ok")
+        elif step == "batch" and any(a.held for a in sim.connected()):
+            agents = [a for a in sim.connected() if a.held]
+            picks = data.draw(st.lists(st.tuples(st.integers(0, 9), st.booleans()), min_size=1, max_size=4))
+            dups = data.draw(st.lists(st.integers(0, 99), max_size=3))
+            sim.batch(agents[k % len(agents)], picks, dups, k)
         elif step == "dup" and any(a.sent_results for a in sim.agents.values()):
             agents = [a for a in sim.agents.values() if a.sent_results]
             sim.duplicate(agents[k % len(agents)], k)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import threading
@@ -182,6 +183,67 @@ def test_records_leave_their_default_fields_off_the_wire_and_come_back_whole(imp
     assert sent == {"process": 3, "attempt": 0, "status": "ok", "signal": 9, "stderr_tail": "x", "error": ""}
 
 
+def _filtered(record: p.Task | p.TaskResult) -> dict[str, Any]:
+    """The record's map less the fields holding `_WIRE_DEFAULTS` (what the short maps mean)."""
+    defaults = p._WIRE_DEFAULTS[type(record)]
+    return {
+        k: v
+        for k, v in record.to_dict().items()
+        if k not in defaults or v != defaults[k] or type(v) is not type(defaults[k])
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(tasks, results, st.integers(0, 50))
+def test_wire_maps_are_the_records_maps_less_their_defaults(t: p.Task, r: p.TaskResult, attempt: int) -> None:
+    """The master sends a task as `task_map(spec, attempt)`, made from the task without copying
+    it: the same map, in the same order, as run `attempt`'s `to_dict` less the default fields."""
+    run = dataclasses.replace(t, attempt=attempt)
+    assert list(p.task_map(t, attempt).items()) == list(_filtered(run).items())
+    assert list(p._wire(r).items()) == list(_filtered(r).items())
+    for kept in (p.Task(0, "x", "/", cluster=0, log="l", hold=True, policy={"A": "1"}, output_remaps="a=b"),):
+        assert p.task_map(kept, 0) == _filtered(kept)
+
+
+_odd_values = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 2**40)
+    | st.floats()
+    | st.text(max_size=5)
+    | st.lists(st.text(max_size=3) | st.integers(), max_size=3)
+    | st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)
+)
+_task_keys = [f.name for f in dataclasses.fields(p.Task)]
+_result_keys = [f.name for f in dataclasses.fields(p.TaskResult)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(tasks, results, results.map(lambda r: dataclasses.replace(r, status="ok", signal=None))),
+    st.data(),
+)
+def test_from_dict_reads_every_map_as_the_field_by_field_check_does(record: Any, data: st.DataObject) -> None:
+    """Task.from_dict and TaskResult.from_dict take the common maps at once and hand every
+    other one to the field-by-field check: the same records, the same errors, for any map."""
+    kind = type(record)
+    keys = _task_keys if kind is p.Task else _result_keys
+    m = dict(p._wire(record) if data.draw(st.booleans()) else record.to_dict())
+    m.update(data.draw(st.dictionaries(st.sampled_from(keys), _odd_values, min_size=1, max_size=2)))
+    for key in data.draw(st.lists(st.sampled_from(keys), max_size=2)):
+        m.pop(key, None)
+    outcomes = []
+    for read in (kind._checked, kind.from_dict):
+        try:
+            outcomes.append(read(m))
+        except p.ProtocolError as e:
+            outcomes.append(str(e))
+    slow, fast = outcomes
+    assert fast == slow
+    if not isinstance(slow, str):
+        assert [type(getattr(fast, k)) for k in keys] == [type(getattr(slow, k)) for k in keys]
+
+
 def test_unknown_fields_are_dropped_for_later_versions(impl: str) -> None:
     (msg,) = decode_all(raw({"t": "welcome", "window": 2, "compression": "zstd"}))
     assert msg.body == {"window": 2}
@@ -357,7 +419,7 @@ def test_truncated_stream_is_an_error_only_at_eof() -> None:
     decoder = p.Decoder()
     decoder.feed(data)
     msg = decoder.next()
-    assert msg is not None and (msg.type, msg.body["task"], msg.blobs) == ("task", task().to_dict(), [b"abc"])
+    assert msg is not None and (msg.type, msg.body["task"], msg.blobs) == ("task", task(), [b"abc"])
     decoder.eof()
 
 
@@ -605,7 +667,7 @@ def test_batches_round_trip_and_are_read_as_their_single_messages(impl: str) -> 
     assert welcome.body == {"window": 6, "batch": True}
     assert many.tasks() == tasks and back.results() == results
     assert one.tasks() == [tasks[0]] and single.results() == [results[0]]  # a single is a batch of one
-    assert many.body["tasks"] == [t.to_dict() for t in tasks]  # the maps, as for a single task
+    assert many.body["tasks"] == tasks  # the checked records, as for a single task
     assert refused.body == {"reason": "this is master m2", "master": "m2"}
     assert p.TASKS in p.FROM_MASTER and p.RESULTS in p.FROM_AGENT and p.PROTOCOL_VERSION >= 2
 

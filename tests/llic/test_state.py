@@ -7,11 +7,13 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llic import state as state_module
 from llic.chef import ChefState
 from llic.config import LlicConfig
 from llic.events import (
@@ -38,8 +40,8 @@ from llic.state import (
     state_file_name,
 )
 from llic.task import TaskResult
-from llic.taskbook import TaskState
-from tests.llic.test_chef import check_end, simulate, tasks_sent
+from llic.taskbook import TaskRecord, TaskState
+from tests.llic.test_chef import Sim, check_end, simulate, tasks_sent
 
 INFO = MasterInfo("1234.0", "alice", 1234, "/home/alice/job.sub", 0)
 
@@ -88,10 +90,13 @@ def test_a_state_writer_writes_what_a_fresh_save_writes_after_every_change(tmp_p
     writer = StateWriter(tmp_path / "a.state")
     fresh = tmp_path / "b.state"
 
+    told = StateWriter(tmp_path / "c.state")  # told what changed, as the master's is
+
     def same() -> None:
         writer.save(snapshot(core, INFO, 20.0, copy=False))
+        told.save(snapshot(core, INFO, 20.0, copy=False), core.take_changed())
         save_state(fresh, snapshot(core, INFO, 20.0))
-        assert writer.path.read_bytes() == fresh.read_bytes()
+        assert writer.path.read_bytes() == fresh.read_bytes() == told.path.read_bytes()
 
     same()
     agent = core.chefs[0].agent
@@ -101,6 +106,7 @@ def test_a_state_writer_writes_what_a_fresh_save_writes_after_every_change(tmp_p
     core.handle(ConnectionBroken(agent, "lost"), 17.0)  # its tasks back to the queue
     same()
     core = restore(load_state(writer.path))
+    told = StateWriter(tmp_path / "c.state")  # a restarted master's writer knows no lines
     core.start(2, 18.0)
     same()
     assert load_state(writer.path).counts() == core.counts()
@@ -337,3 +343,71 @@ def test_a_state_file_of_an_earlier_llic_still_loads_and_resumes(tmp_path: Path)
 def _task_lines(path: Path) -> list[dict[str, object]]:
     body = path.read_bytes().partition(b"\n")[2]
     return json.loads(body)["tasks"]
+
+
+_texts = st.text(max_size=12)
+_floats = st.floats(allow_nan=True, allow_infinity=True) | st.floats(0, 2e9)
+_outcomes = st.builds(
+    TaskResult,
+    process=st.integers(0, 99),
+    attempt=st.integers(0, 9),
+    status=st.sampled_from(["ok", "prepare_failed", "launch_failed", ""]),
+    exit_code=st.none() | st.integers(-(2**40), 2**40) | st.booleans(),
+    signal=st.none() | st.integers(1, 64),
+    run_time=st.floats(0, 1e9) | st.integers(0, 9),
+    started=st.none() | _floats,
+    finished=st.none() | _floats,
+    host=_texts,
+    stdout_tail=_texts,
+    stderr_tail=st.just(""),
+    error=st.none() | _texts,
+)
+_records = st.builds(
+    TaskRecord,
+    process=st.integers(0, 2**40),
+    state=st.sampled_from(list(TaskState)),
+    attempt=st.integers(0, 9),
+    failures=st.integers(0, 3),
+    chef=st.none() | st.integers(0, 5),
+    failed_on=st.frozensets(st.integers(0, 5), max_size=2),
+    outcome=st.none() | _outcomes,
+    completed=st.none() | _floats,
+    recorded=st.integers(0, 3),
+    completions=st.integers(0, 3),
+    hold_reason=st.none() | _texts,
+    entered=st.none() | _floats,
+    wall_clock=st.floats(0, 1e6) | st.integers(0, 5),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_records)
+def test_task_lines_are_json_dumps_of_the_records_maps(rec: TaskRecord) -> None:
+    """A task's line is written by hand for the common records (a save re-encodes every record
+    that changed): the very text json.dumps makes of `_task_json`, whatever the values."""
+    expected = json.dumps(state_module._task_json(rec), separators=(",", ":"), ensure_ascii=False)
+    assert state_module._task_line(rec) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_writer_told_what_changed_writes_what_a_fresh_save_writes(data: st.DataObject) -> None:
+    """The master's writer encodes again only the records the core says changed since its last
+    save (every change of a record goes through the task book's _move or _start): through any
+    interleaving of the chef property test, at every save, its bytes are a fresh save's."""
+    current: list[Any] = [None, None]  # the core, and its master's writer
+    plain_save = Sim.save
+
+    def save(sim: Sim) -> None:
+        plain_save(sim)
+        if current[0] is not sim.core:  # a (re)started master: a new writer
+            current[:] = [sim.core, StateWriter(Path("/nonexistent/m.state"))]
+        state = snapshot(sim.core, INFO, sim.now, copy=False)
+        encoded = current[1].encode(state, sim.core.take_changed())[1]
+        assert encoded == state_module._file_bytes(state, None)
+
+    Sim.save = save  # type: ignore[method-assign]
+    try:
+        check_end(simulate(data))
+    finally:
+        Sim.save = plain_save  # type: ignore[method-assign]
