@@ -33,16 +33,19 @@ def parse_flock_to(value: str | None) -> list[str]:
 
 def choose_flock_to(willing: list[WillingEntry], demand: int, max_pools: int) -> list[WillingEntry]:
     """The pools FLOCK_TO names: the nearest `max_pools`, except that when these cannot take
-    `demand` jobs, farther pools that offer more free slots take the place of the nearer ones that
-    offer fewest, and only as far out as needed.
+    `demand` jobs but some farther ones can, farther pools that offer more free slots take the
+    place of the nearer ones that offer fewest, and only as far out as needed.
 
     `willing` is nearest first (`WillingList.ordered`: by sublist, then measured round trip). The
     pools that must be named are those of the smallest k whose nearest k pools offer `demand` free
-    slots among their best `max_pools` (most free slots; the nearer of equals), or the best
-    `max_pools` of all if no k does; the places left go to the nearest of the others (another
-    pool may take the slots a pool offered first). A farther pool is named in place of a nearer
-    one only when the nearer cannot absorb the queue (seed §3.2.1: "a pool always contacts nearby
-    pools first"). Returned nearest first."""
+    slots among their best `max_pools` (most free slots; the nearer of equals); the places left go
+    to the nearest of the others (another pool may take the slots a pool offered first). A
+    farther pool is named in place of a nearer one only when the nearer cannot absorb the queue
+    and the farther can (seed §3.2.1: "a pool always contacts nearby pools first"). When no
+    `max_pools` willing pools together can take the queue, the nearest `max_pools`: naming the
+    largest offers however far would send every badly overloaded pool that hears them to the
+    same few, where the one that waits longest loses the near slots it has to itself (issue 18,
+    item 5: 1000 pools, seed 2, longest wait 483 -> 518 with that rule). Returned nearest first."""
     if demand <= 0:
         return []
     best: list[int] = []  # indices into `willing`: the best `max_pools` of the prefix seen so far
@@ -52,6 +55,8 @@ def choose_flock_to(willing: list[WillingEntry], demand: int, max_pools: int) ->
             best.remove(min(best, key=lambda i: (willing[i].free_slots, -i)))
         if sum(willing[i].free_slots for i in best) >= demand:
             break
+    else:
+        return willing[:max_pools]  # nothing covers the queue: the nearest, as without a queue to cover
     named = set(best)
     spare = [i for i in range(len(willing)) if i not in named][: max_pools - len(named)]
     return [willing[i] for i in sorted(named.union(spare))]

@@ -54,14 +54,27 @@ def test_a_farther_pool_replaces_a_nearer_one_that_offers_fewer_slots_only_when_
     assert pools(choose_flock_to(willing, 20, max_pools=5)) == ["a", "b", "c", "d", "f"]
     # Under the cap nothing is replaced: every pool, nearest first.
     assert pools(choose_flock_to(willing, 20, max_pools=7)) == list("abcdefg")
-    # When nothing covers the queue: the pools offering most, the nearer first among equals.
+    # When some covers the queue: the pools offering most, the nearer first among equals.
     big = [entry("a", 2), entry("b", 9), entry("c", 1), entry("d", 9)]
-    assert pools(choose_flock_to(big, 100, max_pools=2)) == ["b", "d"]
+    assert pools(choose_flock_to(big, 18, max_pools=2)) == ["b", "d"]
+
+
+def test_when_no_pools_together_can_take_the_queue_the_nearest() -> None:
+    """A queue that the best `max_pools` offers cannot absorb either: FLOCK_TO names the nearest,
+    not the largest offers however far, which every badly overloaded pool hearing them would
+    name too (issue 18, item 5: the longest wait rose with that rule)."""
+    big = [entry("a", 2), entry("b", 9), entry("c", 1), entry("d", 9)]
+    assert pools(choose_flock_to(big, 19, max_pools=2)) == ["a", "b"]
+    assert pools(choose_flock_to(big, 100, max_pools=2)) == ["a", "b"]
+    assert pools(choose_flock_to(big, 100, max_pools=5)) == ["a", "b", "c", "d"]
+    fm = FlockingManager(max_pools=2)
+    decision = fm.decide(load(free=0, idle=500), big, 0.0)
+    assert decision.flock_to == ["a.example.org:9618", "b.example.org:9618"]
 
 
 def test_choice_properties_on_random_willing_lists() -> None:
     """In the willing list's order, as many pools as the cap allows; exactly the nearest when they
-    can take the queue; otherwise as many free slots as the queue needs or the cap allows."""
+    can take the queue, or when no `cap` of them can; otherwise as many free slots as the queue needs."""
     rng = random.Random(7)
     for _ in range(1000):
         willing = [entry(f"p{i}", rng.randint(0, 30)) for i in range(rng.randint(0, 12))]
@@ -73,7 +86,10 @@ def test_choice_properties_on_random_willing_lists() -> None:
         if sum(e.free_slots for e in willing[:cap]) >= demand:
             assert chosen == willing[:cap]
         best = sum(sorted((e.free_slots for e in willing), reverse=True)[:cap])
-        assert sum(e.free_slots for e in chosen) >= min(demand, best)
+        if best < demand:
+            assert chosen == willing[:cap]
+        else:
+            assert sum(e.free_slots for e in chosen) >= demand
 
 
 def test_the_manager_flocks_to_the_chosen_pools_and_drops_a_pool_that_left_the_willing_list() -> None:
