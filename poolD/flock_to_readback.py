@@ -47,6 +47,8 @@ class FlockToReadBack:
         return self.next_at is None or now >= self.next_at
 
     def asked(self, snapshot: Snapshot) -> None:
+        """A read was asked for, the core being as `snapshot` says: its answer is compared
+        with the core as it is then."""
         self.tries_left -= 1
         self.next_at = None
         self._asked_with = snapshot
@@ -70,4 +72,5 @@ class FlockToReadBack:
         return None if value == snapshot[0] else value
 
     def wakeup(self) -> float | None:
+        """When the core's timer should ask again (None: no read is waiting to be asked)."""
         return self.next_at if self.tries_left > 0 and self._asked_with is None else None
