@@ -278,12 +278,7 @@ class OverlayNode:
         # Offers held back until their sender answers our probe (_defer): sender id -> (peers,
         # the sender's RTTs to them); at most DEFER_LIMIT peers in all.
         self._deferred: dict[int, tuple[list[Peer], list[float]]] = {}
-        self._deferred_count = 0  # what _deferred and _queued hold
-        # An empty table slot's first second-hand candidate, probed (slot -> its id), and the
-        # later candidates for the slot, which wait for that probe (_consider): (peer, the id of
-        # the node that offered it, that node's RTT to it).
-        self._filling: dict[tuple[int, int], int] = {}
-        self._queued: dict[tuple[int, int], list[tuple[Peer, int, float | None]]] = {}
+        self._deferred_count = 0
         self._departed: OrderedDict[int, Peer] = OrderedDict()
         self._used: set[str] = set()  # addresses we sent application messages to since the last sweep
         self._corrected: dict[int, float] = {}  # peers we last sent a corrective leaf-set push -> when
@@ -537,22 +532,13 @@ class OverlayNode:
             self._consider(peer, now, firsthand=True)  # back from the dead, or from a partition
 
     def _consider(
-        self,
-        peer: Peer,
-        now: float,
-        *,
-        firsthand: bool = False,
-        measure: bool = True,
-        bound: float = 0.0,
-        offer: tuple[int, float | None] | None = None,
+        self, peer: Peer, now: float, *, firsthand: bool = False, measure: bool = True, bound: float = 0.0
     ) -> None:
         """Learn of a node: leaf set if it belongs there, routing table by proximity. Without
         `measure`, a node whose round-trip time is unknown only fills an empty slot: it is not
         probed to challenge the entry that holds its slot. `bound`: a lower bound on its
         round-trip time (see _consider_all; a claimed one, never stored): it is not probed to
-        challenge a holder measured at most PRUNE_FACTOR times nearer. `offer`: who offered it
-        and that node's RTT to it, for a candidate that waits behind an empty slot's first
-        candidate (see _release_queued)."""
+        challenge a holder measured at most PRUNE_FACTOR times nearer."""
         pid, me = peer.id, self.me.id
         if pid == me:
             return
@@ -587,17 +573,6 @@ class OverlayNode:
             else:
                 # Heard of second-hand: it may be a stale entry of the teller's, which nobody
                 # probes unless it is used, so it fills the slot only once it answers (_on_pong).
-                filler = self._filling.get(where)
-                if filler is not None and filler != pid and filler in self._probing:
-                    # The slot's first candidate is being probed: wait for it, then challenge
-                    # it as any holder, with this offer's bound (a joining node hears of each
-                    # slot from every hop of its join).
-                    if self._deferred_count < DEFER_LIMIT:
-                        self._queued.setdefault(where, []).append((peer, *(offer or (-1, None))))
-                        self._deferred_count += 1
-                        return
-                else:
-                    self._filling[where] = pid
                 self._candidates[peer.id] = peer
                 self._probe(peer, now)
         elif current.id == pid:
@@ -651,7 +626,7 @@ class OverlayNode:
         measure: bool = True,
         rtts: list[float | None] | None = None,
         via: float | None = None,
-        sender: int | None = None,
+        sender: Peer | None = None,
     ) -> None:
         """_consider (second-hand) for each peer. Most peers a push or reply names change
         nothing (already in our leaf set, or outside it, and in their table slot or losing
@@ -673,16 +648,15 @@ class OverlayNode:
         leaf = self.leaf
         has_rtts = rtts is not None and len(rtts) == len(peers)
         paired = has_rtts and via is not None
-        defer = has_rtts and via is None and sender in self._probing
+        defer = has_rtts and via is None and sender is not None and sender.id in self._probing
         bound = 0.0
         for i, peer in enumerate(peers):
             pid = peer.id
             if pid == me or dead.get(pid, 0.0) > now:
                 continue
-            if has_rtts:
+            if paired:
                 theirs = rtts[i]  # type: ignore[index]
-                if paired:
-                    bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
+                bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
             held = leaf._by_id.get(pid)
             if held is not None:
                 if held.addr != peer.addr:
@@ -697,8 +671,7 @@ class OverlayNode:
             r = (ID_BITS - (me ^ pid).bit_length()) // b
             current = rows[r][(pid >> (ID_BITS - b * (r + 1))) & mask]
             if current is None:
-                offer = None if sender is None or not has_rtts else (sender, theirs)
-                self._consider(peer, now, measure=measure, bound=bound, offer=offer)
+                self._consider(peer, now, measure=measure, bound=bound)
             elif current.id == pid:
                 if current.addr != peer.addr:
                     self._consider(peer, now, measure=measure, bound=bound)
@@ -707,7 +680,7 @@ class OverlayNode:
                 if known_rtt is None:
                     current_rtt = rtt.get(current.id)
                     if current_rtt is None or bound < PRUNE_FACTOR * current_rtt:
-                        if defer and theirs is not None and self._defer(sender, peer, theirs):  # type: ignore[arg-type]
+                        if defer and rtts[i] is not None and self._defer(sender, peer, rtts[i]):  # type: ignore[arg-type,index]
                             continue
                         self._consider(peer, now, measure=measure, bound=bound)
                 else:
@@ -762,38 +735,20 @@ class OverlayNode:
         if self._deferred:  # senders that will not answer: their offers are considered unbounded
             for pid in [pid for pid in self._deferred if pid not in self._probing]:
                 self._release_deferred(pid, now)
-        if self._filling:  # fillers that did not answer (or answered a probe of another kind)
-            for where in [w for w, pid in self._filling.items() if pid not in self._probing]:
-                self._release_queued(where, now)
 
-    def _defer(self, sender: int, peer: Peer, theirs: float) -> bool:
+    def _defer(self, sender: Peer, peer: Peer, theirs: float) -> bool:
         """Hold back a candidate offered with the sender's RTT to it while our probe of the
         sender is out (a joining node's join information comes from hops it has not measured
         yet): once the sender answers, the bound prunes it (_release_deferred). False when full."""
         if self._deferred_count >= DEFER_LIMIT:
             return False
-        held = self._deferred.get(sender)
+        held = self._deferred.get(sender.id)
         if held is None:
-            held = self._deferred[sender] = ([], [])
+            held = self._deferred[sender.id] = ([], [])
         held[0].append(peer)
         held[1].append(theirs)
         self._deferred_count += 1
         return True
-
-    def _release_queued(self, where: tuple[int, int], now: float) -> None:
-        """The probe of an empty slot's first candidate is over: the candidates that waited for
-        it are considered now, each bounded by its offerer's RTT if we have it by now (pruned if
-        the first one took the slot and is nearer; the next becomes the slot's filler if not)."""
-        del self._filling[where]
-        waiting = self._queued.pop(where, None)
-        if not waiting:
-            return
-        self._deferred_count -= len(waiting)
-        rtt = self.rtt
-        for peer, offerer, theirs in waiting:
-            via = rtt.get(offerer)
-            bound = 0.0 if via is None or theirs is None else abs(via - theirs)
-            self._consider(peer, now, bound=bound, offer=(offerer, theirs))
 
     def _release_deferred(self, sender_id: int, now: float) -> None:
         """Consider the candidates held back for `sender_id`, bounded by our RTT to it if we
@@ -803,7 +758,7 @@ class OverlayNode:
             return
         self._deferred_count -= len(held[0])
         via = self.rtt.get(sender_id)
-        self._consider_all(held[0], now, rtts=held[1], via=via, sender=sender_id)
+        self._consider_all(held[0], now, rtts=held[1] if via is not None else None, via=via)
 
     def _declare_dead(self, peer: Peer, now: float) -> None:
         self.dead[peer.id] = now + self.params.dead_memory
@@ -999,6 +954,8 @@ class OverlayNode:
             self._rtt_limit = self._trim_recent(self.rtt)
         if msg.sender.id not in self.leaf and self.leaf.could_hold(msg.sender.id):
             self._consider(msg.sender, now, firsthand=True)  # a leaf candidate, verified
+        if self._deferred:
+            self._release_deferred(msg.sender.id, now)
         candidate = self._candidates.pop(msg.sender.id, None)
         if candidate is not None:
             where = self.table.slot(candidate.id)
@@ -1009,10 +966,6 @@ class OverlayNode:
                     and self.rtt[candidate.id] < self.rtt.get(current.id, float("inf"))
                 ):
                     self.table.set(*where, candidate)
-                if self._filling.get(where) == candidate.id:
-                    self._release_queued(where, now)
-        if self._deferred:
-            self._release_deferred(msg.sender.id, now)
 
     def _on_join(self, msg: JoinRequest, now: float) -> None:
         joiner = msg.joiner
@@ -1037,8 +990,8 @@ class OverlayNode:
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
         via = self.rtt.get(msg.sender.id)
-        self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via, sender=msg.sender.id)
-        self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via, sender=msg.sender.id)
+        self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via, sender=msg.sender)
+        self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via, sender=msg.sender)
         if msg.root and not self.joined:
             self._become_joined(now)
             rtt = self.rtt
@@ -1060,7 +1013,7 @@ class OverlayNode:
         # (asked for lookahead) only fills empty slots: its members would all challenge one slot.
         via = self.rtt.get(msg.sender.id)
         measure = msg.sender.id in self.leaf
-        self._consider_all(msg.leaf_set, now, measure=measure, rtts=msg.rtts, via=via, sender=msg.sender.id)
+        self._consider_all(msg.leaf_set, now, measure=measure, rtts=msg.rtts, via=via, sender=msg.sender)
         if self.joined:
             self._check_push(msg.sender, msg.leaf_set, now)
 
@@ -1093,7 +1046,7 @@ class OverlayNode:
     def _on_row_reply(self, msg: RowReply, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
         self._consider_all(
-            msg.entries, now, rtts=msg.rtts, via=self.rtt.get(msg.sender.id), sender=msg.sender.id
+            msg.entries, now, rtts=msg.rtts, via=self.rtt.get(msg.sender.id), sender=msg.sender
         )
 
     def _route(self, msg: Route, now: float, tried: set[int] | None = None) -> None:

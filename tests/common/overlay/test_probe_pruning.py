@@ -34,15 +34,13 @@ HOLDER = Peer(id=(0xA << 124) | 5, addr="holder")  # row 0, digit A: measured at
 HOLDER_RTT = 0.010
 CANDIDATE = Peer(id=(0xA << 124) | 7, addr="cand")  # the same slot as HOLDER
 SENDER = Peer(id=(0xC << 124) | 1, addr="sender")  # not measured yet when it offers CANDIDATE
-FIRST = Peer(id=(0xD << 124) | 1, addr="first")  # the first offer for the empty slot (0, D)
-SECOND = Peer(id=(0xD << 124) | 2, addr="second")  # a later offer for the same slot
 
 
 def answer(node: OverlayNode, out: Output, now: float, rtts: dict[str, float]) -> None:
     """Answer the pings in `out` to the addresses in `rtts`, each after its round-trip time."""
     for addr, msg in out.sends:
         if isinstance(msg, Ping) and addr in rtts:
-            peer = {p.addr: p for p in (LEFT, RIGHT, HOLDER, CANDIDATE, SENDER, FIRST, SECOND)}[addr]
+            peer = {p.addr: p for p in (LEFT, RIGHT, HOLDER, CANDIDATE, SENDER)}[addr]
             node.on_message(Pong(sender=peer, nonce=msg.nonce, sent=msg.sent), now + rtts[addr])
 
 
@@ -120,33 +118,6 @@ def test_an_offer_from_a_sender_that_does_not_answer_is_probed_as_before_pruning
         sent_to += pinged(node.on_timer(2.0 + k * node.params.probe_timeout))
     assert CANDIDATE.addr in sent_to and not node.table.contains(SENDER.id)
     assert not node._deferred and node._deferred_count == 0
-
-
-@pytest.mark.parametrize(("first_answers", "second_probed"), [(True, False), (False, True)])
-def test_later_offers_for_an_empty_slot_wait_for_its_first_candidate(
-    first_answers: bool, second_probed: bool
-) -> None:
-    """A joining node hears of each slot from every hop. The first candidate for an empty slot
-    is probed; a later one waits for that probe, then challenges the first as any holder: here
-    it is at least 0.25 s away, the first 0.02 s, so it is never probed. If the first does not
-    answer, the later one is probed (as before pruning) and may fill the slot."""
-    node = node_with_measured_holder()
-    first = node.on_message(RowReply(sender=RIGHT, row=0, entries=[FIRST], rtts=[0.1]), 2.0)
-    assert pinged(first) == {FIRST.addr}
-    out = node.on_message(RowReply(sender=RIGHT, row=0, entries=[SECOND], rtts=[0.35]), 2.01)
-    assert not pinged(out)
-    if first_answers:
-        later = Output()
-        for addr, msg in first.sends:
-            if isinstance(msg, Ping) and addr == FIRST.addr:
-                later = node.on_message(Pong(sender=FIRST, nonce=msg.nonce, sent=msg.sent), 2.02)
-        assert node.table.get(0, 0xD) == FIRST
-    else:
-        later = node.on_timer(2.0 + node.params.probe_timeout)
-        answer(node, later, 5.0, {SECOND.addr: 0.4})
-        assert node.table.get(0, 0xD) == SECOND
-    assert (SECOND.addr in pinged(later)) is second_probed
-    assert not node._queued and node._deferred_count == 0
 
 
 @pytest.mark.parametrize("kind", [Hello, LeafSetRequest, RowRequest])
