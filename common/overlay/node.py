@@ -279,9 +279,6 @@ class OverlayNode:
         # the sender's RTTs to them); at most DEFER_LIMIT peers in all.
         self._deferred: dict[int, tuple[list[Peer], list[float]]] = {}
         self._deferred_count = 0
-        # Nodes to greet (Hello) once our probe of them is answered, with the RTT it measured:
-        # the receiver then needs no probe of its own to place us (a joined node's, _on_join_info).
-        self._hello_after: dict[int, Peer] = {}
         self._departed: OrderedDict[int, Peer] = OrderedDict()
         self._used: set[str] = set()  # addresses we sent application messages to since the last sweep
         self._corrected: dict[int, float] = {}  # peers we last sent a corrective leaf-set push -> when
@@ -738,9 +735,6 @@ class OverlayNode:
         if self._deferred:  # senders that will not answer: their offers are considered unbounded
             for pid in [pid for pid in self._deferred if pid not in self._probing]:
                 self._release_deferred(pid, now)
-        if self._hello_after:  # not answered: greeted without an RTT, as before
-            for pid in [pid for pid in self._hello_after if pid not in self._probing]:
-                self._send(self._hello_after.pop(pid).addr, Hello(sender=self.me))
 
     def _defer(self, sender: Peer, peer: Peer, theirs: float) -> bool:
         """Hold back a candidate offered with the sender's RTT to it while our probe of the
@@ -962,8 +956,6 @@ class OverlayNode:
             self._consider(msg.sender, now, firsthand=True)  # a leaf candidate, verified
         if self._deferred:
             self._release_deferred(msg.sender.id, now)
-        if self._hello_after and self._hello_after.pop(msg.sender.id, None) is not None:
-            self._send(msg.sender.addr, Hello(sender=self.me, rtt=self.rtt[msg.sender.id]))
         candidate = self._candidates.pop(msg.sender.id, None)
         if candidate is not None:
             where = self.table.slot(candidate.id)
@@ -1002,12 +994,9 @@ class OverlayNode:
         self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via, sender=msg.sender)
         if msg.root and not self.joined:
             self._become_joined(now)
-            rtt, probing = self.rtt, self._probing
+            rtt = self.rtt
             for peer in self._known():
-                if peer.id not in rtt and peer.id in probing:
-                    self._hello_after[peer.id] = peer  # sent with our RTT once it answers (_on_pong)
-                else:
-                    self._send(peer.addr, Hello(sender=self.me, rtt=rtt.get(peer.id)))
+                self._send(peer.addr, Hello(sender=self.me, rtt=rtt.get(peer.id)))
 
     def _on_hello(self, msg: Hello, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)

@@ -224,21 +224,3 @@ def test_offers_held_back_stay_bounded_under_a_flood_of_senders() -> None:
     for k in range(1, PROBE_ATTEMPTS + 2):
         node.on_timer(now + k * node.params.probe_timeout)
     assert not node._deferred and node._deferred_count == 0
-
-
-def test_a_joined_node_greets_the_nodes_it_is_measuring_once_they_answer_with_the_rtt() -> None:
-    """The root's join information makes us joined while our probes of the nodes we learned are
-    still out: each of those gets its Hello when it answers, carrying the RTT just measured (so
-    that it need not probe us back); one that does not answer gets it without, as before."""
-    node = OverlayNode(ME, OverlayParams(leaf_set_size=2), random.Random(1))
-    node.start(0.0, bootstrap=RIGHT.addr)
-    out = node.on_message(JoinInfo(sender=RIGHT, candidates=[LEFT], leaf_set=[], root=True), 0.5)
-    assert node.joined and pinged(out) == {RIGHT.addr, LEFT.addr}
-    assert not [m for _, m in out.sends if isinstance(m, Hello)]
-    [ping] = [m for a, m in out.sends if isinstance(m, Ping) and a == RIGHT.addr]
-    out = node.on_message(Pong(sender=RIGHT, nonce=ping.nonce, sent=ping.sent), 0.5 + RIGHT_RTT)
-    [(addr, hello)] = [(a, m) for a, m in out.sends if isinstance(m, Hello)]
-    assert addr == RIGHT.addr and isinstance(hello, Hello) and math.isclose(hello.rtt or 0.0, RIGHT_RTT)
-    out = node.on_timer(0.5 + node.params.probe_timeout)
-    assert [(a, m.rtt) for a, m in out.sends if isinstance(m, Hello)] == [(LEFT.addr, None)]
-    assert not node._hello_after
