@@ -198,8 +198,6 @@ PRUNE_FACTOR = 1.0
 (from the RTTs the node that offered it measured: see _consider_all) is at least this many times
 the slot holder's measured one. 1.0 is lossless where the triangle inequality holds: such a
 candidate cannot be nearer, and only a nearer one takes the slot (_on_pong)."""
-DEFER_LIMIT = 4096
-"""Most candidates held back until the RTT to the node that offered them is measured (_defer)."""
 
 # What a probe is for: a departed node that may be back, a round-trip time to measure (proximity
 # neighbour selection), or a suspected node (declared dead if it does not answer).
@@ -275,10 +273,6 @@ class OverlayNode:
         self._hops: dict[int, _HopWait] = {}  # routed messages awaiting their hop's ack, same order
         self._probing: dict[int, int] = {}  # peer id -> nonce of its outstanding probe
         self._candidates: dict[int, Peer] = {}
-        # Offers held back until their sender answers our probe (_defer): sender id -> (peers,
-        # the sender's RTTs to them); at most DEFER_LIMIT peers in all.
-        self._deferred: dict[int, tuple[list[Peer], list[float]]] = {}
-        self._deferred_count = 0
         self._departed: OrderedDict[int, Peer] = OrderedDict()
         self._used: set[str] = set()  # addresses we sent application messages to since the last sweep
         self._corrected: dict[int, float] = {}  # peers we last sent a corrective leaf-set push -> when
@@ -626,7 +620,6 @@ class OverlayNode:
         measure: bool = True,
         rtts: list[float | None] | None = None,
         via: float | None = None,
-        sender: Peer | None = None,
     ) -> None:
         """_consider (second-hand) for each peer. Most peers a push or reply names change
         nothing (already in our leaf set, or outside it, and in their table slot or losing
@@ -639,16 +632,13 @@ class OverlayNode:
         a peer is at least |via - rtts[i]|, so an unmeasured peer whose bound is already no
         nearer than its slot's measured holder is not probed (_consider's `bound`). A lying
         sender can only make us skip such a probe or send it: the bound is never stored as a
-        measurement. Where `via` is not known yet but our probe of `sender` is out, such peers
-        wait for its answer (_defer)."""
+        measurement."""
         me, dead, rtt = self.me.id, self.dead, self.rtt
         b = self.params.b
         mask = (1 << b) - 1
         rows = self.table._rows
         leaf = self.leaf
-        has_rtts = rtts is not None and len(rtts) == len(peers)
-        paired = has_rtts and via is not None
-        defer = has_rtts and via is None and sender is not None and sender.id in self._probing
+        paired = via is not None and rtts is not None and len(rtts) == len(peers)
         bound = 0.0
         for i, peer in enumerate(peers):
             pid = peer.id
@@ -680,8 +670,6 @@ class OverlayNode:
                 if known_rtt is None:
                     current_rtt = rtt.get(current.id)
                     if current_rtt is None or bound < PRUNE_FACTOR * current_rtt:
-                        if defer and rtts[i] is not None and self._defer(sender, peer, rtts[i]):  # type: ignore[arg-type,index]
-                            continue
                         self._consider(peer, now, measure=measure, bound=bound)
                 else:
                     current_rtt = rtt.get(current.id)
@@ -732,33 +720,6 @@ class OverlayNode:
                 self._declare_dead(probe.peer, now)
             else:
                 self._candidates.pop(pid, None)
-        if self._deferred:  # senders that will not answer: their offers are considered unbounded
-            for pid in [pid for pid in self._deferred if pid not in self._probing]:
-                self._release_deferred(pid, now)
-
-    def _defer(self, sender: Peer, peer: Peer, theirs: float) -> bool:
-        """Hold back a candidate offered with the sender's RTT to it while our probe of the
-        sender is out (a joining node's join information comes from hops it has not measured
-        yet): once the sender answers, the bound prunes it (_release_deferred). False when full."""
-        if self._deferred_count >= DEFER_LIMIT:
-            return False
-        held = self._deferred.get(sender.id)
-        if held is None:
-            held = self._deferred[sender.id] = ([], [])
-        held[0].append(peer)
-        held[1].append(theirs)
-        self._deferred_count += 1
-        return True
-
-    def _release_deferred(self, sender_id: int, now: float) -> None:
-        """Consider the candidates held back for `sender_id`, bounded by our RTT to it if we
-        have one now (it answered), as before pruning if not (it did not)."""
-        held = self._deferred.pop(sender_id, None)
-        if held is None:
-            return
-        self._deferred_count -= len(held[0])
-        via = self.rtt.get(sender_id)
-        self._consider_all(held[0], now, rtts=held[1] if via is not None else None, via=via)
 
     def _declare_dead(self, peer: Peer, now: float) -> None:
         self.dead[peer.id] = now + self.params.dead_memory
@@ -954,8 +915,6 @@ class OverlayNode:
             self._rtt_limit = self._trim_recent(self.rtt)
         if msg.sender.id not in self.leaf and self.leaf.could_hold(msg.sender.id):
             self._consider(msg.sender, now, firsthand=True)  # a leaf candidate, verified
-        if self._deferred:
-            self._release_deferred(msg.sender.id, now)
         candidate = self._candidates.pop(msg.sender.id, None)
         if candidate is not None:
             where = self.table.slot(candidate.id)
@@ -990,8 +949,8 @@ class OverlayNode:
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
         via = self.rtt.get(msg.sender.id)
-        self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via, sender=msg.sender)
-        self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via, sender=msg.sender)
+        self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via)
+        self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via)
         if msg.root and not self.joined:
             self._become_joined(now)
             rtt = self.rtt
@@ -1012,8 +971,7 @@ class OverlayNode:
         # A neighbour's set is all candidates for our leaf set and deep rows; a table entry's
         # (asked for lookahead) only fills empty slots: its members would all challenge one slot.
         via = self.rtt.get(msg.sender.id)
-        measure = msg.sender.id in self.leaf
-        self._consider_all(msg.leaf_set, now, measure=measure, rtts=msg.rtts, via=via, sender=msg.sender)
+        self._consider_all(msg.leaf_set, now, measure=msg.sender.id in self.leaf, rtts=msg.rtts, via=via)
         if self.joined:
             self._check_push(msg.sender, msg.leaf_set, now)
 
@@ -1045,9 +1003,7 @@ class OverlayNode:
 
     def _on_row_reply(self, msg: RowReply, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
-        self._consider_all(
-            msg.entries, now, rtts=msg.rtts, via=self.rtt.get(msg.sender.id), sender=msg.sender
-        )
+        self._consider_all(msg.entries, now, rtts=msg.rtts, via=self.rtt.get(msg.sender.id))
 
     def _route(self, msg: Route, now: float, tried: set[int] | None = None) -> None:
         tried = tried or set()

@@ -23,7 +23,7 @@ from common.overlay.messages import (
     RowRequest,
     overlay_codec,
 )
-from common.overlay.node import DEFER_LIMIT, PROBE_ATTEMPTS, Output, OverlayNode, OverlayParams
+from common.overlay.node import Output, OverlayNode, OverlayParams
 from common.wire import PROTOCOL_VERSION
 
 ME = Peer(id=1000, addr="me")
@@ -33,14 +33,13 @@ RIGHT_RTT = 0.100
 HOLDER = Peer(id=(0xA << 124) | 5, addr="holder")  # row 0, digit A: measured at HOLDER_RTT
 HOLDER_RTT = 0.010
 CANDIDATE = Peer(id=(0xA << 124) | 7, addr="cand")  # the same slot as HOLDER
-SENDER = Peer(id=(0xC << 124) | 1, addr="sender")  # not measured yet when it offers CANDIDATE
 
 
 def answer(node: OverlayNode, out: Output, now: float, rtts: dict[str, float]) -> None:
     """Answer the pings in `out` to the addresses in `rtts`, each after its round-trip time."""
     for addr, msg in out.sends:
         if isinstance(msg, Ping) and addr in rtts:
-            peer = {p.addr: p for p in (LEFT, RIGHT, HOLDER, CANDIDATE, SENDER)}[addr]
+            peer = {p.addr: p for p in (LEFT, RIGHT, HOLDER, CANDIDATE)}[addr]
             node.on_message(Pong(sender=peer, nonce=msg.nonce, sent=msg.sent), now + rtts[addr])
 
 
@@ -89,35 +88,6 @@ def test_join_info_and_leaf_pushes_are_pruned_the_same_way() -> None:
     assert CANDIDATE.addr not in pinged(out)
     out = node.on_message(LeafSetPush(sender=RIGHT, leaf_set=[CANDIDATE], rtts=[0.5]), 3.0)
     assert CANDIDATE.addr not in pinged(out)
-
-
-@pytest.mark.parametrize(("sender_rtt", "probed"), [(0.1, False), (0.205, True)])
-def test_an_offer_from_a_sender_not_measured_yet_waits_for_its_answer(
-    sender_rtt: float, probed: bool
-) -> None:
-    """A joining node learns of hops it has not measured: their candidates wait for the hop's
-    pong, then the bound decides (CANDIDATE is 0.2 s from the sender: at least 0.1 s from us,
-    farther than the holder, when the sender is 0.1 s away; at least 0.005 s when it is 0.205 s
-    away, so it may be nearer than the holder)."""
-    node = node_with_measured_holder()
-    out = node.on_message(JoinInfo(sender=SENDER, candidates=[CANDIDATE], candidate_rtts=[0.2]), 2.0)
-    assert pinged(out) == {SENDER.addr}  # the sender is probed, the candidate waits
-    [ping] = [m for a, m in out.sends if isinstance(m, Ping)]
-    later = node.on_message(Pong(sender=SENDER, nonce=ping.nonce, sent=ping.sent), 2.0 + sender_rtt)
-    assert (CANDIDATE.addr in pinged(later)) is probed
-
-
-def test_an_offer_from_a_sender_that_does_not_answer_is_probed_as_before_pruning() -> None:
-    """The sender (now in our table) is probed PROBE_ATTEMPTS times and declared dead; then its
-    offer is considered without a bound: probed, as every such offer was before pruning."""
-    node = node_with_measured_holder()
-    node.on_message(JoinInfo(sender=SENDER, candidates=[CANDIDATE], candidate_rtts=[0.2]), 2.0)
-    sent_to: list[str] = []
-    for k in range(1, PROBE_ATTEMPTS + 1):
-        assert CANDIDATE.addr not in sent_to
-        sent_to += pinged(node.on_timer(2.0 + k * node.params.probe_timeout))
-    assert CANDIDATE.addr in sent_to and not node.table.contains(SENDER.id)
-    assert not node._deferred and node._deferred_count == 0
 
 
 @pytest.mark.parametrize("kind", [Hello, LeafSetRequest, RowRequest])
@@ -204,23 +174,3 @@ def test_the_core_ignores_rtts_that_do_not_pair_with_the_peers() -> None:
     reply = RowReply.model_construct(sender=RIGHT, row=0, entries=[CANDIDATE, HOLDER], rtts=[0.5])
     out = node.on_message(reply, 2.0)
     assert CANDIDATE.addr in pinged(out)
-
-
-def test_offers_held_back_stay_bounded_under_a_flood_of_senders() -> None:
-    """Thousands of distinct, never-answering senders each offering many candidates with RTTs:
-    what is held back never exceeds DEFER_LIMIT (the rest is probed as before pruning), and all
-    of it is released once the senders' probes expire."""
-    node = node_with_measured_holder()
-    rng = random.Random(3)
-    now = 2.0
-    for i in range(400):
-        sender = Peer(id=rng.getrandbits(128), addr=f"s{i}")
-        offered = [Peer(id=(0xA << 124) | rng.getrandbits(100), addr=f"c{i}.{j}") for j in range(64)]
-        node.on_message(JoinInfo(sender=sender, candidates=offered, candidate_rtts=[0.0] * 64), now)
-        assert node._deferred_count <= DEFER_LIMIT
-        assert node._deferred_count == sum(len(peers) for peers, _ in node._deferred.values())
-        now += 0.001
-    assert node._deferred_count == DEFER_LIMIT
-    for k in range(1, PROBE_ATTEMPTS + 2):
-        node.on_timer(now + k * node.params.probe_timeout)
-    assert not node._deferred and node._deferred_count == 0
