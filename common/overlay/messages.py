@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, model_validator
 
 from common.overlay.ids import id_from_bytes, id_to_bytes
 from common.wire import Message, MessageCodec
@@ -118,6 +118,17 @@ MAX_LEAF_SET = 256
 
 AppPayload = Annotated[Message, BeforeValidator(_load_app), PlainSerializer(_dump_app)]
 NodeId = Annotated[int, BeforeValidator(_load_id), PlainSerializer(id_to_bytes)]
+Rtt = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+"""A round-trip time in seconds the sender measured. Receivers use one only as a bound that lets
+them skip a probe (common.overlay.node: `_consider`), never as a measurement of their own, so a
+lying value can only make them skip a probe or send one."""
+OptRtt = Rtt | None  # None: the sender has not measured that node
+
+
+def _check_paired(peers: list[Peer], rtts: list[float | None], name: str) -> None:
+    """An RTT list, when sent, has one value (or None) per listed peer."""
+    if rtts and len(rtts) != len(peers):
+        raise ValueError(f"{name}: {len(rtts)} round-trip times for {len(peers)} peers")
 
 
 class Peer(Message):
@@ -158,52 +169,80 @@ class JoinRequest(Message):
 
 
 class JoinInfo(Message):
-    """A hop's routing rows (and, from the root, its leaf set) for a joining node."""
+    """A hop's routing rows (and, from the root, its leaf set) for a joining node; `*_rtts`: the
+    hop's measured round-trip time to each (None where it has none), or empty."""
 
     TYPE = "join_info"
     sender: Peer
     candidates: list[Peer] = Field(max_length=4096)
     leaf_set: list[Peer] = Field([], max_length=MAX_LEAF_SET)
     root: bool = False
+    candidate_rtts: list[OptRtt] = Field([], max_length=4096)
+    leaf_rtts: list[OptRtt] = Field([], max_length=MAX_LEAF_SET)
+
+    @model_validator(mode="after")
+    def _paired(self) -> JoinInfo:
+        _check_paired(self.candidates, self.candidate_rtts, "candidate_rtts")
+        _check_paired(self.leaf_set, self.leaf_rtts, "leaf_rtts")
+        return self
 
 
 class Hello(Message):
-    """A node that finished joining tells the nodes it should be known to."""
+    """A node that finished joining tells the nodes it should be known to; `rtt`: its measured
+    round-trip time to the receiver, if it has one (round trips are symmetric)."""
 
     TYPE = "hello"
     sender: Peer
+    rtt: OptRtt = None
 
 
 class LeafSetRequest(Message):
-    """Asks a node for its leaf set, to replace a dead leaf member."""
+    """Asks a node for its leaf set, to replace a dead leaf member; `rtt` as in Hello."""
 
     TYPE = "leaf_req"
     sender: Peer
+    rtt: OptRtt = None
 
 
 class LeafSetPush(Message):
-    """A node's leaf set, sent on request, to new leaf members, and periodically to neighbours."""
+    """A node's leaf set, sent on request, to new leaf members, and periodically to neighbours;
+    `rtts`: the sender's measured round-trip time to each member (None where it has none), or empty."""
 
     TYPE = "leaf_set"
     sender: Peer
     leaf_set: list[Peer] = Field(max_length=MAX_LEAF_SET)
+    rtts: list[OptRtt] = Field([], max_length=MAX_LEAF_SET)
+
+    @model_validator(mode="after")
+    def _paired(self) -> LeafSetPush:
+        _check_paired(self.leaf_set, self.rtts, "rtts")
+        return self
 
 
 class RowRequest(Message):
-    """Asks a node for the nodes it knows that fit row `row` of the asker's routing table."""
+    """Asks a node for the nodes it knows that fit row `row` of the asker's routing table; `rtt`
+    as in Hello."""
 
     TYPE = "row_req"
     sender: Peer
     row: int = Field(ge=0, le=MAX_ROW)
+    rtt: OptRtt = None
 
 
 class RowReply(Message):
-    """The nodes that fit the requested row of the asker's routing table."""
+    """The nodes that fit the requested row of the asker's routing table; `rtts`: the sender's
+    measured round-trip time to each (0 for itself, None where it has none), or empty."""
 
     TYPE = "row"
     sender: Peer
     row: int = Field(ge=0, le=MAX_ROW)
     entries: list[Peer] = Field(max_length=1024)
+    rtts: list[OptRtt] = Field([], max_length=1024)
+
+    @model_validator(mode="after")
+    def _paired(self) -> RowReply:
+        _check_paired(self.entries, self.rtts, "rtts")
+        return self
 
 
 class Route(Message):

@@ -60,7 +60,7 @@ from __future__ import annotations
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -150,6 +150,11 @@ PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry (or a silen
 HOP_RESENDS = 2  # a final hop's resends before the message is delivered at the next closest node
 LEAF_REPAIR_RETRIES = 3  # leaf-set requests sent again after a leaf member's death
 SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
+PRUNE_FACTOR = 1.0
+"""A candidate for an occupied table slot is not probed when a lower bound on its round-trip time
+(from the RTTs the node that offered it measured: see _consider_all) is at least this many times
+the slot holder's measured one. 1.0 is lossless where the triangle inequality holds: such a
+candidate cannot be nearer, and only a nearer one takes the slot (_on_pong)."""
 
 # What a probe is for: a departed node that may be back, a round-trip time to measure (proximity
 # neighbour selection), or a suspected node (declared dead if it does not answer).
@@ -477,10 +482,14 @@ class OverlayNode:
         if self._departed.pop(peer.id, None) is not None:
             self._consider(peer, now, firsthand=True)  # back from the dead, or from a partition
 
-    def _consider(self, peer: Peer, now: float, *, firsthand: bool = False, measure: bool = True) -> None:
+    def _consider(
+        self, peer: Peer, now: float, *, firsthand: bool = False, measure: bool = True, bound: float = 0.0
+    ) -> None:
         """Learn of a node: leaf set if it belongs there, routing table by proximity. Without
         `measure`, a node whose round-trip time is unknown only fills an empty slot: it is not
-        probed to challenge the entry that holds its slot."""
+        probed to challenge the entry that holds its slot. `bound`: a lower bound on its
+        round-trip time (see _consider_all; a claimed one, never stored): it is not probed to
+        challenge a holder measured at most PRUNE_FACTOR times nearer."""
         pid, me = peer.id, self.me.id
         if pid == me:
             return
@@ -501,7 +510,7 @@ class OverlayNode:
         elif self.leaf.add(peer):
             self._leaf_did_change(now)
             if self.joined:
-                self._send(peer.addr, LeafSetPush(sender=self.me, leaf_set=leaf.members()))
+                self._send(peer.addr, self._leaf_push())
         # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
         b = table.b
         r = (ID_BITS - (me ^ pid).bit_length()) // b
@@ -527,8 +536,21 @@ class OverlayNode:
                 self._candidates[pid] = peer
                 self._probe(peer, now)
         elif measure:
+            holder_rtt = rtt.get(current.id)
+            if holder_rtt is not None and bound >= PRUNE_FACTOR * holder_rtt:
+                return  # it cannot be nearer than the holder
             self._candidates[pid] = peer
             self._probe(peer, now)
+
+    def _rtts_of(self, peers: list[Peer]) -> list[float | None]:
+        """Our measured round-trip time to each peer (0 to ourselves), for an offer of them: the
+        receiver bounds its own RTT to each from its RTT to us (_consider_all)."""
+        rtt, me = self.rtt, self.me.id
+        return [0.0 if p.id == me else rtt.get(p.id) for p in peers]
+
+    def _leaf_push(self) -> LeafSetPush:
+        members = self.leaf.members()
+        return LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
 
     def _trim_recent(self, peers: dict[int, float], *, by_value: bool = False) -> int:
         """Bound a per-peer map (rtt, last_heard): keep the entries of the leaf set's and routing
@@ -547,47 +569,69 @@ class OverlayNode:
             del peers[pid]
         return len(peers) + max(cap, 1)
 
-    def _consider_all(self, peers: Iterable[Peer], now: float, *, measure: bool = True) -> None:
+    def _consider_all(
+        self,
+        peers: list[Peer],
+        now: float,
+        *,
+        measure: bool = True,
+        rtts: list[float | None] | None = None,
+        via: float | None = None,
+    ) -> None:
         """_consider (second-hand) for each peer. Most peers a push or reply names change
         nothing (already in our leaf set, or outside it, and in their table slot or losing
         to its holder): that case is decided here inline, with _consider's checks in its order,
         and only the others go through _consider. This runs for every peer of every leaf-set
-        push, row reply and join info: most of the simulator's time."""
+        push, row reply and join info: most of the simulator's time.
+
+        Probe pruning: `rtts` are the sender's measured round-trip times to `peers` (None where
+        it has none), `via` our measured one to the sender. By the triangle inequality our RTT to
+        a peer is at least |via - rtts[i]|, so an unmeasured peer whose bound is already no
+        nearer than its slot's measured holder is not probed (_consider's `bound`). A lying
+        sender can only make us skip such a probe or send it: the bound is never stored as a
+        measurement."""
         me, dead, rtt = self.me.id, self.dead, self.rtt
         b = self.params.b
         mask = (1 << b) - 1
         rows = self.table._rows
         leaf = self.leaf
-        for peer in peers:
+        paired = via is not None and rtts is not None and len(rtts) == len(peers)
+        bound = 0.0
+        for i, peer in enumerate(peers):
             pid = peer.id
             if pid == me or dead.get(pid, 0.0) > now:
                 continue
+            if paired:
+                theirs = rtts[i]  # type: ignore[index]
+                bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
             held = leaf._by_id.get(pid)
             if held is not None:
                 if held.addr != peer.addr:
-                    self._consider(peer, now, measure=measure)
+                    self._consider(peer, now, measure=measure, bound=bound)
                     continue
             else:
                 reach = leaf._reach  # LeafSet.could_hold, inlined
                 if reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]:
-                    self._consider(peer, now, measure=measure)
+                    self._consider(peer, now, measure=measure, bound=bound)
                     continue
             # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
             r = (ID_BITS - (me ^ pid).bit_length()) // b
             current = rows[r][(pid >> (ID_BITS - b * (r + 1))) & mask]
             if current is None:
-                self._consider(peer, now, measure=measure)
+                self._consider(peer, now, measure=measure, bound=bound)
             elif current.id == pid:
                 if current.addr != peer.addr:
-                    self._consider(peer, now, measure=measure)
+                    self._consider(peer, now, measure=measure, bound=bound)
             elif measure:
                 known_rtt = rtt.get(pid)
                 if known_rtt is None:
-                    self._consider(peer, now, measure=measure)
+                    current_rtt = rtt.get(current.id)
+                    if current_rtt is None or bound < PRUNE_FACTOR * current_rtt:
+                        self._consider(peer, now, measure=measure, bound=bound)
                 else:
                     current_rtt = rtt.get(current.id)
                     if current_rtt is not None and known_rtt < current_rtt:
-                        self._consider(peer, now, measure=measure)
+                        self._consider(peer, now, measure=measure, bound=bound)
 
     def _probe(
         self,
@@ -651,7 +695,7 @@ class OverlayNode:
             self._timers["leaf_repair"] = now + 2 * self.params.probe_timeout
             self._timers_changed = True
             # Spread the news: every member checks our set against its own (_check_push).
-            push = LeafSetPush(sender=self.me, leaf_set=members)
+            push = self._leaf_push()
             for p in members:
                 self._send(p.addr, push)
         where = self.table.remove(peer.id)
@@ -660,7 +704,8 @@ class OverlayNode:
             for r in range(row, self.table.rows):
                 others = self.table.row(r)
                 if others:
-                    self._send(self.rng.choice(others).addr, RowRequest(sender=self.me, row=row))
+                    asked = self.rng.choice(others)
+                    self._send(asked.addr, RowRequest(sender=self.me, row=row, rtt=self.rtt.get(asked.id)))
                     break
 
     def _ask_for_replacements(self) -> None:
@@ -669,7 +714,7 @@ class OverlayNode:
         if not asked:
             asked = {p.id: p for p in self.table.cached_entries()[:1]}
         for p in asked.values():
-            self._send(p.addr, LeafSetRequest(sender=self.me))
+            self._send(p.addr, LeafSetRequest(sender=self.me, rtt=self.rtt.get(p.id)))
 
     def _retry_leaf_repair(self, now: float) -> None:
         """After a member was declared dead, ask again, LEAF_REPAIR_RETRIES times: the request, its
@@ -765,7 +810,7 @@ class OverlayNode:
         self._corrected[peer.id] = now
         if len(self._corrected) > 4 * self.params.leaf_set_size:
             self._corrected = {k: t for k, t in self._corrected.items() if now - t < interval}
-        self._send(peer.addr, LeafSetPush(sender=self.me, leaf_set=self.leaf.members()))
+        self._send(peer.addr, self._leaf_push())
 
     def _row_maintenance(self, now: float) -> None:
         """Proximity maintenance: for every row, ask a random member of that row and our nearest
@@ -778,7 +823,7 @@ class OverlayNode:
         for peer in self.table.cached_entries():
             got = held.get(peer.id)
             if got is None or now - got[0] >= horizon:
-                self._send(peer.addr, LeafSetRequest(sender=self.me))
+                self._send(peer.addr, LeafSetRequest(sender=self.me, rtt=self.rtt.get(peer.id)))
         for gone in [i for i in held if not self.table.contains(i)]:
             del held[gone]
         known = self._known()
@@ -790,14 +835,14 @@ class OverlayNode:
             if nearest is not None:
                 targets.setdefault(nearest.id, nearest)
             for peer in targets.values():
-                self._send(peer.addr, RowRequest(sender=self.me, row=row))
+                self._send(peer.addr, RowRequest(sender=self.me, row=row, rtt=self.rtt.get(peer.id)))
 
     def _leaf_exchange(self) -> None:
         """Push our leaf set to one random member, which checks it against its own (_check_push):
         a node that learned of two concurrent joiners tells each about the other."""
         members = self.leaf.members()
         if members:
-            self._send(self.rng.choice(members).addr, LeafSetPush(sender=self.me, leaf_set=members))
+            self._send(self.rng.choice(members).addr, self._leaf_push())
 
     def _self_lookup(self) -> None:
         entries = self.table.entries() or self.leaf.members()
@@ -852,25 +897,29 @@ class OverlayNode:
                 else [p for r in range(upto + 1) for p in self.table.row(r) if p.id != joiner.id]
             )
             leaf = [p for p in self.leaf.members() if p.id != joiner.id] if root else []
-            self._send(joiner.addr, JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root))
+            info = JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root,
+                            candidate_rtts=self._rtts_of(rows), leaf_rtts=self._rtts_of(leaf))  # fmt: skip
+            self._send(joiner.addr, info)
         if nxt is not None:
             self._send(nxt.addr, msg.model_copy(update={"hops": msg.hops + 1}))
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
-        self._consider_all(msg.candidates, now)
-        self._consider_all(msg.leaf_set, now)
+        via = self.rtt.get(msg.sender.id)
+        self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via)
+        self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via)
         if msg.root and not self.joined:
             self._become_joined(now)
+            rtt = self.rtt
             for peer in self._known():
-                self._send(peer.addr, Hello(sender=self.me))
+                self._send(peer.addr, Hello(sender=self.me, rtt=rtt.get(peer.id)))
 
     def _on_hello(self, msg: Hello, now: float) -> None:
-        self._consider(msg.sender, now, firsthand=True)
+        self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)
 
     def _on_leaf_request(self, msg: LeafSetRequest, now: float) -> None:
-        self._send(msg.sender.addr, LeafSetPush(sender=self.me, leaf_set=self.leaf.members()))
-        self._consider(msg.sender, now, firsthand=True)
+        self._send(msg.sender.addr, self._leaf_push())
+        self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)
 
     def _on_leaf_push(self, msg: LeafSetPush, now: float) -> None:
         if self.table.contains(msg.sender.id):
@@ -878,7 +927,8 @@ class OverlayNode:
         self._consider(msg.sender, now, firsthand=True)
         # A neighbour's set is all candidates for our leaf set and deep rows; a table entry's
         # (asked for lookahead) only fills empty slots: its members would all challenge one slot.
-        self._consider_all(msg.leaf_set, now, measure=msg.sender.id in self.leaf)
+        via = self.rtt.get(msg.sender.id)
+        self._consider_all(msg.leaf_set, now, measure=msg.sender.id in self.leaf, rtts=msg.rtts, via=via)
         if self.joined:
             self._check_push(msg.sender, msg.leaf_set, now)
 
@@ -902,14 +952,15 @@ class OverlayNode:
             ]
             if shared_prefix_len(self.me.id, requester, b) == msg.row:
                 fits.append(self.me)
+            fits = fits[: 2 * self.table.cols]
             self._send(
-                msg.sender.addr, RowReply(sender=self.me, row=msg.row, entries=fits[: 2 * self.table.cols])
+                msg.sender.addr, RowReply(sender=self.me, row=msg.row, entries=fits, rtts=self._rtts_of(fits))
             )
-        self._consider(msg.sender, now, firsthand=True)
+        self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)
 
     def _on_row_reply(self, msg: RowReply, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
-        self._consider_all(msg.entries, now)
+        self._consider_all(msg.entries, now, rtts=msg.rtts, via=self.rtt.get(msg.sender.id))
 
     def _route(self, msg: Route, now: float, tried: set[int] | None = None) -> None:
         tried = tried or set()

@@ -233,6 +233,19 @@ def test_drop_log_writes_a_bounded_number_of_lines(drops: list[tuple[str, str]])
 # ----------------------------------------------------------------------------- the cores
 
 
+# Claimed round-trip times (probe pruning): any valid value, however much of a lie, or none.
+rtt_claims = st.none() | st.floats(0, 1e300, allow_nan=False, allow_infinity=False)
+
+
+def _rtts_for(peer_lists: st.SearchStrategy) -> st.SearchStrategy:
+    """(peers, their claimed RTTs: none, or one per peer)."""
+    return peer_lists.flatmap(
+        lambda ps: st.tuples(
+            st.just(ps), st.just([]) | st.lists(rtt_claims, min_size=len(ps), max_size=len(ps))
+        )
+    )
+
+
 # Every overlay message type, generated with any well-typed content (a type added to
 # OVERLAY_MESSAGES without an entry here fails test_every_overlay_message_type_is_fuzzed).
 overlay_strategies: dict[type, st.SearchStrategy] = {
@@ -240,17 +253,33 @@ overlay_strategies: dict[type, st.SearchStrategy] = {
     Pong: st.builds(Pong, sender=peers, nonce=small, sent=times),
     JoinRequest: st.builds(JoinRequest, joiner=peers, hops=small, refresh=st.booleans()),
     JoinInfo: st.builds(
-        JoinInfo,
-        sender=peers,
-        candidates=st.lists(peers, max_size=6),
-        leaf_set=st.lists(peers, max_size=6),
-        root=st.booleans(),
+        lambda sender, cands, leaf, root: JoinInfo(
+            sender=sender,
+            candidates=cands[0],
+            candidate_rtts=cands[1],
+            leaf_set=leaf[0],
+            leaf_rtts=leaf[1],
+            root=root,
+        ),
+        peers,
+        _rtts_for(st.lists(peers, max_size=6)),
+        _rtts_for(st.lists(peers, max_size=6)),
+        st.booleans(),
     ),
-    Hello: st.builds(Hello, sender=peers),
-    LeafSetRequest: st.builds(LeafSetRequest, sender=peers),
-    LeafSetPush: st.builds(LeafSetPush, sender=peers, leaf_set=st.lists(peers, max_size=20)),
-    RowRequest: st.builds(RowRequest, sender=peers, row=st.integers(0, 127)),
-    RowReply: st.builds(RowReply, sender=peers, row=st.integers(0, 127), entries=st.lists(peers, max_size=8)),
+    Hello: st.builds(Hello, sender=peers, rtt=rtt_claims),
+    LeafSetRequest: st.builds(LeafSetRequest, sender=peers, rtt=rtt_claims),
+    LeafSetPush: st.builds(
+        lambda sender, leaf: LeafSetPush(sender=sender, leaf_set=leaf[0], rtts=leaf[1]),
+        peers,
+        _rtts_for(st.lists(peers, max_size=20)),
+    ),
+    RowRequest: st.builds(RowRequest, sender=peers, row=st.integers(0, 127), rtt=rtt_claims),
+    RowReply: st.builds(
+        lambda sender, row, entries: RowReply(sender=sender, row=row, entries=entries[0], rtts=entries[1]),
+        peers,
+        st.integers(0, 127),
+        _rtts_for(st.lists(peers, max_size=8)),
+    ),
     RouteAck: st.builds(RouteAck, sender=peers, hop_nonce=small),
     Direct: st.builds(Direct, sender=peers, payload=st.just(FlockReply(pool="p", accepted=False, reason=""))),
     Route: st.builds(
