@@ -452,28 +452,37 @@ def free_port_pair() -> int:
     raise AssertionError("no two consecutive free ports")
 
 
-@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
-async def test_agents_started_before_the_master_are_adopted_once_it_listens(tmp_path: Path) -> None:
-    """What master_submitter does, without HTCondor: the first agents are launched before the
-    master exists (prelaunch), told a range of ports and the run's secret, and named in the state
-    file; they start at once and keep looking. The master, started after them, listens on that
-    range, adopts them and submits none of its own; they run every task and exit 0."""
-    state_path = make_state(tmp_path, NFS_SUB.format(n=20))
+async def prelaunched(tmp_path: Path, *, tasks: int, agents: int) -> tuple:
+    """What master_submitter does before the master runs, without HTCondor: `agents` agents
+    launched on this machine (one slot each) with the run's secret and a pair of ports, named in
+    the state file. Returns the state file, the state and plan the master starts from, the
+    agents' runner and the first port."""
+    state_path = make_state(tmp_path, NFS_SUB.format(n=tasks))
     (tmp_path / "work").chmod(0o755)
     state, plan = m.load_plan(state_path)
     core = restore(state, plan.config)
-    launches = [a for a in core.prelaunch(2, time.time()).actions if isinstance(a, SubmitAgent)]
+    launches = [a for a in core.prelaunch(agents, time.time()).actions if isinstance(a, SubmitAgent)]
     secret = p.make_secret()
     write_secret(plan.outdir, secret)
     first = free_port_pair()
     setup = AgentSetup(build_agent(plan.outdir), "127.0.0.1", f"{first}-{first + 1}", secret)
-    runner = m.LocalAgents(tmp_path / "scratch", slots=2)
+    runner = m.LocalAgents(tmp_path / "scratch", slots=agents)
     for launch in launches:  # the agents run before there is any master
         description, _ = prepare_agent(plan, launch, setup)
         core.handle(AgentSubmitted(launch.agent, await runner.submit(description)), time.time())
     extra = {"prelaunch": {"host": "127.0.0.1", "ports": [first, first + 1], "cluster": 1}}
     save_state(state_path, snapshot(core, plan.info, time.time(), extra))
     state, plan = m.load_plan(state_path)
+    return state_path, state, plan, runner, first
+
+
+@pytest.mark.skipif(not os.path.exists(m.AGENT_PYTHON), reason="needs a system python3 for the agent")
+async def test_agents_started_before_the_master_are_adopted_once_it_listens(tmp_path: Path) -> None:
+    """What master_submitter does, without HTCondor: the first agents are launched before the
+    master exists (prelaunch), told a range of ports and the run's secret, and named in the state
+    file; they start at once and keep looking. The master, started after them, listens on that
+    range, adopts them and submits none of its own; they run every task and exit 0."""
+    state_path, state, plan, runner, first = await prelaunched(tmp_path, tasks=20, agents=2)
     master = m.Master(plan, state, runner, host="127.0.0.1")
     with trio.fail_after(120):
         rc = await master.run()
@@ -618,22 +627,7 @@ async def test_agents_submitted_with_the_master_are_served_while_it_builds_its_z
     the agents master_submitter sent with it get their tasks before it is built."""
     import threading
 
-    state_path = make_state(tmp_path, NFS_SUB.format(n=6))
-    (tmp_path / "work").chmod(0o755)
-    state, plan = m.load_plan(state_path)
-    core = restore(state, plan.config)
-    launches = [a for a in core.prelaunch(1, time.time()).actions if isinstance(a, SubmitAgent)]
-    secret = p.make_secret()
-    write_secret(plan.outdir, secret)
-    first = free_port_pair()
-    setup = AgentSetup(build_agent(plan.outdir), "127.0.0.1", f"{first}-{first + 1}", secret)
-    runner = m.LocalAgents(tmp_path / "scratch", slots=1)
-    for launch in launches:
-        description, _ = prepare_agent(plan, launch, setup)
-        core.handle(AgentSubmitted(launch.agent, await runner.submit(description)), time.time())
-    extra = {"prelaunch": {"host": "127.0.0.1", "ports": [first, first + 1], "cluster": 1}}
-    save_state(state_path, snapshot(core, plan.info, time.time(), extra))
-    state, plan = m.load_plan(state_path)
+    state_path, state, plan, runner, _ = await prelaunched(tmp_path, tasks=6, agents=1)
     gate = threading.Event()
     done_before_build: list[int] = []
     opened_by_a_result: list[bool] = []
