@@ -185,9 +185,16 @@ def restore_state(core: PoolCore, state: PooldState, now: float, wall_offset: fl
     if state.quiet_since is not None:
         core.flocking.quiet_since = mono(state.quiet_since, now)
     _restore_grants(core, state, now, mono)
-    for a in state.authorized:
-        core.authorized[a.pool] = Authorization(a.accepted, a.reason, mono(a.at, now))
     moved = state.collector != core.settings.collector
+    if moved and core.trust is not None:
+        # With cross-pool trust an authorization comes with our schedds' token at that pool's
+        # collector, a file on the machine that managed our pool before: here it is asked for
+        # again (FlockIntent, whose reply asks for the token), or FLOCK_TO would name the pool
+        # with no token at its collector (seen after a handback, issue 16).
+        core.counters["authorizations_left_on_the_old_manager"] += len(state.authorized)
+    else:
+        for a in state.authorized:
+            core.authorized[a.pool] = Authorization(a.accepted, a.reason, mono(a.at, now))
     if core.trust is not None:
         life = core.trust.settings.lifetime
         core.trust.issued |= {(t.pool, t.role): mono(t.until, now + life) for t in state.tokens_issued}

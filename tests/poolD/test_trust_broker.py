@@ -5,6 +5,7 @@ flocking pair (issue 15, Deliver 3), with no network, clock or HTCondor."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -315,3 +316,36 @@ def test_a_negotiator_request_that_overtakes_the_flock_reply_is_approved() -> No
         pool="near", role="negotiator", identity="negotiator-near@home.sandbox", authz=["READ", "NEGOTIATOR"]
     )
     assert of(c.on_message(neg, 60.5), ApproveToken)
+
+
+def test_a_machine_taking_the_manager_role_asks_for_authorization_and_token_again() -> None:
+    """The authorization a pool gave us comes with our schedds' token at its collector, a file
+    on the machine that managed our pool before. A core resumed on another machine asks again
+    (intent, then token) before FLOCK_TO names the pool; seen on real pools after a handback,
+    where the resumed authorization set FLOCK_TO with no token at the pool's collector."""
+    before = trust_core("home")
+    before.start(0.0)
+    willing(before, 1.0, "near")
+    round_at(before, 60.0, load(free=0, idle=5))
+    before.on_message(
+        FlockReply(pool="near", accepted=True, reason="rule", trust_domain="near.sandbox"), 61.0
+    )
+    assert "near" in before.authorized
+    state = before.export_state(100.0, 0.0)
+
+    moved = trust_core("home")
+    moved.settings = replace(moved.settings, collector="cm2.home.org:9618")  # another machine
+    moved.restore_state(state, 100.0, 0.0)
+    assert moved.authorized == {} and moved.counters["authorizations_left_on_the_old_manager"] == 1
+    moved.start(100.0)
+    willing(moved, 101.0, "near")
+    out = round_at(moved, 160.0, load(free=0, idle=5))
+    assert sends(out, FlockIntent) and of(out, SetFlockTo) == []  # asked again first
+    out = moved.on_message(
+        FlockReply(pool="near", accepted=True, reason="rule", trust_domain="near.sandbox"), 161.0
+    )
+    assert of(out, RequestToken) and of(out, SetFlockTo)
+
+    same = trust_core("home")  # the same machine again (a restart): nothing asked again
+    same.restore_state(state, 100.0, 0.0)
+    assert "near" in same.authorized
