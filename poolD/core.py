@@ -954,8 +954,7 @@ class PoolCore:
             self._intent_sent[pool] = now
             out.actions.append(Send(claim.origin.addr, self._intent(self._schedd_hosts(self.load))))
         if self.trust is not None and claim.trust_domain is not None:
-            self.trust.held.pop((pool, "schedd"), None)
-            self.trust.asked.pop((pool, "schedd"), None)
+            self.trust.forget(pool, "schedd")
             addr, domain = claim.origin.addr, claim.trust_domain
             self._take(self.trust.want(pool, "schedd", claim.collector, addr, domain, now), out)
 

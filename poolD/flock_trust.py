@@ -306,6 +306,15 @@ class TrustBroker:
             )
         return out
 
+    def forget(self, peer: str, role: str) -> None:
+        """Ask for this token anew at the next `want` (the peer's collector moved): what we
+        hold, ask or install is forgotten, and the token file stays where our daemons read it
+        until the new one replaces it."""
+        key = (peer, role)
+        self.held.pop(key, None)
+        self.asked.pop(key, None)
+        self.installing.pop(key, None)
+
     def drop(self, peer: str, role: str, reason: str) -> TrustOutput:
         """We no longer need (or may no longer hold) this token: remove it, forget the request."""
         out = TrustOutput()

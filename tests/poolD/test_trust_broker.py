@@ -349,3 +349,14 @@ def test_a_machine_taking_the_manager_role_asks_for_authorization_and_token_agai
     same = trust_core("home")  # the same machine again (a restart): nothing asked again
     same.restore_state(state, 100.0, 0.0)
     assert "near" in same.authorized
+
+
+def test_a_moved_collector_is_asked_for_a_token_even_while_the_old_one_is_being_installed() -> None:
+    t = broker()
+    (req,) = t.want("physics", "schedd", "old:9618", B.addr, "physics.sandbox", 0.0).actions
+    t.on_requested(req, "0000001", None, 0.0)
+    ok = TokenVerdict(pool="physics", role="schedd", request_id="0000001", approved=True, reason="approved")
+    t.on_verdict(ok, 1.0)  # being installed
+    t.forget("physics", "schedd")  # its collector moved
+    (again,) = t.want("physics", "schedd", "new:9618", B.addr, "physics.sandbox", 2.0).actions
+    assert again.collector == "new:9618"
