@@ -304,7 +304,9 @@ def test_agents_grow_into_a_machine_that_joins_the_pool_mid_run(
         before = len(samples)
 
         # A third machine joins the running pool (its two slots now in the collector).
+        t_join = time.monotonic()
         pool = sandbox.up(GROW_POOL, slots=2, hosts=3)
+        t_joined = time.monotonic()
         assert [h["name"] for h in pool.hosts][-1] == new_host
         assert sample().slots == 6
 
@@ -314,6 +316,7 @@ def test_agents_grow_into_a_machine_that_joins_the_pool_mid_run(
             return sample().agents_on.count(new_host) == 2
 
         poll_until("two agents running on the new machine", agents_on_the_new_machine, timeout=300)
+        t_grown = time.monotonic()
         state = load_state(state_path)
         assert state.status is MasterStatus.RUNNING and state.counts().queued > 0, state.counts()
         (work / "go").touch()
@@ -329,6 +332,7 @@ def test_agents_grow_into_a_machine_that_joins_the_pool_mid_run(
         (work / "go").touch()
     for s in samples:
         print(s)
+    print(f"the machine joined in {t_joined - t_join:.1f} s; its agents ran {t_grown - t_joined:.1f} s later")
 
     # Never over-asking: no more agent jobs (idle or running) than the pool had slots, 4 before
     # the machine joined, 6 after; one chef per slot in the end, each launched once.
