@@ -15,7 +15,9 @@ queue and history, the master's state file and the tasks' own record of their ru
 The pool itself grows too: a master runs a long queue on a pool of two hosts (4 slots, one agent
 each) when a third execute machine joins it (`deploy/sandbox up` with one more host); the master
 counts the matching slots again (every QUEUE_POLL_INTERVAL), starts agents in the new machine's
-slots, and never has more agent jobs than the pool has slots."""
+slots, and never has more agent jobs than the pool has slots. The tasks from GATE on wait until
+the test has seen the new agents run, so that the queue is still long when the machine joins
+however loaded this machine is; then the queue drains and every agent leaves by itself."""
 
 from __future__ import annotations
 
@@ -296,7 +298,7 @@ def test_agents_grow_into_a_machine_that_joins_the_pool_mid_run(
             samples.append(pool_sample(small_pool, master_id))
             return samples[-1]
 
-        # Before: one agent per slot of the two hosts, at work (tasks below GATE are done).
+        # Before: one agent per slot of the two hosts, at work (half the tasks below GATE done).
         def four_agents_at_work() -> bool:
             return sample().agents_running == 4 and load_state(state_path).counts().done >= GATE // 2
 
@@ -305,9 +307,9 @@ def test_agents_grow_into_a_machine_that_joins_the_pool_mid_run(
 
         # A third machine joins the running pool (its two slots now in the collector).
         t_join = time.monotonic()
-        pool = sandbox.up(GROW_POOL, slots=2, hosts=3)
+        grown = sandbox.up(GROW_POOL, slots=2, hosts=3)
         t_joined = time.monotonic()
-        assert [h["name"] for h in pool.hosts][-1] == new_host
+        assert [h["name"] for h in grown.hosts][-1] == new_host
         assert sample().slots == 6
 
         # The master counts the slots again and starts agents in the new ones; the queue is
