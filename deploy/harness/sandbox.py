@@ -271,8 +271,9 @@ class Sandbox:
         subnet_per_host: bool = False,
         security: str | None = None,
     ) -> SandboxPool:
-        """Start (or keep) a pool; `subnet_per_host` puts each execute host in a /24 of its own;
-        `security` overrides this Sandbox's mode for this pool."""
+        """Start (or keep) a pool; more `hosts` for a running pool adds execute hosts to it (machines
+        joining it); `subnet_per_host` puts each execute host in a /24 of its own; `security`
+        overrides this Sandbox's mode for this pool."""
         security = security or self.security
         extra = ["--subnet-per-host"] if subnet_per_host else []
         extra += ["--security", security] if security else []

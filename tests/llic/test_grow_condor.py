@@ -10,18 +10,26 @@ drains while one long task still runs, the agents with nothing left to do leave:
 are told no_more_tasks and exit, the two still waiting for a slot are dismissed (removed before
 they connected), and the one with the long task stays until it is done. Every task is recorded
 once, no agent is left in the queue and every slot is free at the end. Checked from the schedd's
-queue and history, the master's state file and the tasks' own record of their runs."""
+queue and history, the master's state file and the tasks' own record of their runs.
+
+The pool itself grows too: a master runs a long queue on a pool of two hosts (4 slots, one agent
+each) when a third execute machine joins it (`deploy/sandbox up` with one more host); the master
+counts the matching slots again (every QUEUE_POLL_INTERVAL), starts agents in the new machine's
+slots, and never has more agent jobs than the pool has slots. The tasks from GATE on wait until
+the test has seen the new agents run, so that the queue is still long when the machine joins
+however loaded this machine is; then the queue drains and every agent leaves by itself."""
 
 from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until
+from deploy.harness.sandbox import Sandbox, SandboxPool, poll_until, sandbox_cli
 from llic.chef import ChefState
 from llic.master_core import MasterStatus
 from llic.state import MasterState, load_state
@@ -223,3 +231,138 @@ def test_agents_grow_into_freed_slots_and_leave_as_the_queue_drains(
 
 def plain_left(pool: SandboxPool, cluster: int) -> str:
     return pool.exec("condor_q", "-constraint", f"ClusterId == {cluster}", "-af", "ProcId").stdout.strip()
+
+
+# ---------------------------------------------------------------- a machine joins the pool mid-run
+
+GROW_POOL = "llgrow"
+GROW_N = 800
+GATE = 100  # tasks from this one on wait for the file `go` (the test's: the machine has joined)
+GROW_TASK = f"""#!/bin/sh
+# one llic task: note the run and the slot's scratch directory (which names the execute host);
+# from task {GATE} on, wait until the test has seen the new machine's agents; then sleep 0.5 s
+echo "$1 $_CONDOR_SCRATCH_DIR" >> runs.log
+if [ "$1" -ge {GATE} ]; then
+    while [ ! -e go ]; do sleep 0.2; done
+fi
+sleep 0.5
+"""
+
+
+@pytest.fixture
+def small_pool(sandbox: Sandbox) -> Iterator[SandboxPool]:
+    """Two hosts of 2 slots each: the pool before the third machine joins."""
+    sandbox_cli("install-selforg")  # the master runs inside the root, from this checkout
+    small = sandbox.up(GROW_POOL, slots=2, hosts=2)
+    yield small
+    sandbox.down(GROW_POOL)
+
+
+@dataclass(frozen=True)
+class PoolSample:
+    """One look at the pool and the master's agents: the agents first, then the slots."""
+
+    agents_idle: int
+    agents_running: int
+    agents_on: tuple[str, ...]  # the hosts the running agents are on
+    slots: int  # slot ads in the collector, counted after the agents
+
+
+def pool_sample(pool: SandboxPool, master_id: str) -> PoolSample:
+    rows = pool.exec(
+        "condor_q", "-constraint", f'LlicMaster =?= "{master_id}"', "-af", "JobStatus", "RemoteHost"
+    ).stdout.splitlines()
+    idle = sum(row.split()[0] == "1" for row in rows)
+    on = tuple(sorted(row.split()[1].split("@")[-1] for row in rows if row.split()[0] == "2"))
+    slots = len(pool.exec("condor_status", "-af", "Name").stdout.split())
+    return PoolSample(idle, len(on), on, slots)
+
+
+def test_agents_grow_into_a_machine_that_joins_the_pool_mid_run(
+    sandbox: Sandbox, small_pool: SandboxPool
+) -> None:
+    work = shared(sandbox, "join")
+    (work / "task.sh").write_text(GROW_TASK)
+    (work / "task.sh").chmod(0o755)
+    (work / "job.sub").write_text(
+        f"executable = {work / 'task.sh'}\narguments = $(Process)\nshould_transfer_files = NO\n"
+        f"output = out.$(Process)\nqueue {GROW_N}\n"
+    )
+    new_host = f"ex2.{GROW_POOL}.sandbox"
+    samples: list[PoolSample] = []
+    try:
+        (state_path,) = submit(small_pool, work)
+        master_id = load_state(state_path).info.master_id
+
+        def sample() -> PoolSample:
+            samples.append(pool_sample(small_pool, master_id))
+            return samples[-1]
+
+        # Before: one agent per slot of the two hosts, at work (half the tasks below GATE done).
+        def four_agents_at_work() -> bool:
+            return sample().agents_running == 4 and load_state(state_path).counts().done >= GATE // 2
+
+        poll_until("four agents at work", four_agents_at_work, timeout=300, poll=1.0)
+        before = len(samples)
+
+        # A third machine joins the running pool (its two slots now in the collector).
+        t_join = time.monotonic()
+        grown = sandbox.up(GROW_POOL, slots=2, hosts=3)
+        t_joined = time.monotonic()
+        assert [h["name"] for h in grown.hosts][-1] == new_host
+        assert sample().slots == 6
+
+        # The master counts the slots again and starts agents in the new ones; the queue is
+        # still long (the agents running wait for `go` with their tasks, the rest queued).
+        def agents_on_the_new_machine() -> bool:
+            return sample().agents_on.count(new_host) == 2
+
+        poll_until("two agents running on the new machine", agents_on_the_new_machine, timeout=300)
+        t_grown = time.monotonic()
+        state = load_state(state_path)
+        assert state.status is MasterStatus.RUNNING and state.counts().queued > 0, state.counts()
+        (work / "go").touch()
+
+        # The queue drains; the agents leave by themselves.
+        def drained() -> bool:
+            sample()
+            return load_state(state_path).status is not MasterStatus.RUNNING
+
+        poll_until("the master to finish", drained, timeout=600, poll=1.0)
+        state = wait_done(small_pool, state_path)
+    finally:
+        (work / "go").touch()
+    for s in samples:
+        print(s)
+    print(f"the machine joined in {t_joined - t_join:.1f} s; its agents ran {t_grown - t_joined:.1f} s later")
+
+    # Never over-asking: no more agent jobs (idle or running) than the pool had slots, 4 before
+    # the machine joined, 6 after; one chef per slot in the end, each launched once.
+    assert all(s.agents_idle + s.agents_running <= s.slots for s in samples), samples
+    assert all(s.slots == 4 and s.agents_idle + s.agents_running <= 4 for s in samples[:before]), samples
+    assert len(state.chefs) == 6 and all(c.launches == 1 for c in state.chefs), state.chefs
+
+    # Every task done, recorded once, run once; some on the new machine.
+    assert state.status is MasterStatus.DONE
+    assert all(t.state is TaskState.DONE and t.recorded == 1 for t in state.tasks)
+    runs = [line.split() for line in (work / "runs.log").read_text().splitlines()]
+    assert collections.Counter(int(r[0]) for r in runs) == collections.Counter(range(GROW_N))
+    on_new = [r for r in runs if f"/{GROW_POOL}/ex2/" in r[1]]
+    assert on_new and all(int(r[0]) >= GATE for r in on_new), on_new[:5]
+    print(f"{len(on_new)} of {GROW_N} tasks ran on the machine that joined")
+
+    # The agents: two per host, the new one's included; each ran once and left by itself (told
+    # no_more_tasks as the queue drained: exit 0), none is left in the queue.
+    poll_until(
+        "the master to leave the queue", lambda: master_history(small_pool, state)[:1] == ["0"], timeout=60
+    )
+    wait_agents_gone(small_pool, master_id)
+    agents = small_pool.exec(
+        "condor_history", "-constraint", f'LlicMaster =?= "{master_id}"',
+        "-af", "JobStatus", "ExitCode", "NumJobStarts", "LastRemoteHost",
+    ).stdout.splitlines()  # fmt: skip
+    print("agents (status exit starts host):", *agents, sep="\n  ")
+    assert len(agents) == 6 and all(a.split()[:3] == ["4", "0", "1"] for a in agents), agents
+    hosts = collections.Counter(a.split()[3].split("@")[-1] for a in agents)
+    assert hosts == {f"{h}.{GROW_POOL}.sandbox": 2 for h in ("cm", "ex1", "ex2")}, hosts
+    assert all(c.state is ChefState.TERMINATED and c.no_more_sent for c in state.chefs), state.chefs
