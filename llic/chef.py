@@ -38,8 +38,8 @@ from llic.events import (
 from llic.netadmit import Gate, NetAdmit
 from llic.taskbook import Assignment, Decide, TaskBook, TaskState
 
-# Work (seconds of the tasks' measured run time) an agent may hold queued beyond WINDOW_SIZE's
-# tasks: what the tasks of a master's last agent can finish after the others ran out, at most
+# Work (seconds of the tasks' estimated run time) a window grown past WINDOW_SIZE holds at most:
+# about what a master's last agent can still have to run after the others ran out
 SHORT_QUEUE_S = 0.05
 # The run-time estimate follows a shorter run by this fraction of the difference (a longer one
 # at once: a long task takes the window back to WINDOW_SIZE with its first result)
@@ -51,8 +51,8 @@ class AgentWindow:
     the master's tasks are short. Why: with /bin/true-like tasks each agent's `results` message
     carries ~3 results at a window of 6, and the master's per-message cost (its event loop, the
     socket calls, the core's batch) was a third of its CPU per task; a window of ~30 carries ~20.
-    Never at long tasks' cost: the window grows only while WINDOW_SIZE's tasks plus the growth
-    hold at most SHORT_QUEUE_S of work by the estimate, which jumps to any longer run at once
+    Never at long tasks' cost: the window grows past WINDOW_SIZE only to as many tasks as hold
+    at most SHORT_QUEUE_S of work by the run-time estimate, which jumps to any longer run at once
     (so a long task's first result takes the window back) and follows shorter ones slowly; and
     only after `most` results (one queue statement's tasks are alike, but the first may not be
     typical). The agent is told `most` in its welcome: it never holds more."""

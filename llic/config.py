@@ -63,7 +63,7 @@ class LlicConfig(StrictModel):
         ge=1,
         description=(
             "tasks an agent may hold while the master's tasks are short (run times so short that"
-            " this many hold at most SHORT_QUEUE_S of work): fewer messages per task;"
+            " this many hold at most 0.05 s of work, chef.SHORT_QUEUE_S): fewer messages per task;"
             " at or below WINDOW_SIZE: always WINDOW_SIZE"
         ),
     )
