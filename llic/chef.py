@@ -38,6 +38,48 @@ from llic.events import (
 from llic.netadmit import Gate, NetAdmit
 from llic.taskbook import Assignment, Decide, TaskBook, TaskState
 
+# Work (seconds of the tasks' estimated run time) a window grown past WINDOW_SIZE holds at most:
+# about what a master's last agent can still have to run after the others ran out
+SHORT_QUEUE_S = 0.05
+# The run-time estimate follows a shorter run by this fraction of the difference (a longer one
+# at once: a long task takes the window back to WINDOW_SIZE with its first result)
+ESTIMATE_FOLLOW = 0.1
+
+
+class AgentWindow:
+    """How many tasks each agent holds (§3.9.4): WINDOW_SIZE, grown up to MAX_WINDOW_SIZE while
+    the master's tasks are short. Why: with /bin/true-like tasks each agent's `results` message
+    carries ~3 results at a window of 6, and the master's per-message cost (its event loop, the
+    socket calls, the core's batch) was a third of its CPU per task; a window of ~30 carries ~20.
+    Never at long tasks' cost: the window grows past WINDOW_SIZE only to as many tasks as hold
+    at most SHORT_QUEUE_S of work by the run-time estimate, which jumps to any longer run at once
+    (so a long task's first result takes the window back) and follows shorter ones slowly; and
+    only after `most` results (one queue statement's tasks are alike, but the first may not be
+    typical). The agent is told `most` in its welcome: it never holds more."""
+
+    def __init__(self, config: LlicConfig) -> None:
+        self.base = config.window_size
+        self.most = max(config.window_size, config.max_window_size)
+        self.now = self.base  # the window the chefs fill to
+        self._estimate = 0.0  # seconds a task runs, by the results so far (0: none yet)
+        self._seen = 0
+
+    def saw(self, run_time: float) -> None:
+        """A result with this measured run time (<= 0: not measured, not counted)."""
+        if self.most == self.base or not run_time > 0:
+            return
+        estimate = self._estimate
+        if run_time >= estimate:
+            estimate = run_time
+        else:
+            estimate += (run_time - estimate) * ESTIMATE_FOLLOW
+        self._estimate = estimate
+        self._seen += 1
+        if self._seen < self.most:
+            return
+        fit = int(SHORT_QUEUE_S / estimate)
+        self.now = self.base if fit <= self.base else min(self.most, fit)
+
 
 class ChefState(StrEnum):
     """Where a chef is in its agent's life (seed §3.8)."""
@@ -134,10 +176,16 @@ class Chef:
     """One chef (§3.8). `handle` changes its state and the task book and returns actions."""
 
     def __init__(
-        self, record: ChefRecord, config: LlicConfig, run: int = 1, net: NetAdmit | None = None
+        self,
+        record: ChefRecord,
+        config: LlicConfig,
+        run: int = 1,
+        net: NetAdmit | None = None,
+        window: AgentWindow | None = None,
     ) -> None:
         self.rec = record
         self.config = config
+        self.window = window if window is not None else AgentWindow(config)  # the master's, shared
         self.run = run  # the master's run, part of the agent's name
         self.net = net  # network admission for tasks whose inputs travel (None: none)
         self.now = 0.0  # the time of the event being handled (for admission)
@@ -206,7 +254,7 @@ class Chef:
                     self.host = address
                     book.started(self.index, now, address)
                     threshold = self.net.bulk_threshold if self.net is not None else 0
-                    out.actions.append(WelcomeAgent(self.agent, self.config.window_size, threshold))
+                    out.actions.append(WelcomeAgent(self.agent, self.window.most, threshold))
                     out.notes.append(f"chef {self.index}: agent {self.agent} connected")
                     self.fill(book, others, out)
                 else:
@@ -260,14 +308,15 @@ class Chef:
         return out
 
     def fill(self, book: TaskBook, others: Collection[int], out: Output) -> None:
-        """Keep WINDOW_SIZE tasks at the running agent (§3.9.4); when the queue cannot fill the
+        """Keep the window's tasks at the running agent (§3.9.4, `AgentWindow`: WINDOW_SIZE, more
+        while tasks are short); when the queue cannot fill the
         window, send no_more_tasks (§3.8 4.b) (with `wait_for_requeues`, only once no task runs
         anywhere: one may come back); when that is said and every result is back, terminate."""
         rec = self.rec
         if rec.state is not ChefState.RUNNING:
             return
         if not rec.no_more_sent:
-            space = self.config.window_size - book.held(rec.index)
+            space = self.window.now - book.held(rec.index)
             if space > 0:
                 gate = None if self.net is None else Gate(self.net, self.agent, self.now)
                 tasks = book.take(rec.index, space, others, gate, now=self.now, host=self.host)

@@ -58,6 +58,15 @@ class LlicConfig(StrictModel):
     window_size: int = Field(
         6, ge=1, description="tasks an agent holds at once (§3.9.4); 1 = no overlap of I/O and runs"
     )
+    max_window_size: int = Field(
+        32,
+        ge=1,
+        description=(
+            "tasks an agent may hold while the master's tasks are short (run times so short that"
+            " this many hold at most 0.05 s of work, chef.SHORT_QUEUE_S): fewer messages per task;"
+            " at or below WINDOW_SIZE: always WINDOW_SIZE"
+        ),
+    )
     initial_jobs_number: int = Field(
         0, ge=0, description="tasks written into an agent's input file, started before it connects"
     )

@@ -34,6 +34,7 @@ from enum import StrEnum
 
 from llic.chef import (
     AgentVanished,
+    AgentWindow,
     Chef,
     ChefEvent,
     ChefRecord,
@@ -123,6 +124,7 @@ class MasterCore:
         self._policy: TaskPolicy = policy if policy is not None else DefaultPolicy()
         self._cluster = cluster  # the tasks' ClusterId, for the policy's ads
         book.log_events = log_events
+        self._window = AgentWindow(config)  # every chef's: WINDOW_SIZE, more while tasks are short
         self.chefs = [self._new_chef(rec, run) for rec in chefs]
         self._accepting = _Accepting(self.chefs)
         if [c.index for c in self.chefs] != list(range(len(self.chefs))):
@@ -146,7 +148,7 @@ class MasterCore:
     def _new_chef(self, rec: ChefRecord, run: int) -> Chef:
         """A chef that asks the job policy about ended runs (and so may wait for requeues);
         HTCondor's default policy (every run that ends is done) needs no asking."""
-        chef = Chef(rec, self.config, run, self._net)
+        chef = Chef(rec, self.config, run, self._net, self._window)
         chef.decide = None if type(self._policy) is DefaultPolicy else self._decide
         chef.wait_for_requeues = self._policy.may_requeue()
         return chef
@@ -369,6 +371,7 @@ class MasterCore:
                     if result.ok:
                         total, n = self._run_time
                         self._run_time = (total + max(0.0, result.run_time), n + 1)
+                    self._window.saw(result.run_time)
             out.extend(self._to_chef(chef, event, now))
             out.extend(self._balance(now))
         if isinstance(event, AgentSubmitted):
@@ -395,6 +398,7 @@ class MasterCore:
             if event.result.ok:
                 total, n = self._run_time
                 self._run_time = (total + max(0.0, event.result.run_time), n + 1)
+            self._window.saw(event.result.run_time)
             out.extend(chef.handle(event, now, self.book, self._accepting, refill=False))
             refill[chef.index] = chef
         # each agent's window refilled once for its results: one SendTasks (one message) for
@@ -715,7 +719,7 @@ class MasterCore:
             # (only agents with room: after a result, its own chef has refilled its agent, and
             # the others are full, so usually none; sorting and filling them all per result
             # was a fifth of the master's time in a flood of short tasks)
-            book, window = self.book, self.config.window_size
+            book, window = self.book, self._window.now
             ready = [
                 c
                 for c in self.chefs

@@ -18,7 +18,9 @@ Batches (protocol version 2): a master that says `batch` in its welcome gets the
 carry no files in `results` messages, several at a time while tasks are short: they wait while
 more than a third of the window is still queued here (the master refills it no later than when it
 runs low) and for at most FLUSH_AFTER seconds, so a long task's result goes back as soon as it
-exists. The master's `tasks` batches are taken as its single tasks would be.
+exists. The window here is what the master fills to (the tasks held after its last `tasks`), not
+the welcome's, which is the most it may send: a master grows the window while tasks are short.
+The master's `tasks` batches are taken as its single tasks would be.
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ class Agent:
         self.workspace = workspace
         self.hostname = hostname or socket.gethostname()
         self.window = config.window
+        # what the master keeps here lately (`held` after its last tasks): the window it fills to,
+        # which may be below the welcome's (the most it may send: it grows while tasks are short)
+        self.filled = config.window
         self.held: dict[tuple[int, int], None] = {}  # tasks here whose results have not gone back
         self.bulk_threshold: int | None = None  # from the welcome: None, the master does not ask
         self.parked: dict[tuple[int, int], Job] = {}  # large results announced, waiting for bulk_go
@@ -216,7 +221,7 @@ class Agent:
         if (
             self.no_more
             or launcher.running is None
-            or 3 * len(launcher.waiting) < self.window
+            or 3 * len(launcher.waiting) < self.filled
             or len(self.unsent) >= protocol.MAX_BATCH
         ):
             return 0.0
@@ -363,7 +368,7 @@ class Agent:
             raise AgentFatal(
                 f"the master did not answer the handshake within {HANDSHAKE_TIMEOUT:g} s"
             ) from None
-        self.window = welcome.body["window"]
+        self.window = self.filled = welcome.body["window"]
         self.bulk_threshold = welcome.body.get("bulk_threshold")
         self.batch = welcome.body.get("batch", False)
         if self.window != self.config.window:
@@ -444,3 +449,4 @@ class Agent:
             if len(self.held) >= self.window:
                 raise protocol.ProtocolError(f"the master sent more than the window of {self.window} tasks")
             self._accept(task, msg.file_pairs(), [])
+        self.filled = len(self.held)

@@ -119,6 +119,7 @@ class FakeMaster:
     bulk_rate: int | None = None  # rate_bps in bulk_go, as on a limited subnet
     listener: socket.socket | None = None  # where to listen (default: a free port)
     batch: bool = False  # protocol version 2: tasks in `tasks` batches, results taken in batches
+    welcome_window: int | None = None  # the welcome's window, when above the `window` kept there
 
     def __post_init__(self) -> None:
         if self.listener is None:
@@ -181,7 +182,7 @@ class FakeMaster:
             p.send_message(conn, {"t": "refused", "reason": "not one of my agents"})
             self.outcome = "refused"
             return
-        welcome: dict[str, Any] = {"t": "welcome", "window": self.window}
+        welcome: dict[str, Any] = {"t": "welcome", "window": self.welcome_window or self.window}
         if self.bulk_threshold is not None:
             welcome["bulk_threshold"] = self.bulk_threshold
         if self.batch:
@@ -639,6 +640,47 @@ def test_agent_sends_results_in_batches_to_a_master_that_takes_them(
     assert {kind for kind, _ in master.arrivals} == {p.RESULTS}
     assert sorted(process for _, process in master.arrivals) == list(range(24))
     assert {key: r.exit_code for key, r in master.results.items()} == {(i, 0): i % 4 for i in range(24)}
+
+
+def test_agent_serves_a_master_that_keeps_fewer_tasks_than_its_welcome_names(
+    pyz: Path, tmp_path: Path, python: list[str]
+) -> None:
+    """A master that grows the window while tasks are short names the most in its welcome and
+    keeps fewer: the agent serves it as any other, each result exactly once."""
+    tasks = [sh(i, f"exit {i % 4}", tmp_path) for i in range(24)]
+    master = FakeMaster(tasks, window=4, batch=True, welcome_window=16)
+    proc = run_agent(
+        pyz, tmp_path / "agent", master.port, agent_input("NFS", "condor", window=4), python=python
+    )
+    master.join()
+    assert proc.returncode == 0, proc.stderr
+    assert master.outcome == "done" and master.max_outstanding == 4
+    assert sorted(process for _, process in master.arrivals) == list(range(24))
+    assert {key: r.exit_code for key, r in master.results.items()} == {(i, 0): i % 4 for i in range(24)}
+
+
+def test_results_wait_while_a_third_of_what_the_master_keeps_here_is_queued() -> None:
+    """The batching rule counts against what the master fills to (the tasks held after its last
+    `tasks`), not the welcome's window: against 16 (the most) with 4 kept, every result would go
+    alone. The rule alone, on an agent whose launcher is a stand-in (no process runs)."""
+    from types import SimpleNamespace
+
+    from llic.agent.communicator import Agent
+
+    agent = Agent.__new__(Agent)
+    agent.window, agent.filled, agent.no_more, agent.held = 16, 16, False, {}
+    agent.unsent, agent.unsent_since = [object()], time.monotonic()
+    agent._accept = lambda task, blobs, initial: agent.held.__setitem__(task.key, None)  # type: ignore[method-assign]
+    decoder = p.Decoder({p.TASKS})
+    for frame in p.encode_frames({"t": p.TASKS, "tasks": [sh(i, "true", Path("/")) for i in range(4)]}):
+        decoder.feed(frame)
+    agent._handle(next(iter(decoder)))
+    assert agent.filled == 4  # what the master keeps here
+    agent.launcher = SimpleNamespace(running=object(), waiting=[1, 2])  # 3 * 2 >= 4: wait
+    wait = agent._flush_wait()
+    assert wait is not None and wait > 0
+    agent.launcher.waiting = [1]  # 3 * 1 < 4: send now
+    assert agent._flush_wait() == 0.0
 
 
 def test_agent_finds_its_master_on_a_range_of_ports_past_another_master(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llic.chef import ChefState, parse_agent_name
+from llic.chef import SHORT_QUEUE_S, AgentWindow, ChefState, parse_agent_name
 from llic.config import LlicConfig
 from llic.events import (
     Action,
@@ -346,9 +346,7 @@ class Sim:
             case SendTasks(agent=name, tasks=tasks):
                 assert self.agents[name].connected
                 self.agents[name].held += tasks
-                assert len(self.agents[name].held) <= max(
-                    self.core.config.window_size, self.core.config.initial_jobs_number
-                )
+                assert len(self.agents[name].held) <= self.most_held()
             case SendNoMoreTasks():
                 pass
             case SaveState():
@@ -356,6 +354,12 @@ class Sim:
             case CloseConnection(agent=name) | RefuseAgent(agent=name):
                 if name in self.agents:
                     self.agents[name].connected = False
+
+    def most_held(self) -> int:
+        """What an agent may hold: the welcome's window (the most the window grows to), or the
+        initial tasks of its input file."""
+        config = self.core.config
+        return max(config.window_size, config.max_window_size, config.initial_jobs_number)
 
     def save(self) -> None:
         self.saved = snapshot(self.core, self.info, self.now)
@@ -375,9 +379,7 @@ class Sim:
             if chef.state not in (ChefState.LAUNCHED, ChefState.RUNNING):
                 assert not book.running_on(chef.index)
             if chef.state is ChefState.RUNNING and not chef.rec.no_more_sent:
-                assert len(book.running_on(chef.index)) <= max(
-                    self.core.config.window_size, self.core.config.initial_jobs_number
-                )
+                assert len(book.running_on(chef.index)) <= self.most_held()
         for process, outcome in self.ledger.items():
             assert book[process].state is TaskState.DONE and book[process].outcome == outcome
         assert {r.process for r in book.records() if r.state is TaskState.DONE} == set(self.ledger)
@@ -407,11 +409,7 @@ class Sim:
 
     def result(self, agent: SimAgent, index: int, ok: bool) -> None:
         task = agent.held.pop(index % len(agent.held))
-        outcome = (
-            TaskResult(task.process, task.attempt, "ok", exit_code=task.process % 5, host=agent.name)
-            if ok
-            else bad_result(task.process, task.attempt)
-        )
+        outcome = sim_result(task, agent.name) if ok else bad_result(task.process, task.attempt)
         before = self.core.book[task.process]
         current = before.state is TaskState.RUNNING and before.attempt == task.attempt
         agent.sent_results.append((task, outcome))
@@ -429,11 +427,7 @@ class Sim:
             if not agent.held:
                 break
             task = agent.held.pop(index % len(agent.held))
-            outcome = (
-                TaskResult(task.process, task.attempt, "ok", exit_code=task.process % 5, host=agent.name)
-                if ok
-                else bad_result(task.process, task.attempt)
-            )
+            outcome = sim_result(task, agent.name) if ok else bad_result(task.process, task.attempt)
             agent.sent_results.append((task, outcome))
             results.append(outcome)
         results += [agent.sent_results[d % len(agent.sent_results)][1] for d in dups if agent.sent_results]
@@ -504,6 +498,14 @@ class Sim:
         self.save()
 
 
+def sim_result(task: Assignment, host: str) -> TaskResult:
+    """A successful run: mostly short (the window grows), every fourth process long (it shrinks)."""
+    run_time = 1.0 if task.process % 4 == 3 else 0.001
+    return TaskResult(
+        task.process, task.attempt, "ok", exit_code=task.process % 5, host=host, run_time=run_time
+    )
+
+
 STEPS = [
     "count",
     "submit",
@@ -526,6 +528,7 @@ def simulate(data: st.DataObject, restart_via: object = None) -> Sim:
     slots = data.draw(st.integers(0, 4), label="slots")
     config = LlicConfig(
         window_size=data.draw(st.integers(1, 3), label="window"),
+        max_window_size=data.draw(st.integers(1, 5), label="most window"),
         initial_jobs_number=data.draw(st.integers(0, 2), label="initial"),
         num_agent_recoveries=data.draw(st.integers(0, 3), label="recoveries"),
         max_task_failures=data.draw(st.integers(1, 3), label="max failures"),
@@ -666,11 +669,83 @@ def test_queue_polls_one_at_a_time_and_jobs_learned_meanwhile_count_as_alive() -
     assert of(core.on_timer(64.0), PollQueue) == [PollQueue()]  # tried again a poll interval later
 
 
+def test_the_window_grows_only_after_enough_short_runs_and_a_long_one_takes_it_back() -> None:
+    window = AgentWindow(LlicConfig(window_size=4, max_window_size=16))
+    assert (window.base, window.most, window.now) == (4, 16, 4)
+    for _ in range(15):
+        window.saw(0.001)
+    assert window.now == 4  # 15 results: fewer than the most the window may hold
+    window.saw(0.0)  # not measured: not counted
+    assert window.now == 4
+    window.saw(0.001)
+    assert window.now == 16  # 0.05 s of work would be 50 tasks: the most, 16
+    window.saw(SHORT_QUEUE_S / 10)
+    assert window.now == 10  # a longer run counts at once: 10 of them hold SHORT_QUEUE_S
+    window.saw(1.0)
+    assert window.now == 4  # a long task: WINDOW_SIZE again with its first result
+    window.saw(0.001)
+    assert window.now == 4  # shorter runs are followed slowly (the estimate ~0.9 s)
+    for _ in range(100):
+        window.saw(0.001)
+    assert window.now == 16
+
+
+def test_a_most_window_at_or_below_window_size_keeps_window_size() -> None:
+    for most in (1, 4):
+        window = AgentWindow(LlicConfig(window_size=4, max_window_size=most))
+        for _ in range(50):
+            window.saw(0.001)
+        assert (window.most, window.now) == (4, 4)
+
+
+def test_short_tasks_fill_agents_to_the_grown_window_and_every_result_counts_once() -> None:
+    core, [a, b] = started(400, 2, window_size=2, max_window_size=8)
+    held: dict[str, list[Assignment]] = {}
+    for sub in (a, b):
+        out = core.handle(AgentConnected(sub.agent), 1.0)
+        assert WelcomeAgent(sub.agent, 8, 0) in out.actions  # the most; it sends WINDOW_SIZE's
+        held[sub.agent] = tasks_sent(out, sub.agent)
+        assert len(held[sub.agent]) == 2
+    now, fills, recorded = 1.0, [], []
+
+    def answer(agent: str, run_time: float) -> None:
+        """Every held task's result in one `results` message; what comes back is the refill."""
+        nonlocal now
+        now += 0.01
+        results = [
+            TaskResult(t.process, t.attempt, "ok", exit_code=0, run_time=run_time) for t in held[agent]
+        ]
+        recorded.extend(r.process for r in results)
+        held[agent] = []
+        out = core.handle_results([ResultReceived(agent, r) for r in results], now)
+        for name in held:  # the balancing may fill the other agent too
+            held[name] += tasks_sent(out, name)
+        fills.append(len(held[agent]))
+
+    for _ in range(3):
+        answer(a.agent, 0.001)
+        answer(b.agent, 0.001)
+    assert fills[:4] == [2, 2, 2, 8]  # grown once 8 results were seen (and a filled up too)
+    assert len(held[a.agent]) == 8
+    answer(a.agent, 1.0)  # a long one: its agent is refilled to WINDOW_SIZE only
+    assert fills[-1] == 2
+    while core.book.queued or any(held.values()):
+        for agent in (a.agent, b.agent):
+            if held[agent]:
+                answer(agent, 0.001)
+    assert max(fills) == 8
+    # every task ran once, and each result was recorded once
+    assert sorted(recorded) == list(range(400))
+    assert all(r.state is TaskState.DONE and r.recorded == 1 for r in core.book.records())
+
+
 def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered() -> None:
     core, [sub] = started(3, 1, window_size=2)
     out = core.handle(AgentConnected(sub.agent), 1.0)
     welcome, tasks = out.actions[:2]
-    assert welcome == WelcomeAgent(sub.agent, 2, 0) and isinstance(tasks, SendTasks)
+    # the welcome names the most the master may send (MAX_WINDOW_SIZE); it sends WINDOW_SIZE's
+    assert welcome == WelcomeAgent(sub.agent, 32, 0) and isinstance(tasks, SendTasks)
+    assert len(tasks.tasks) == 2
     assert tasks.rates == () and tasks.rate_of(0) is None  # no limits configured
     assert core.wants_result(sub.agent, 0, 1) and not core.wants_result(sub.agent, 0, 2)
     core.handle(ResultReceived(sub.agent, ok_result(0, 1)), 2.0)
@@ -799,7 +874,7 @@ def test_prelaunched_agents_are_adopted_by_the_first_run() -> None:
     assert master.run == 1 and [c.rec.job_id for c in master.chefs] == ["70.0", "70.1", "70.2"]
     assert of(master.on_timer(5.0), CountSlots) == [CountSlots()]  # not counted yet: at once
     out = master.handle(AgentConnected("1.1.1"), 6.0)
-    assert WelcomeAgent("1.1.1", 2, 0) in out.actions and len(tasks_sent(out, "1.1.1")) == 2
+    assert WelcomeAgent("1.1.1", 32, 0) in out.actions and len(tasks_sent(out, "1.1.1")) == 2
     try:
         master.prelaunch(3, 7.0)
         raise AssertionError("prelaunch after a start")
