@@ -54,6 +54,10 @@ def _keys(workdir: Path, names: list[str]) -> RingKeys:
     return keys
 
 
+def _key(origin: str, k: int) -> int:
+    return node_id_from_name(f"mixed-key-{origin}-{k}")
+
+
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     names = args.names.split(",")
     keys = _keys(args.keys, names)
@@ -89,15 +93,14 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             if not routed and t >= args.lookups_at:
                 routed = True
                 for k in range(args.lookups):
-                    key = node_id_from_name(f"mixed-key-{args.names}-{k}")
-                    await nodes[k % len(nodes)].route(key, MixedProbe(origin=args.names, n=k))
+                    await nodes[k % len(nodes)].route(_key(args.names, k), MixedProbe(origin=args.names, n=k))
         nursery.cancel_scope.cancel()
     final = samples[-1] if samples else {}
     return {
         "names": names,
         "ids": {n: nodes[i].core.me.id for i, n in enumerate(names) if nodes[i].core},  # type: ignore[union-attr]
         "addrs": {n: nodes[i].address for i, n in enumerate(names)},
-        "routed": {f"{args.names}:{k}": node_id_from_name(f"mixed-key-{args.names}-{k}") for k in range(args.lookups)},
+        "routed": {f"{args.names}:{k}": _key(args.names, k) for k in range(args.lookups)},
         "delivered": delivered,
         "drops": {n: {k: v for k, v in nodes[i].drops.items() if v} for i, n in enumerate(names)},
         "ever_dead": {n: sorted(v) for n, v in ever_dead.items()},
@@ -133,7 +136,9 @@ def _combine(paths: list[Path]) -> dict[str, Any]:
         ),
         "nodes": len(ids),
         "first_full_leaf_set_s": {n: t for r in runs for n, t in r["first_full_leaf_set"].items()},
-        "declared_dead_ever": {n: [by_id.get(i, hex(i)) for i in v] for r in runs for n, v in r["ever_dead"].items() if v},
+        "declared_dead_ever": {
+            n: [by_id.get(i, hex(i)) for i in v] for r in runs for n, v in r["ever_dead"].items() if v
+        },
         "drops": {n: d for r in runs for n, d in r["drops"].items() if d},
     }  # fmt: skip
 
