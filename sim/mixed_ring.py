@@ -250,18 +250,24 @@ def _stripping(entry: Callable[..., Output]) -> Callable[..., Output]:
 
 
 def rolling_upgrade(
-    ring: MixedRing, *, every: float = 20.0, down: float = 5.0, lookups: int = 200
+    ring: MixedRing,
+    *,
+    every: float = 20.0,
+    down: float = 5.0,
+    lookups: int = 200,
+    nodes: list[int] | None = None,
+    to_old: bool = False,
 ) -> dict[str, Any]:
-    """Restart the old nodes one at a time as current ones (each down `down` seconds, the next
-    `every` seconds later, through a random live bootstrap), routing `lookups` lookups between
-    restarts; returns what was measured."""
+    """Restart the old nodes (or `nodes`) one at a time as current ones (or, `to_old`, as old
+    ones: a rollback), each down `down` seconds, the next `every` seconds later, through a random
+    live bootstrap, routing `lookups` lookups after each restart; returns what was measured."""
     net = ring.net
     during: list[tuple[int, int]] = []
-    for index in sorted(ring.old):
+    for index in sorted(ring.old) if nodes is None else nodes:
         net.crash(index)
         net.run_until(net.now + down)
         alive = [n.index for n in net.alive()]
-        ring.start(index, old=False, bootstrap=ring.rng.choice(alive), at=net.now)
+        ring.start(index, old=to_old, bootstrap=ring.rng.choice(alive), at=net.now)
         net.run_until(net.now + every - down)
         during.append(ring.lookups(lookups, wait=10.0))
     return {

@@ -953,8 +953,9 @@ class OverlayNode:
                 else [p for r in range(upto + 1) for p in self.table.row(r) if p.id != joiner.id]
             )
             leaf = [p for p in self.leaf.members() if p.id != joiner.id] if root else []
-            # The joiner's capabilities: as its request says (a joiner is new to us), or as it told us.
-            theirs = self.caps.get(joiner.id, 0) if msg.caps is None else msg.caps
+            # The joiner's capabilities as its request says: a join starts a new incarnation, maybe
+            # of another version (rolled back) than we knew; a refresh, as the joined node told us.
+            theirs = msg.caps if msg.caps is not None else self.caps.get(joiner.id, 0) if msg.refresh else 0
             info = JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root)
             if theirs & self.capabilities & CAP_RTT:
                 info = info.model_copy(

@@ -42,9 +42,10 @@ def test_in_a_mixed_ring_nobody_is_declared_dead_and_old_nodes_take_what_new_one
     )
 
 
-def test_a_rolling_upgrade_keeps_routing_and_declares_no_live_node_dead() -> None:
+def test_a_rolling_upgrade_and_a_rollback_keep_routing_and_declare_no_live_node_dead() -> None:
     """A ring of old nodes only, each restarted as a new one in turn (down 5 s, 20 s apart, 100
-    lookups after each restart), as the README tells admins to upgrade."""
+    lookups after each restart), as the README tells admins to upgrade; then three of them
+    restarted as old ones again."""
     ring = MixedRing(48, seed=6, old=set(range(48)))
     ring.net.run_until(48 * 0.5 + 240)
     assert ring.wrong_leaf_sets() == 0
@@ -56,3 +57,11 @@ def test_a_rolling_upgrade_keeps_routing_and_declares_no_live_node_dead() -> Non
     _only_announcing_joins_dropped(ring)
     assert ring.wrong_leaf_sets() == 0
     assert ring.lookups(500) == (500, 500)
+    # Rolled back: nodes that knew these as new learn otherwise from their first ping or pong.
+    back = rolling_upgrade(ring, lookups=100, nodes=[3, 17, 30], to_old=True)["lookups_during"]
+    assert back == [300, 300]
+    ring.net.run_until(ring.net.now + 240)
+    assert ring.counts.false_deaths == []
+    assert ring.wrong_leaf_sets() == 0
+    assert ring.lookups(500) == (500, 500)
+    _only_announcing_joins_dropped(ring)
