@@ -11,7 +11,8 @@ capabilities (the code of 41371ec..6fcd0b1, which sent its RTT fields to every p
 node's own sends are stripped of those fields instead, as the old code never set them.
 
 Failure detection is watched at every node: each time a core declares a node dead, that node's
-state in the simulator tells whether it was down (`true_deaths`) or up (`false_deaths`).
+state in the simulator tells whether it was down or just restarted (`true_deaths`) or up
+(`false_deaths`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from common.wire import Message, pack, unpack
 from sim.network import SimNetwork, SimNode
 from sim.topology import Placement, transit_stub
 
+RESTART_GRACE = 60.0
+"""A node declared dead this soon after it restarted counts as a true death: the probes that
+found it silent went out while it was down (suspicion takes leaf_timeout and two probe timeouts)."""
 CORE_HAS_CAPABILITIES = "capabilities" in inspect.signature(OverlayNode.__init__).parameters
 
 
@@ -73,7 +77,7 @@ class Counts:
     legacy_drops: Counter[str] = field(default_factory=Counter)
     legacy_delivered: Counter[str] = field(default_factory=Counter)
     false_deaths: list[tuple[float, int, int]] = field(default_factory=list)  # (time, by, of)
-    true_deaths: int = 0
+    true_deaths: int = 0  # of a node that was down, or restarted within RESTART_GRACE
 
 
 class MixedRing:
@@ -96,6 +100,7 @@ class MixedRing:
         self.delivered: dict[int, int] = {}
         self.counts = Counts()
         self.old: set[int] = set()
+        self.started_at: dict[int, float] = {}
         self.codec = overlay_codec()
         self.legacy_codec = legacy.overlay_codec()
         self.legacy_codec.drop_log.drop = lambda *args: None  # type: ignore[method-assign]  # counted instead
@@ -117,6 +122,7 @@ class MixedRing:
         else:
             net.add_node(index, self.ids[index], bootstrap=bootstrap, at=at)
         node = net.nodes[index]
+        self.started_at[index] = at
         if old and CORE_HAS_CAPABILITIES:
             rng = random.Random(f"node-{self.seed}-{index}-{node.node_id}")
             node.core = OverlayNode(node.core.me, self.params, rng, capabilities=0)  # type: ignore[call-arg]
@@ -166,7 +172,7 @@ class MixedRing:
 
         def declare_dead(peer: Peer, now: float) -> None:
             target = nodes.get(int(peer.addr[1:]))
-            if target is not None and target.alive:
+            if target is not None and target.alive and now - self.started_at[target.index] > RESTART_GRACE:
                 self.counts.false_deaths.append((now, by, target.index))
             else:
                 self.counts.true_deaths += 1
