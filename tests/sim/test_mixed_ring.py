@@ -1,8 +1,9 @@
 """Rolling upgrades on the simulator (sim.mixed_ring): nodes of the version before 2026-11-27
 (3715ee6: its strict decoding, from a frozen copy of its wire models) and of this one in one
 ring. Before capabilities, old nodes dropped every hello, join info, leaf-set and row message
-of the new ones (a static 60/40 mix of 100 nodes: 25 old nodes never joined, every leaf set was
-wrong, 42 % of lookups reached their root: docs/bench/overlay-h18compat-mixed-main.json)."""
+of the new ones (a static 60/40 mix of 100 nodes, seeds 1-3: 19-25 old nodes never joined, every
+leaf set was wrong, 16-42 % of lookups reached their root:
+docs/bench/overlay-h18compat-sim-mixed.jsonl)."""
 
 from __future__ import annotations
 
