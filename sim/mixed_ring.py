@@ -6,7 +6,7 @@ An old node is the current core with no capabilities (`OverlayNode(capabilities=
 the base format only) behind the old node's decoding: every message delivered to it is encoded
 as its sender's codec does and decoded by the frozen wire models of that version
 (sim.legacy_overlay_wire, strict: an unknown field drops the message), and what they drop never
-reaches its core (counted by type in `MixedRing.legacy_drops`). Run on a core without
+reaches its core (counted by type and reason in `MixedRing.counts`). Run on a core without
 capabilities (the code of 41371ec..6fcd0b1, which sent its RTT fields to every peer), the old
 node's own sends are stripped of those fields instead, as the old code never set them.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import sim.legacy_overlay_wire as legacy
 from common.overlay.ids import cw_distance
-from common.overlay.messages import AppMessage, Peer, app_message, overlay_codec
+from common.overlay.messages import OVERLAY_MESSAGES, AppMessage, Peer, app_message, overlay_codec
 from common.overlay.node import Delivered, Event, Output, OverlayNode, OverlayParams
 from common.wire import Message, pack, unpack
 from sim.network import SimNetwork, SimNode
@@ -53,8 +53,6 @@ def _extension_fields() -> dict[str, dict[str, Any]]:
     """Per message type, the fields the current models have and the old ones do not, with their
     defaults (what an old sender's message holds there)."""
     old = {cls.TYPE: cls for cls in legacy.OVERLAY_MESSAGES}
-    from common.overlay.messages import OVERLAY_MESSAGES
-
     out: dict[str, dict[str, Any]] = {}
     for cls in OVERLAY_MESSAGES:
         before = old.get(cls.TYPE)

@@ -149,7 +149,8 @@ def _check_paired(peers: list[Peer], rtts: list[float | None], name: str) -> Non
 # in the high bits of its pings' nonce, a field every version echoes in its pong without reading
 # it (an old node, which knows no announcement, then simply is never sent an extension), and in
 # its pongs' `caps` to a pinger that announced CAP_TOLERANT. From CAP_TOLERANT on, unknown
-# fields are ignored (OverlayMessage), so later versions need announce only what they add.
+# fields are ignored (OverlayMessage): a later version may send a new optional field to any
+# CAP_TOLERANT peer, and needs a capability bit of its own only to know that a peer acts on it.
 
 CAP_RTT = 1
 """Offers and requests may carry the sender's measured RTTs (2026-11-27)."""
