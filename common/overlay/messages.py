@@ -20,7 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, model_validator
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from common.overlay.ids import id_from_bytes, id_to_bytes
 from common.wire import Message, MessageCodec
@@ -131,17 +140,84 @@ def _check_paired(peers: list[Peer], rtts: list[float | None], name: str) -> Non
         raise ValueError(f"{name}: {len(rtts)} round-trip times for {len(peers)} peers")
 
 
-class Peer(Message):
-    """A node as others know it: id and transport address ("host:port", or a simulator name)."""
+# ----------------------------------------------------------------------------- versions
+# Rolling upgrades mix versions in one ring. Nodes before 2026-11-27 (e.g. 3715ee6) and those of
+# 41371ec..6fcd0b1 decode strictly: a message with a field they do not know is dropped. So a
+# field added since is optional (a default the receiver assumes when it is absent), listed in
+# its message's EXTENSIONS, left off the wire while unset, and set only for a peer that announced
+# the capability it belongs to (common.overlay.node: `caps`). A node announces its capabilities
+# in the high bits of its pings' nonce, a field every version echoes in its pong without reading
+# it (an old node, which knows no announcement, then simply is never sent an extension), and in
+# its pongs' `caps` to a pinger that announced CAP_TOLERANT. From CAP_TOLERANT on, unknown
+# fields are ignored (OverlayMessage): a later version may send a new optional field to any
+# CAP_TOLERANT peer, and needs a capability bit of its own only to know that a peer acts on it.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+CAP_RTT = 1
+"""Offers and requests may carry the sender's measured RTTs (2026-11-27)."""
+CAP_TOLERANT = 2
+"""Ignores unknown fields; understands Pong.caps and JoinRequest.caps."""
+CAPABILITIES = CAP_RTT | CAP_TOLERANT
+"""What this version speaks."""
+CAPS_SHIFT = 48
+MAX_CAPS = (1 << 16) - 1  # a nonce is a msgpack uint64: 16 bits above CAPS_SHIFT
+MAX_FIELDS = 32
+"""Fields an overlay message (or a Peer) may hold, unknown ones included: ignoring unknown fields
+must not mean accepting any map (the datagram's size bounds it too)."""
+
+
+def caps_in_nonce(nonce: int) -> int:
+    """The capabilities a ping's sender announced in its nonce (0 from a node before them)."""
+    return (nonce >> CAPS_SHIFT) & MAX_CAPS
+
+
+def _few_fields(data: Any) -> Any:
+    if isinstance(data, dict) and len(data) > MAX_FIELDS:
+        raise ValueError(f"{len(data)} fields, at most {MAX_FIELDS}")
+    return data
+
+
+class OverlayMessage(Message):
+    """Base of the overlay's own messages: unknown fields are ignored (at most MAX_FIELDS in
+    all), and the optional fields in EXTENSIONS are left off the wire while unset, so that a
+    message without them is exactly what nodes before them decode."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    EXTENSIONS: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        return _few_fields(data)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_extensions(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        for name in self.EXTENSIONS:
+            value = data.get(name)
+            if value is None or (isinstance(value, list) and not value):
+                del data[name]
+        return data
+
+
+class Peer(Message):
+    """A node as others know it: id and transport address ("host:port", or a simulator name).
+    Unknown fields are ignored, as in OverlayMessage."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        return _few_fields(data)
+
     TYPE = "peer"
     id: NodeId
     addr: str = Field(pattern=ADDR)
 
 
-class Ping(Message):
-    """Probe and keepalive; `sent` is the sender's own clock, echoed so it can measure RTT."""
+class Ping(OverlayMessage):
+    """Probe and keepalive; `sent` is the sender's own clock, echoed so it can measure RTT. The
+    nonce's bits from CAPS_SHIFT up announce the sender's capabilities (caps_in_nonce)."""
 
     TYPE = "ping"
     sender: Peer
@@ -149,30 +225,36 @@ class Ping(Message):
     sent: float = Field(allow_inf_nan=False)
 
 
-class Pong(Message):
-    """Answer to a Ping, echoing its nonce and the sender's `sent` time."""
+class Pong(OverlayMessage):
+    """Answer to a Ping, echoing its nonce and the sender's `sent` time; `caps`: the answering
+    node's capabilities, for a pinger that announced CAP_TOLERANT (None: none, or not told)."""
 
     TYPE = "pong"
+    EXTENSIONS = ("caps",)
     sender: Peer
     nonce: int = Field(ge=0)
     sent: float = Field(allow_inf_nan=False)
+    caps: int | None = Field(None, ge=0, le=MAX_CAPS)
 
 
-class JoinRequest(Message):
+class JoinRequest(OverlayMessage):
     """Routed towards the joiner's id; every hop tells the joiner what it knows. A `refresh`
     request is a joined node's periodic self-lookup: only the root answers, with its leaf set."""
 
     TYPE = "join"
+    EXTENSIONS = ("caps",)
     joiner: Peer
     hops: int = Field(0, ge=0)  # no upper bound: the core adds one per hop without validating
     refresh: bool = False
+    caps: int | None = Field(None, ge=0, le=MAX_CAPS)  # the joiner's, for hops that are CAP_TOLERANT
 
 
-class JoinInfo(Message):
+class JoinInfo(OverlayMessage):
     """A hop's routing rows (and, from the root, its leaf set) for a joining node; `*_rtts`: the
     hop's measured round-trip time to each (None where it has none), or empty."""
 
     TYPE = "join_info"
+    EXTENSIONS = ("candidate_rtts", "leaf_rtts")
     sender: Peer
     candidates: list[Peer] = Field(max_length=4096)
     leaf_set: list[Peer] = Field([], max_length=MAX_LEAF_SET)
@@ -187,28 +269,31 @@ class JoinInfo(Message):
         return self
 
 
-class Hello(Message):
+class Hello(OverlayMessage):
     """A node that finished joining tells the nodes it should be known to; `rtt`: its measured
     round-trip time to the receiver, if it has one (round trips are symmetric)."""
 
     TYPE = "hello"
+    EXTENSIONS = ("rtt",)
     sender: Peer
     rtt: OptRtt = None
 
 
-class LeafSetRequest(Message):
+class LeafSetRequest(OverlayMessage):
     """Asks a node for its leaf set, to replace a dead leaf member; `rtt` as in Hello."""
 
     TYPE = "leaf_req"
+    EXTENSIONS = ("rtt",)
     sender: Peer
     rtt: OptRtt = None
 
 
-class LeafSetPush(Message):
+class LeafSetPush(OverlayMessage):
     """A node's leaf set, sent on request, to new leaf members, and periodically to neighbours;
     `rtts`: the sender's measured round-trip time to each member (None where it has none), or empty."""
 
     TYPE = "leaf_set"
+    EXTENSIONS = ("rtts",)
     sender: Peer
     leaf_set: list[Peer] = Field(max_length=MAX_LEAF_SET)
     rtts: list[OptRtt] = Field([], max_length=MAX_LEAF_SET)
@@ -219,21 +304,23 @@ class LeafSetPush(Message):
         return self
 
 
-class RowRequest(Message):
+class RowRequest(OverlayMessage):
     """Asks a node for the nodes it knows that fit row `row` of the asker's routing table; `rtt`
     as in Hello."""
 
     TYPE = "row_req"
+    EXTENSIONS = ("rtt",)
     sender: Peer
     row: int = Field(ge=0, le=MAX_ROW)
     rtt: OptRtt = None
 
 
-class RowReply(Message):
+class RowReply(OverlayMessage):
     """The nodes that fit the requested row of the asker's routing table; `rtts`: the sender's
     measured round-trip time to each (0 for itself, None where it has none), or empty."""
 
     TYPE = "row"
+    EXTENSIONS = ("rtts",)
     sender: Peer
     row: int = Field(ge=0, le=MAX_ROW)
     entries: list[Peer] = Field(max_length=1024)
@@ -245,7 +332,7 @@ class RowReply(Message):
         return self
 
 
-class Route(Message):
+class Route(OverlayMessage):
     """An application payload routed by key to the live node numerically closest to it."""
 
     TYPE = "route"
@@ -257,7 +344,7 @@ class Route(Message):
     hop_nonce: int = Field(0, ge=0)
 
 
-class RouteAck(Message):
+class RouteAck(OverlayMessage):
     """Per-hop acknowledgement: a hop that does not ack in time is routed around."""
 
     TYPE = "route_ack"
@@ -265,7 +352,7 @@ class RouteAck(Message):
     hop_nonce: int = Field(ge=0)
 
 
-class Direct(Message):
+class Direct(OverlayMessage):
     """An application payload for one node (row sends, leaf-set sends)."""
 
     TYPE = "direct"
@@ -273,7 +360,7 @@ class Direct(Message):
     payload: AppPayload
 
 
-class Broadcast(Message):
+class Broadcast(OverlayMessage):
     """Tree broadcast over routing-table rows: a receiver at `level` covers rows >= level."""
 
     TYPE = "bcast"
@@ -283,7 +370,7 @@ class Broadcast(Message):
     payload: AppPayload
 
 
-class Heartbeat(Message):
+class Heartbeat(OverlayMessage):
     """Sent every keepalive interval to our nearest smaller leaf-set neighbour, which watches
     the silence of its nearest larger one (any message from it counts as well)."""
 

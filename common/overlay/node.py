@@ -53,6 +53,12 @@ Bounded state: what a node keeps per peer (round-trip times, when it last heard 
 its leaf set and routing table, plus the `recent_peers` most recently measured or heard others
 (an offer of a node measured lately is not probed again at once). A node in a large ring hears
 from ever more nodes, and a flood of distinct senders is unlimited; neither grows its memory.
+
+Mixed versions (rolling upgrades): what a node knows of each peer's capabilities (`caps`, as the
+peer announced them in its pings and pongs: common.overlay.messages, "versions") decides what it
+sends that peer: an optional field only to a peer that announced the capability it belongs to,
+the base format to the others (older versions drop a message with a field they do not know).
+Bounded like `rtt`, and forgotten with a dead node (it may come back as another version).
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ from typing import TypeVar
 from common.overlay.ids import ID_BITS, ID_MASK, closeness, digit, shared_prefix_len
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import (
+    CAP_RTT,
+    CAP_TOLERANT,
+    CAPABILITIES,
+    CAPS_SHIFT,
     Broadcast,
     Direct,
     Heartbeat,
@@ -82,6 +92,7 @@ from common.overlay.messages import (
     RouteAck,
     RowReply,
     RowRequest,
+    caps_in_nonce,
 )
 from common.overlay.params import OverlayParams
 from common.overlay.table import RoutingTable
@@ -211,8 +222,11 @@ def _expired(queue: dict[int, _Waiting], timeout: float, now: float) -> Iterator
 class OverlayNode:
     """A Pastry node as a pure state machine: entry points take `now` and return an Output."""
 
-    def __init__(self, me: Peer, params: OverlayParams, rng: random.Random) -> None:
+    def __init__(
+        self, me: Peer, params: OverlayParams, rng: random.Random, *, capabilities: int = CAPABILITIES
+    ) -> None:
         self.me = me
+        self.capabilities = capabilities  # what we speak (0: only the base format, as before them)
         self.params = params
         self.rng = rng
         self.leaf = LeafSet(me, params.leaf_set_size)
@@ -222,6 +236,10 @@ class OverlayNode:
         self.rtt: dict[int, float] = {}
         self.last_heard: dict[int, float] = {}
         self._rtt_limit = self._heard_limit = 2 * params.recent_peers
+        self.caps: dict[int, int] = {}  # peer id -> the capabilities it announced; bounded as rtt
+        self._caps_limit = 2 * params.recent_peers
+        self._nonce_caps = capabilities << CAPS_SHIFT  # announced in every ping's nonce
+        self._join_attempts = 0
         self.dead: dict[int, float] = {}
         self.joined = False
         self.bootstrap: str | None = None
@@ -256,7 +274,7 @@ class OverlayNode:
         if bootstrap is None:
             self._become_joined(now)
         else:
-            self._send(bootstrap, JoinRequest(joiner=self.me))
+            self._send(bootstrap, self._join_request())
             self._timers["join"] = now + self.params.join_retry
             self._timers_changed = True
         return self._flush()
@@ -289,7 +307,7 @@ class OverlayNode:
             del t["leaf_repair"]
             self._retry_leaf_repair(now)
         if not self.joined and t.get("join", float("inf")) <= now and self.bootstrap:
-            self._send(self.bootstrap, JoinRequest(joiner=self.me))
+            self._send(self.bootstrap, self._join_request())
             t["join"] = now + self.params.join_retry
         if self.joined:
             p = self.params
@@ -510,7 +528,7 @@ class OverlayNode:
         elif self.leaf.add(peer):
             self._leaf_did_change(now)
             if self.joined:
-                self._send(peer.addr, self._leaf_push())
+                self._send(peer.addr, self._leaf_push(peer))
         # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
         b = table.b
         r = (ID_BITS - (me ^ pid).bit_length()) // b
@@ -548,12 +566,42 @@ class OverlayNode:
         rtt, me = self.rtt, self.me.id
         return [0.0 if p.id == me else rtt.get(p.id) for p in peers]
 
-    def _leaf_push(self) -> LeafSetPush:
+    def _leaf_push(self, to: Peer) -> LeafSetPush:
+        """Our leaf set for `to`, with our RTTs to its members if `to` takes them."""
         members = self.leaf.members()
-        return LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
+        if self._speaks(to.id, CAP_RTT):
+            return LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
+        return LeafSetPush(sender=self.me, leaf_set=members)
 
-    def _trim_recent(self, peers: dict[int, float], *, by_value: bool = False) -> int:
-        """Bound a per-peer map (rtt, last_heard): keep the entries of the leaf set's and routing
+    def _speaks(self, pid: int, capability: int) -> bool:
+        """Whether both we and the peer announced `capability` (an unknown peer: the base format)."""
+        return bool(self.caps.get(pid, 0) & self.capabilities & capability)
+
+    def _rtt_for(self, peer: Peer) -> float | None:
+        """Our RTT to `peer`, for a request or hello to it: None if not measured or not taken."""
+        return self.rtt.get(peer.id) if self._speaks(peer.id, CAP_RTT) else None
+
+    def _learn_caps(self, pid: int, caps: int) -> None:
+        """What a peer announced (first-hand: in its own ping or pong) replaces what we knew."""
+        known = self.caps
+        if known.get(pid) != caps:
+            known.pop(pid, None)
+            known[pid] = caps
+            if len(known) > self._caps_limit:
+                self._caps_limit = self._trim_recent(known)
+
+    def _join_request(self) -> JoinRequest:
+        """Our join request to the bootstrap, whose version we do not know: every other attempt
+        announces our capabilities (hops that take them answer with RTTs), the others do not, so
+        that a bootstrap of a version before them (which drops the announcing request) lets us in
+        one join_retry later."""
+        self._join_attempts += 1
+        if self._join_attempts % 2 and self.capabilities:
+            return JoinRequest(joiner=self.me, caps=self.capabilities)
+        return JoinRequest(joiner=self.me)
+
+    def _trim_recent(self, peers: dict[int, float] | dict[int, int], *, by_value: bool = False) -> int:
+        """Bound a per-peer map (rtt, last_heard, caps): keep the entries of the leaf set's and routing
         table's nodes and the `recent_peers` most recent others (recency: the map's order, rtt
         being kept in order of measurement, or the value, last_heard being a time); returns the
         size at which to trim again. A node hears from ever more nodes as a ring grows (and a
@@ -650,9 +698,10 @@ class OverlayNode:
                 probe.kind, probe.attempts, probe.tell = kind, attempts, tell
             return
         self._nonce += 1
-        self._pending[self._nonce] = _Probe(peer, now, kind, attempt, attempts, tell)
-        self._probing[peer.id] = self._nonce
-        self._send(peer.addr, Ping(sender=self.me, nonce=self._nonce, sent=now))
+        nonce = self._nonce | self._nonce_caps
+        self._pending[nonce] = _Probe(peer, now, kind, attempt, attempts, tell)
+        self._probing[peer.id] = nonce
+        self._send(peer.addr, Ping(sender=self.me, nonce=nonce, sent=now))
 
     def _expire_probes(self, now: float) -> None:
         for probe in _expired(self._pending, self.params.probe_timeout, now):
@@ -686,6 +735,7 @@ class OverlayNode:
             self._departed.popitem(last=False)
         self.rtt.pop(peer.id, None)
         self.last_heard.pop(peer.id, None)
+        self.caps.pop(peer.id, None)
         self._candidates.pop(peer.id, None)
         if self.leaf.remove(peer.id):
             self._leaf_did_change(now)
@@ -695,9 +745,8 @@ class OverlayNode:
             self._timers["leaf_repair"] = now + 2 * self.params.probe_timeout
             self._timers_changed = True
             # Spread the news: every member checks our set against its own (_check_push).
-            push = self._leaf_push()
             for p in members:
-                self._send(p.addr, push)
+                self._send(p.addr, self._leaf_push(p))
         where = self.table.remove(peer.id)
         if where is not None:
             row, _ = where
@@ -705,7 +754,7 @@ class OverlayNode:
                 others = self.table.row(r)
                 if others:
                     asked = self.rng.choice(others)
-                    self._send(asked.addr, RowRequest(sender=self.me, row=row, rtt=self.rtt.get(asked.id)))
+                    self._send(asked.addr, RowRequest(sender=self.me, row=row, rtt=self._rtt_for(asked)))
                     break
 
     def _ask_for_replacements(self) -> None:
@@ -714,7 +763,7 @@ class OverlayNode:
         if not asked:
             asked = {p.id: p for p in self.table.cached_entries()[:1]}
         for p in asked.values():
-            self._send(p.addr, LeafSetRequest(sender=self.me, rtt=self.rtt.get(p.id)))
+            self._send(p.addr, LeafSetRequest(sender=self.me, rtt=self._rtt_for(p)))
 
     def _retry_leaf_repair(self, now: float) -> None:
         """After a member was declared dead, ask again, LEAF_REPAIR_RETRIES times: the request, its
@@ -810,7 +859,7 @@ class OverlayNode:
         self._corrected[peer.id] = now
         if len(self._corrected) > 4 * self.params.leaf_set_size:
             self._corrected = {k: t for k, t in self._corrected.items() if now - t < interval}
-        self._send(peer.addr, self._leaf_push())
+        self._send(peer.addr, self._leaf_push(peer))
 
     def _row_maintenance(self, now: float) -> None:
         """Proximity maintenance: for every row, ask a random member of that row and our nearest
@@ -823,7 +872,7 @@ class OverlayNode:
         for peer in self.table.cached_entries():
             got = held.get(peer.id)
             if got is None or now - got[0] >= horizon:
-                self._send(peer.addr, LeafSetRequest(sender=self.me, rtt=self.rtt.get(peer.id)))
+                self._send(peer.addr, LeafSetRequest(sender=self.me, rtt=self._rtt_for(peer)))
         for gone in [i for i in held if not self.table.contains(i)]:
             del held[gone]
         known = self._known()
@@ -835,24 +884,30 @@ class OverlayNode:
             if nearest is not None:
                 targets.setdefault(nearest.id, nearest)
             for peer in targets.values():
-                self._send(peer.addr, RowRequest(sender=self.me, row=row, rtt=self.rtt.get(peer.id)))
+                self._send(peer.addr, RowRequest(sender=self.me, row=row, rtt=self._rtt_for(peer)))
 
     def _leaf_exchange(self) -> None:
         """Push our leaf set to one random member, which checks it against its own (_check_push):
         a node that learned of two concurrent joiners tells each about the other."""
         members = self.leaf.members()
         if members:
-            self._send(self.rng.choice(members).addr, self._leaf_push())
+            to = self.rng.choice(members)
+            self._send(to.addr, self._leaf_push(to))
 
     def _self_lookup(self) -> None:
         entries = self.table.entries() or self.leaf.members()
         if entries:
-            self._send(self.rng.choice(entries).addr, JoinRequest(joiner=self.me, refresh=True))
+            to = self.rng.choice(entries)
+            caps = self.capabilities if self._speaks(to.id, CAP_TOLERANT) else None
+            self._send(to.addr, JoinRequest(joiner=self.me, refresh=True, caps=caps))
 
     # ------------------------------------------------------------------ handlers
 
     def _on_ping(self, msg: Ping, now: float) -> None:
-        self._send(msg.sender.addr, Pong(sender=self.me, nonce=msg.nonce, sent=msg.sent))
+        theirs = caps_in_nonce(msg.nonce)
+        self._learn_caps(msg.sender.id, theirs)
+        caps = self.capabilities if theirs & self.capabilities & CAP_TOLERANT else None
+        self._send(msg.sender.addr, Pong(sender=self.me, nonce=msg.nonce, sent=msg.sent, caps=caps))
         # Not probed back: the prober measures us, and we measure it when it is offered to us as
         # a candidate (row maintenance), which halves the probes of joins.
         self._consider(msg.sender, now, firsthand=True, measure=False)
@@ -863,6 +918,7 @@ class OverlayNode:
             return
         del self._pending[msg.nonce]
         self._probing.pop(msg.sender.id, None)
+        self._learn_caps(msg.sender.id, msg.caps or 0)
         if probe.tell is not None:
             self._correct(probe.tell, now)  # it lacked this node, which is alive
         sample = max(now - msg.sent, 0.0)
@@ -897,11 +953,18 @@ class OverlayNode:
                 else [p for r in range(upto + 1) for p in self.table.row(r) if p.id != joiner.id]
             )
             leaf = [p for p in self.leaf.members() if p.id != joiner.id] if root else []
-            info = JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root,
-                            candidate_rtts=self._rtts_of(rows), leaf_rtts=self._rtts_of(leaf))  # fmt: skip
+            # The joiner's capabilities as its request says: a join starts a new incarnation, maybe
+            # of another version (rolled back) than we knew; a refresh, as the joined node told us.
+            theirs = msg.caps if msg.caps is not None else self.caps.get(joiner.id, 0) if msg.refresh else 0
+            info = JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root)
+            if theirs & self.capabilities & CAP_RTT:
+                info = info.model_copy(
+                    update={"candidate_rtts": self._rtts_of(rows), "leaf_rtts": self._rtts_of(leaf)}
+                )
             self._send(joiner.addr, info)
         if nxt is not None:
-            self._send(nxt.addr, msg.model_copy(update={"hops": msg.hops + 1}))
+            caps = msg.caps if self._speaks(nxt.id, CAP_TOLERANT) else None
+            self._send(nxt.addr, msg.model_copy(update={"hops": msg.hops + 1, "caps": caps}))
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
@@ -910,15 +973,14 @@ class OverlayNode:
         self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via)
         if msg.root and not self.joined:
             self._become_joined(now)
-            rtt = self.rtt
             for peer in self._known():
-                self._send(peer.addr, Hello(sender=self.me, rtt=rtt.get(peer.id)))
+                self._send(peer.addr, Hello(sender=self.me, rtt=self._rtt_for(peer)))
 
     def _on_hello(self, msg: Hello, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)
 
     def _on_leaf_request(self, msg: LeafSetRequest, now: float) -> None:
-        self._send(msg.sender.addr, self._leaf_push())
+        self._send(msg.sender.addr, self._leaf_push(msg.sender))
         self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)
 
     def _on_leaf_push(self, msg: LeafSetPush, now: float) -> None:
@@ -953,9 +1015,8 @@ class OverlayNode:
             if shared_prefix_len(self.me.id, requester, b) == msg.row:
                 fits.append(self.me)
             fits = fits[: 2 * self.table.cols]
-            self._send(
-                msg.sender.addr, RowReply(sender=self.me, row=msg.row, entries=fits, rtts=self._rtts_of(fits))
-            )
+            rtts = self._rtts_of(fits) if self._speaks(requester, CAP_RTT) else []
+            self._send(msg.sender.addr, RowReply(sender=self.me, row=msg.row, entries=fits, rtts=rtts))
         self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)
 
     def _on_row_reply(self, msg: RowReply, now: float) -> None:

@@ -28,6 +28,8 @@ from common.overlay.envelope import SignedSealer
 from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
 from common.overlay.messages import (
     _APP_TYPES,
+    CAPS_SHIFT,
+    MAX_CAPS,
     OVERLAY_MESSAGES,
     Broadcast,
     Direct,
@@ -235,6 +237,9 @@ def test_drop_log_writes_a_bounded_number_of_lines(drops: list[tuple[str, str]])
 
 # Claimed round-trip times (probe pruning): any valid value, however much of a lie, or none.
 rtt_claims = st.none() | st.floats(0, 1e300, allow_nan=False, allow_infinity=False)
+# Capabilities (rolling upgrades): any announced set, in a ping's nonce or a pong's or join's caps.
+caps_claims = st.none() | st.integers(0, MAX_CAPS)
+nonces = small | st.integers(0, (1 << 64) - 1)
 
 
 def _rtts_for(peer_lists: st.SearchStrategy) -> st.SearchStrategy:
@@ -249,9 +254,9 @@ def _rtts_for(peer_lists: st.SearchStrategy) -> st.SearchStrategy:
 # Every overlay message type, generated with any well-typed content (a type added to
 # OVERLAY_MESSAGES without an entry here fails test_every_overlay_message_type_is_fuzzed).
 overlay_strategies: dict[type, st.SearchStrategy] = {
-    Ping: st.builds(Ping, sender=peers, nonce=small, sent=times),
-    Pong: st.builds(Pong, sender=peers, nonce=small, sent=times),
-    JoinRequest: st.builds(JoinRequest, joiner=peers, hops=small, refresh=st.booleans()),
+    Ping: st.builds(Ping, sender=peers, nonce=nonces, sent=times),
+    Pong: st.builds(Pong, sender=peers, nonce=nonces, sent=times, caps=caps_claims),
+    JoinRequest: st.builds(JoinRequest, joiner=peers, hops=small, refresh=st.booleans(), caps=caps_claims),
     JoinInfo: st.builds(
         lambda sender, cands, leaf, root: JoinInfo(
             sender=sender,
@@ -322,6 +327,7 @@ def test_overlay_node_survives_any_well_typed_message(script: list, joined: bool
     assert len(node.leaf) <= params.leaf_set_size
     assert all(math.isfinite(r) and r >= 0 for r in node.rtt.values())
     assert len(node.rtt) <= _peer_map_bound(node) and len(node.last_heard) <= _peer_map_bound(node)
+    assert len(node.caps) <= _peer_map_bound(node)
 
 
 def _peer_map_bound(node: OverlayNode) -> int:
@@ -336,9 +342,9 @@ def _flood_message(kind: type, sender: Peer, i: int) -> Message:
     other = Peer(id=random.Random(-i).getrandbits(128), addr=f"o{i}:1")
     reply = FlockReply(pool="p", accepted=False, reason="")
     build: dict[type, Message] = {
-        Ping: Ping(sender=sender, nonce=i, sent=0.0),
-        Pong: Pong(sender=sender, nonce=i, sent=0.0),
-        JoinRequest: JoinRequest(joiner=sender),
+        Ping: Ping(sender=sender, nonce=(i % 4) << CAPS_SHIFT | i, sent=0.0),  # various capabilities
+        Pong: Pong(sender=sender, nonce=i, sent=0.0, caps=i % 4),
+        JoinRequest: JoinRequest(joiner=sender, caps=i % 4),
         JoinInfo: JoinInfo(sender=sender, candidates=[other], leaf_set=[other], root=True),
         Hello: Hello(sender=sender),
         LeafSetRequest: LeafSetRequest(sender=sender),
@@ -356,7 +362,8 @@ def _flood_message(kind: type, sender: Peer, i: int) -> Message:
 
 def test_overlay_peer_maps_stay_bounded_under_a_flood_of_distinct_peers() -> None:
     """Every message type from thousands of distinct nodes (each answering our probes, so that
-    rtt fills too): rtt and last_heard stay within leaf set, table and `recent_peers`."""
+    rtt fills too, and announcing capabilities): rtt, last_heard and caps stay within leaf set,
+    table and `recent_peers`."""
     params = OverlayParams(recent_peers=32)
     node = OverlayNode(Peer(id=IDS[4], addr="me:1"), params, random.Random(1))
     node.start(0.0)
@@ -373,9 +380,10 @@ def test_overlay_peer_maps_stay_bounded_under_a_flood_of_distinct_peers() -> Non
         for addr, msg in out.sends + node.on_timer(now).sends:
             peer = by_addr.get(addr)
             if isinstance(msg, Ping) and peer is not None:  # the flooders answer our probes
-                node.on_message(Pong(sender=peer, nonce=msg.nonce, sent=msg.sent), now + 0.005)
+                node.on_message(Pong(sender=peer, nonce=msg.nonce, sent=msg.sent, caps=3), now + 0.005)
         assert len(node.rtt) <= _peer_map_bound(node) and len(node.last_heard) <= _peer_map_bound(node)
-    assert len(node.rtt) > params.recent_peers  # the flood did measure many nodes
+        assert len(node.caps) <= _peer_map_bound(node)
+    assert len(node.rtt) > params.recent_peers and len(node.caps) > params.recent_peers  # it did fill
     known = len(node.leaf) + len(node.table.entries())
     assert len(node.last_heard) <= known + 2 * params.recent_peers < flood // 10
 

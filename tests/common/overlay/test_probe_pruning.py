@@ -12,6 +12,8 @@ import msgpack
 import pytest
 
 from common.overlay.messages import (
+    CAPABILITIES,
+    CAPS_SHIFT,
     Hello,
     JoinInfo,
     LeafSetPush,
@@ -36,11 +38,13 @@ CANDIDATE = Peer(id=(0xA << 124) | 7, addr="cand")  # the same slot as HOLDER
 
 
 def answer(node: OverlayNode, out: Output, now: float, rtts: dict[str, float]) -> None:
-    """Answer the pings in `out` to the addresses in `rtts`, each after its round-trip time."""
+    """Answer the pings in `out` to the addresses in `rtts`, each after its round-trip time, as
+    nodes of this version (which announce their capabilities: test_versions)."""
     for addr, msg in out.sends:
         if isinstance(msg, Ping) and addr in rtts:
             peer = {p.addr: p for p in (LEFT, RIGHT, HOLDER, CANDIDATE)}[addr]
-            node.on_message(Pong(sender=peer, nonce=msg.nonce, sent=msg.sent), now + rtts[addr])
+            pong = Pong(sender=peer, nonce=msg.nonce, sent=msg.sent, caps=CAPABILITIES)
+            node.on_message(pong, now + rtts[addr])
 
 
 def pinged(out: Output) -> set[str]:
@@ -102,10 +106,11 @@ def test_a_sender_passing_its_rtt_to_us_is_not_probed_back_when_it_cannot_be_nea
 
 
 def test_offers_carry_the_senders_measured_rtts() -> None:
-    """What a node sends: its own RTT to each peer it offers (0 to itself), the asker's RTT in
-    requests and hellos."""
+    """What a node sends to peers that take them (announced: test_versions): its own RTT to each
+    peer it offers (0 to itself), the asker's RTT in requests and hellos."""
     node = node_with_measured_holder()
     asker = Peer(id=(0xB << 124) | 9, addr="asker")  # row 0 of its table: our digit 0, HOLDER's A
+    node.on_message(Ping(sender=asker, nonce=CAPABILITIES << CAPS_SHIFT | 1, sent=0.0), 1.5)
     out = node.on_message(RowRequest(sender=asker, row=0), 2.0)
     [reply] = [m for _, m in out.sends if isinstance(m, RowReply)]
     by_id = dict(zip([p.id for p in reply.entries], reply.rtts, strict=True))
