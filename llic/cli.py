@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import trio
+
     from common.condor import Gateway
     from llic.submit import SubmitFile
 
@@ -124,8 +126,9 @@ def _submit(prog: str, args: argparse.Namespace) -> int:
     seconds sooner for it): the gateway's worker (a Python loading HTCondor's bindings) starts
     before this process imports the submitter; while the worker finds the schedd, its
     configuration and the masters' token (`find_target`; the token comes from a tool, a process
-    of its own), a thread imports the submitter and reads the submit file, and another builds
-    the agent zipapp into the user's cache (`agent_build.agent_cache_dir`) if it is not there."""
+    of its own, and is waited for only when the first master is released), a thread imports the
+    submitter and reads the submit file, and another builds the agent zipapp into the user's
+    cache (`agent_build.agent_cache_dir`) if it is not there."""
     import outcome
     import trio
 
@@ -187,6 +190,20 @@ def _read_submit(prog: str, args: argparse.Namespace) -> SubmitFile:
 
 
 async def _submit_with(prog: str, args: argparse.Namespace, gw: Gateway, token_gw: Gateway) -> int:
+    import outcome
+    import trio
+
+    # the masters' token is fetched in `background` while the first master and its agents are
+    # submitted (llic/submitter.py's module doc); a fetch no master waited for is cancelled
+    async with trio.open_nursery() as background:
+        done = await outcome.acapture(_submit_in, prog, args, gw, token_gw, background)
+        background.cancel_scope.cancel()
+    return done.unwrap()  # raised here, not in an exception group
+
+
+async def _submit_in(
+    prog: str, args: argparse.Namespace, gw: Gateway, token_gw: Gateway, background: trio.Nursery
+) -> int:
     from pathlib import Path
 
     import outcome
@@ -210,6 +227,7 @@ async def _submit_with(prog: str, args: argparse.Namespace, gw: Gateway, token_g
                         schedd_name=args.schedd,
                         condor_config=args.condor_config,
                         token_gw=token_gw,
+                        background=background,
                     )
                 )
             )

@@ -318,6 +318,11 @@ class MasterCore:
         elif self._run == 1 and adopt:
             on_way = [c.rec.job_id for c in self.chefs if c.state is ChefState.LAUNCHED]
             out.notes.append(f"{self.book.counts()}; {len(on_way)} agents submitted with the master")
+            # the agents may still wait for a slot: the cycles master_submitter asked for at their
+            # release often miss some (the submitter ad's race), and the next periodic cycle, or
+            # this master's after RESCHEDULE_INTERVAL, would come seconds later; so as after a
+            # submission of its own: a cycle now and one RESCHEDULE_FOLLOW_UP later
+            self._submitted(out, now)
         else:
             old = self.agent_job_ids()
             if old:

@@ -39,17 +39,37 @@ def usable_ip(ip: str | None) -> bool:
     return bool(ip) and not ip.startswith("127.") and ip != "0.0.0.0"
 
 
+class PendingToken:
+    """The submitting user's token for the masters (None: none), possibly still being fetched:
+    a master needs it only once it may run, so master_submitter submits the master (held) and its
+    agents meanwhile, and waits for the token just before it writes it and releases them."""
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._token: str | None = None
+
+    def set(self, token: str | None) -> None:
+        """The fetch is over (None: no token)."""
+        self._token = token
+        self._done.set()
+
+    async def wait(self) -> str | None:
+        """The token, once fetched."""
+        await self._done.wait()
+        return self._token
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the masters go, found before the submit file is read (master_submitter does both at
     once): the schedd, with its address (no later call looks it up in the collector again),
     where execute machines reach its host (None: the master submits its agents), the master's
-    CONDOR_CONFIG and the submitting user's token for the masters (None: none)."""
+    CONDOR_CONFIG and the submitting user's token for the masters."""
 
     schedd: DaemonRef
     agent_host: str | None
     condor_config: str | None
-    token: str | None
+    token: PendingToken
 
 
 async def find_target(
@@ -59,23 +79,27 @@ async def find_target(
     schedd_name: str | None = None,
     condor_config: str | None = None,
     token_gw: Gateway | None = None,
+    background: trio.Nursery | None = None,
 ) -> Target:
     """The schedd (named, else the first the collector lists), its CONFIG_ROOT unless
     `condor_config` is given, and the masters' token (module doc). With `token_gw` (a gateway of
     its own: its worker runs `condor_token_fetch` while `gw`'s asks the collector and the schedd)
-    the token of a named schedd is fetched at once, not after the rest."""
-    if token_gw is None or schedd_name is None:
-        schedd, host, condor_config = await _find_schedd(gw, schedd_name, condor_config)
-        return Target(schedd, host, condor_config, await _master_token(token_gw or gw, schedd, config))
-    token: list[str | None] = []
+    the token of a named schedd is fetched at once, not after the rest. With `background` (a
+    nursery that outlives the submission) the token may still be on its way when this returns
+    (`PendingToken`); without, it is there."""
+    token = PendingToken()
     async with trio.open_nursery() as nursery:
-        named = DaemonRef(kind=DaemonKind.SCHEDD, name=schedd_name)
-        nursery.start_soon(_keep_token, token, token_gw, named, config)
+        fetcher = background or nursery
+        if token_gw is not None and schedd_name is not None:
+            named = DaemonRef(kind=DaemonKind.SCHEDD, name=schedd_name)
+            fetcher.start_soon(_fetch_token, token, token_gw, named, config)
         found = await outcome.acapture(_find_schedd, gw, schedd_name, condor_config)
         if isinstance(found, outcome.Error):
             nursery.cancel_scope.cancel()
+        elif token_gw is None or schedd_name is None:
+            fetcher.start_soon(_fetch_token, token, token_gw or gw, found.value[0], config)
     schedd, host, condor_config = found.unwrap()  # raised here, not in an exception group
-    return Target(schedd, host, condor_config, token[0])
+    return Target(schedd, host, condor_config, token)
 
 
 async def _find_schedd(
@@ -97,8 +121,8 @@ async def _find_schedd(
     return schedd, agent_ip(found.address), condor_config
 
 
-async def _keep_token(into: list[str | None], gw: Gateway, schedd: DaemonRef, config: LlicConfig) -> None:
-    into.append(await _master_token(gw, schedd, config))
+async def _fetch_token(into: PendingToken, gw: Gateway, schedd: DaemonRef, config: LlicConfig) -> None:
+    into.set(await _master_token(gw, schedd, config))
 
 
 async def _master_token(gw: Gateway, schedd: DaemonRef, config: LlicConfig) -> str | None:

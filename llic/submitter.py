@@ -35,10 +35,12 @@ For each queue block of the user's submit file:
    and a queue scan (which starts scheduler-universe jobs) now, not at the next interval; and
    once more shortly after (`_follow_up`), since the first cycle often misses the agents.
 
-Before step 2, the submitting user's token for the masters is fetched once from the schedd
-(`condor_token_fetch`, READ and WRITE, MASTER_TOKEN_LIFETIME seconds) and written into each
-master's output directory (0700/0600) before its job exists: the master presents it, since a
-job cannot always authenticate as its owner by FS (llic/master_token.py). master_submitter runs
+The submitting user's token for the masters is fetched once from the schedd
+(`condor_token_fetch`, READ and WRITE, MASTER_TOKEN_LIFETIME seconds; in the sandbox a wrapper
+and a chroot, 0.8-1.2 s at load 8-10, the last of master_submitter's look-ups) while the first
+master and its agents are submitted, and written into each master's output directory
+(0700/0600) before step 4 releases it: the master presents it, since a job cannot always
+authenticate as its owner by FS (llic/master_token.py). master_submitter runs
 HTCondor's tools from PATH, or with the command prefix $LLIC_CONDOR_TOOLS.
 
 Scheduler-universe jobs get no CONDOR_CONFIG from HTCondor (their environment is the job's own
@@ -244,7 +246,7 @@ async def _submit_one(
     target: Target,
     agent_cache: Path | None,
 ) -> SubmittedMaster:
-    schedd, agent_host, token = target.schedd, target.agent_host, target.token
+    schedd, agent_host = target.schedd, target.agent_host
     prefix = config.master_outputs_dir_prefix_path
     master_id = new_master_id(block.index)
     outdir = master_output_dir(prefix, master_id)
@@ -279,21 +281,16 @@ async def _submit_one(
     state = initial_state(info, config, processes, time.time(), held=held)
     state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
     save_state(state_path, state)
-    if token is not None:
-        write_token(outdir, token)  # before the job exists; handed to the owner with outdir below
     desc = master_job(
         state_path,
         master=master,
         condor_config=target.condor_config,
         batch_name=f"llic {os.path.basename(submit.path)}#{block.index}",
     )
-    try:
-        result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
-    except BaseException:
-        remove_token(outdir)  # no master will use it
-        raise
+    result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
     job_id = f"{result.cluster}.{result.first_proc}"
     agents = 0
+    token: str | None = None
     try:
         (owner_ad,) = await gw.query_jobs(f"ClusterId == {result.cluster}", ["Owner"], schedd=schedd)
         owner = str(owner_ad.get("Owner") or info.owner)
@@ -307,6 +304,9 @@ async def _submit_one(
                 clusters.append(agent_cluster)
         save_state(state_path, state)
         written = await trio.to_thread.run_sync(_write_submit_events, logs, result.cluster)
+        token = await target.token.wait()  # fetched meanwhile: the master cannot run before
+        if token is not None:
+            write_token(outdir, token)  # handed to the owner with outdir below
         if os.geteuid() == 0 and owner != "root":
             try:
                 pw = pwd.getpwnam(owner)

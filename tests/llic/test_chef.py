@@ -882,6 +882,24 @@ def test_prelaunched_agents_are_adopted_by_the_first_run() -> None:
         pass
 
 
+def test_prelaunched_agents_still_waiting_get_a_negotiation_cycle_when_the_master_starts() -> None:
+    # not one RESCHEDULE_INTERVAL later: the cycles asked for at their release often miss some
+    config = LlicConfig(reschedule_interval=10.0, queue_poll_interval=100.0)
+    core = MasterCore.new(range(10), config)
+    subs = of(core.prelaunch(2, 0.0), SubmitAgent)
+    for i, sub in enumerate(subs):
+        core.handle(AgentSubmitted(sub.agent, f"70.{i}"), 0.5)
+    master = restore(snapshot(core, MasterInfo("m", "tester", 1, "job.sub", 0), 1.0), config)
+    out = master.start(None, 5.0)
+    assert of(out, Reschedule) == [Reschedule()] and of(out, SubmitAgent) == []
+    assert of(master.on_timer(7.0), Reschedule) == [Reschedule()]  # and once more 2 s later
+    assert of(master.on_timer(16.0), Reschedule) == []  # then every RESCHEDULE_INTERVAL
+    assert of(master.on_timer(17.0), Reschedule) == [Reschedule()]
+    for sub in subs:
+        master.handle(AgentConnected(sub.agent), 18.0)
+    assert of(master.on_timer(27.0), Reschedule) == []  # nobody waits for a slot
+
+
 def test_prelaunched_agents_that_cannot_reach_the_master_are_replaced_without_a_recovery() -> None:
     core = MasterCore.new(range(10), LlicConfig())
     subs = of(core.prelaunch(2, 0.0), SubmitAgent)

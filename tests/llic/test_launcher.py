@@ -143,3 +143,25 @@ def test_a_stop_signal_right_after_the_spawn_finds_the_task_recorded(
     assert _alive(pid)
     launcher.close()
     poll_until("the task killed", lambda: not _alive(pid), timeout=10, poll=0.05)
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_task_runs_in_a_process_group_of_its_own_and_a_session_of_its_own_only_under_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    # HTCondor starts the agent without a controlling terminal: its tasks stay in its session
+    # (a new session is a new scheduling autogroup, slower to wake on a loaded machine)
+    monkeypatch.setattr("llic.agent.launcher._has_terminal", lambda: terminal)
+    launcher = Launcher("test-host")
+    launcher.start(str(tmp_path))
+    try:
+        job = sh_job(1, "echo $$ $(cut -d' ' -f5,6 /proc/$$/stat) > ids", tmp_path)
+        assert launcher.submit(job) == []
+        reported: list[Job] = []
+        poll_until("the task to end", lambda: finished(launcher, reported), timeout=60, poll=0.05)
+    finally:
+        launcher.close()
+    assert reported == [job] and job.result is not None and job.result.exit_code == 0
+    pid, group, session = (int(x) for x in (tmp_path / "ids").read_text().split())
+    assert group == pid  # killpg(pid) reaches it and whatever it leaves
+    assert (session == pid) is terminal and (session == os.getsid(0)) is not terminal
