@@ -227,10 +227,24 @@ class NetStats:
         self.agents.setdefault(t.agent, Totals()).add(t)
         self.subnets.setdefault(t.subnet, Totals()).add(t)
         self.agent_subnet[t.agent] = t.subnet
-        self.recent.append(t)
+        self._insert(t)
         self._trim(t.end)
         rate = self.rate(t.end, subnet=t.subnet)
         self.peak[t.subnet] = max(self.peak.get(t.subnet, 0.0), rate)
+
+    def _insert(self, t: Transfer) -> None:
+        """Into `recent`, which stays ordered by end, so that a rate reads only the transfers
+        of its window (summing all of `recent` at each of a flood of small transfers made
+        recording them quadratic). Transfers end in the order they are recorded but for clock
+        steps: the rare one out of order goes back to its place."""
+        recent = self.recent
+        if not recent or recent[-1].end <= t.end:
+            recent.append(t)
+            return
+        i = len(recent)
+        while i > 0 and recent[i - 1].end > t.end:
+            i -= 1
+        recent.insert(i, t)
 
     def _trim(self, now: float) -> None:
         while self.recent and self.recent[0].end < now - 10 * self.window:
@@ -239,11 +253,12 @@ class NetStats:
     def rate(self, now: float, *, subnet: str | None = None, agent: str | None = None) -> float:
         """Bits per second over [now - window, now], both directions."""
         lo = now - self.window
-        total = sum(
-            overlap_bytes(t, lo, now)
-            for t in self.recent
-            if (subnet is None or t.subnet == subnet) and (agent is None or t.agent == agent)
-        )
+        total = 0.0
+        for t in reversed(self.recent):  # latest end first; one that ended before lo adds nothing
+            if t.end < lo:
+                break
+            if (subnet is None or t.subnet == subnet) and (agent is None or t.agent == agent):
+                total += overlap_bytes(t, lo, now)
         return 8 * total / self.window
 
     def snapshot(self, now: float, reserved: Mapping[str, float] | None = None) -> dict[str, Any]:
