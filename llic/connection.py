@@ -55,7 +55,7 @@ from llic.files import OutputPlacementError, place_outputs
 from llic.netadmit import IN, OUT
 from llic.plan import InputsTooLarge, Plan, input_blobs
 from llic.state import StateFileError
-from llic.task import STATUS_PREPARE_FAILED, TaskResult
+from llic.task import STATUS_PREPARE_FAILED, Task, TaskResult
 from llic.taskbook import Assignment
 
 HANDSHAKE_TIMEOUT = 10.0  # an agent answers in milliseconds; a stalled handshake is dropped
@@ -143,6 +143,7 @@ async def _receive_some(fd: int) -> bytes:
 
 
 Inputs = tuple[list[dict[str, Any]], list[bytes], list[str]]  # entries, blobs, notes
+Placing = tuple[int, Task, list[tuple[dict[str, Any], bytes]]]  # a result's index, task, files
 
 
 def read_small_inputs(wanted: list[tuple[int, str, list[str]]], limit: int) -> dict[int, Inputs]:
@@ -156,6 +157,20 @@ def read_small_inputs(wanted: list[tuple[int, str, list[str]]], limit: int) -> d
         except InputsTooLarge:
             continue
     return found
+
+
+def _place_each(
+    placing: list[tuple[int, Any, list[tuple[dict[str, Any], bytes]]]], style: str
+) -> dict[int, Exception]:
+    """`files.place_outputs` for each (index, spec, files); what failed, by index. Blocking: run
+    in a thread."""
+    failures: dict[int, Exception] = {}
+    for i, spec, pairs in placing:
+        try:
+            place_outputs(spec, pairs, style)
+        except (OutputPlacementError, OSError, ValueError) as e:
+            failures[i] = e
+    return failures
 
 
 class _Closed(Exception):
@@ -666,10 +681,21 @@ class Connections:
             sent += len(chunk)
             written[0] = sent == total
 
+    @staticmethod
+    def _decoded(conn: AgentConnection, decoder: protocol.Decoder) -> tuple[protocol.Message, float] | None:
+        """The next message already received, and when its first bytes came (None: none yet)."""
+        msg = decoder.next()
+        if msg is None:
+            return None
+        started = conn.recv_started if conn.recv_started is not None else time.time()
+        conn.recv_started = None if decoder.idle else time.time()
+        return msg, started
+
     async def _receiver(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
+        pending: tuple[protocol.Message, float] | None = None
         while True:
-            msg = decoder.next()
-            if msg is None:
+            got, pending = pending or self._decoded(conn, decoder), None
+            if got is None:
                 data = await _receive_some(conn.fd)
                 if not data:
                     decoder.eof()
@@ -678,8 +704,7 @@ class Connections:
                     conn.recv_started = time.time()
                 decoder.feed(data)
                 continue
-            started = conn.recv_started if conn.recv_started is not None else time.time()
-            conn.recv_started = None if decoder.idle else time.time()
+            msg = got[0]
             if msg.type == protocol.BULK_READY:
                 self.counters["bulk_requests"] += 1
                 body = msg.body
@@ -690,25 +715,43 @@ class Connections:
                 self.counters["results"] += len(events)
                 self.feed_results(events)
                 continue
-            await self._on_result(conn, msg, started)
+            group = [got]  # with the `result` messages received with it: their files in one hop
+            while len(group) < MAX_RESULT_GROUP:
+                pending = self._decoded(conn, decoder)
+                if pending is None or pending[0].type != protocol.RESULT:
+                    break
+                group.append(pending)
+                pending = None
+            await self._on_results(conn, group)
 
-    async def _on_result(self, conn: AgentConnection, msg: protocol.Message, started: float) -> None:
-        result = msg.result()
-        if msg.files:
-            nbytes = sum(e["size"] for e in msg.files)
-            self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, time.time()))
-        self.counters["results"] += 1
-        current = self.wants_result(conn.agent, result.process, result.attempt)
-        error = result.error
-        if current and msg.files:
-            spec = self.plan.specs[result.process]
-            style = str(self.plan.config.files_style_mode)
-            try:
-                await trio.to_thread.run_sync(place_outputs, spec, msg.file_pairs(), style)
-            except (OutputPlacementError, OSError, ValueError) as e:
+    async def _on_results(self, conn: AgentConnection, group: list[tuple[protocol.Message, float]]) -> None:
+        """`result` messages, in order: their transfers accounted, the files of those the core
+        would record placed (all in one thread hop), then each result for the core. A result
+        that comes twice in one group is placed once, as the core records it once."""
+        style = str(self.plan.config.files_style_mode)
+        results: list[TaskResult] = []
+        placing: list[Placing] = []
+        seen: set[tuple[int, int]] = set()
+        for i, (msg, started) in enumerate(group):
+            result = msg.result()
+            results.append(result)
+            if msg.files:
+                nbytes = sum(e["size"] for e in msg.files)
+                self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, time.time()))
+            self.counters["results"] += 1
+            key = (result.process, result.attempt)
+            current = key not in seen and self.wants_result(conn.agent, result.process, result.attempt)
+            seen.add(key)
+            if current and msg.files:
+                placing.append((i, self.plan.specs[result.process], msg.file_pairs()))
+        failures: dict[int, Exception] = {}
+        if placing:
+            failures = await trio.to_thread.run_sync(_place_each, placing, style)
+        for i, result in enumerate(results):
+            e = failures.get(i)
+            if e is not None:
                 self.counters["placement_errors"] += 1
                 self.log.warning("output files not placed", process=result.process, error=str(e))
-                error = f"{error + '; ' if error else ''}output files not placed: {e}"
-        if error != result.error:
-            result = dataclasses.replace(result, error=error)
-        self.feed(ResultReceived(conn.agent, result))
+                error = f"{result.error + '; ' if result.error else ''}output files not placed: {e}"
+                result = dataclasses.replace(result, error=error)
+            self.feed(ResultReceived(conn.agent, result))
