@@ -9,7 +9,10 @@ through `deliver`, `close` and `refuse` and goes out in order: what is queued wh
 wakes goes out in one write, and an agent of protocol version 2 gets its tasks without files in
 `tasks` batches (protocol.py). In TRANSFER modes a task's private
 inputs travel with it as blobs, written no faster than the rate admission reserved for them;
-returned files are placed with `files.place_outputs` when `wants_result` says the result counts.
+small ones (SMALL_INPUTS, within READ_AHEAD_BUDGET for all connections) are read for all the
+tasks of a sender's turn in one thread hop and go in its one write. Returned files are placed
+with `files.place_outputs` when `wants_result` says the result counts, those of the `result`
+messages received together in one thread hop.
 What arrives becomes events for the core (`ResultReceived`, `BulkReady`, `TransferDone`,
 `ConnectionBroken`) through `feed`.
 
