@@ -1,6 +1,7 @@
 """One llic master feeding 4 local agents (no HTCondor), to see where llic's common case loses
 its time once the agents run: N x /bin/true without and with a 10 kB private input per task
-(alternately), `plain_transfer` (/bin/true in a TRANSFER mode, no inputs; h20-private), and (`blast`) the common case's own task (blast.sh, its query, a 1 MB db, an
+(alternately), `plain_transfer` (/bin/true in a TRANSFER mode, no inputs: added by h20-private),
+and (`blast`) the common case's own task (blast.sh, its query, a 1 MB db, an
 output back). Tasks per second between the 10th and 90th percentile of completions.
 
     cd docs/bench/llic-runs/h20-peers2/private-dispatch
