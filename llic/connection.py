@@ -162,10 +162,8 @@ def read_small_inputs(wanted: list[tuple[int, str, list[str]]], limit: int) -> d
     return found
 
 
-def _place_each(
-    placing: list[tuple[int, Any, list[tuple[dict[str, Any], bytes]]]], style: str
-) -> dict[int, Exception]:
-    """`files.place_outputs` for each (index, spec, files); what failed, by index. Blocking: run
+def _place_each(placing: list[Placing], style: str) -> dict[int, Exception]:
+    """`files.place_outputs` for each (index, task, files); what failed, by index. Blocking: run
     in a thread."""
     failures: dict[int, Exception] = {}
     for i, spec, pairs in placing:
