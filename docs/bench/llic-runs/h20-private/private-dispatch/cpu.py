@@ -1,5 +1,6 @@
 """private_dispatch.run for one kind, with the CPU of this process (the master) and of its
 children (agents and their tasks)."""
+
 import json
 import os
 import resource
