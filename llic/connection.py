@@ -9,7 +9,10 @@ through `deliver`, `close` and `refuse` and goes out in order: what is queued wh
 wakes goes out in one write, and an agent of protocol version 2 gets its tasks without files in
 `tasks` batches (protocol.py). In TRANSFER modes a task's private
 inputs travel with it as blobs, written no faster than the rate admission reserved for them;
-returned files are placed with `files.place_outputs` when `wants_result` says the result counts.
+small ones (SMALL_INPUTS, within READ_AHEAD_BUDGET for all connections) are read for all the
+tasks of a sender's turn in one thread hop and go in its one write. Returned files are placed
+with `files.place_outputs` when `wants_result` says the result counts, those of the `result`
+messages received together in one thread hop.
 What arrives becomes events for the core (`ResultReceived`, `BulkReady`, `TransferDone`,
 `ConnectionBroken`) through `feed`.
 
@@ -53,9 +56,9 @@ from llic.events import (
 )
 from llic.files import OutputPlacementError, place_outputs
 from llic.netadmit import IN, OUT
-from llic.plan import Plan, input_blobs
+from llic.plan import InputsTooLarge, Plan, input_blobs
 from llic.state import StateFileError
-from llic.task import STATUS_PREPARE_FAILED, TaskResult
+from llic.task import STATUS_PREPARE_FAILED, Task, TaskResult
 from llic.taskbook import Assignment
 
 HANDSHAKE_TIMEOUT = 10.0  # an agent answers in milliseconds; a stalled handshake is dropped
@@ -63,6 +66,13 @@ MAX_UNAUTHENTICATED = 64  # connections still in their handshake at once; the ol
 PREAUTH_BYTES = 8192  # what a peer may send before it has authenticated (hello + auth: < 1 kB)
 CLOSE_TIMEOUT = 10.0  # a closing connection gets this long to deliver what is queued for it
 RECV_SIZE = 1 << 18
+# A task whose private inputs are this small is read ahead, with the others of its sender's turn
+# in one thread hop, and written in that turn's one write (reading each on its own, after a
+# thread hop, then writing it by itself held a flood of such tasks to a tenth of the rate of
+# tasks without files). Larger ones go by themselves, as before.
+SMALL_INPUTS = 256 * 1024
+READ_AHEAD_BUDGET = 32 << 20  # bytes of inputs read ahead, all connections together
+MAX_RESULT_GROUP = 256  # `result` messages already received whose files are placed in one thread hop
 
 
 @dataclass
@@ -135,6 +145,35 @@ async def _receive_some(fd: int) -> bytes:
             continue
 
 
+Inputs = tuple[list[dict[str, Any]], list[bytes], list[str]]  # entries, blobs, notes
+Placing = tuple[int, Task, list[tuple[dict[str, Any], bytes]]]  # a result's index, task, files
+
+
+def read_small_inputs(wanted: list[tuple[int, str, list[str]]], limit: int) -> dict[int, Inputs]:
+    """The private inputs of each (process, initialdir, names) in `wanted` whose files hold at
+    most `limit` bytes (`plan.input_blobs`); the others are left out, to go by themselves.
+    Blocking: run in a thread."""
+    found: dict[int, Inputs] = {}
+    for process, iwd, names in wanted:
+        try:
+            found[process] = input_blobs(iwd, names, limit)
+        except InputsTooLarge:
+            continue
+    return found
+
+
+def _place_each(placing: list[Placing], style: str) -> dict[int, Exception]:
+    """`files.place_outputs` for each (index, task, files); what failed, by index. Blocking: run
+    in a thread."""
+    failures: dict[int, Exception] = {}
+    for i, spec, pairs in placing:
+        try:
+            place_outputs(spec, pairs, style)
+        except (OutputPlacementError, OSError, ValueError) as e:
+            failures[i] = e
+    return failures
+
+
 class _Closed(Exception):
     """The peer closed the connection between messages."""
 
@@ -188,6 +227,7 @@ class Connections:
         self._serial = 0
         self.log = log if log is not None else structlog.get_logger("llic.master")
         self.conns: dict[str, AgentConnection] = {}
+        self.read_ahead = 0  # bytes of small inputs read and not yet written (READ_AHEAD_BUDGET)
 
     def _feed_each(self, events: list[ResultReceived]) -> None:
         for event in events:
@@ -408,57 +448,138 @@ class Connections:
 
     async def _sender(self, conn: AgentConnection) -> None:
         """What the core said, in order; everything queued when the sender wakes goes out in one
-        write (a paced task, or one whose inputs must be read, is written by itself, in turn)."""
+        write, tasks with small private inputs too (read ahead in one thread hop); a paced task,
+        or one whose inputs are large, is written by itself, in turn."""
         batching = conn.version >= 2
         while True:
             actions = await conn.take()
             frames: list[bytes] = []
             batch: list[dict[str, Any]] = []  # tasks' wire maps
-            for action in actions:
-                if isinstance(action, bytes):  # the rest of a write deliver began
-                    frames += self._batch_frames(conn, batch)
-                    frames.append(action)
-                    continue
-                if isinstance(action, SendTasks):
-                    for assignment in action.tasks:
-                        pace = action.rate_of(assignment.process)
-                        spec = self.plan.specs[assignment.process]
-                        if pace is None and not (self.plan.transfer and self.plan.private_inputs(spec)):
-                            task = protocol.task_map(spec, assignment.attempt)
-                            if batching:
-                                batch.append(task)
-                            else:
-                                self._encode_task(conn, task, frames)
-                            continue
+            inputs, reserved = await self._read_ahead(actions)
+            sent: list[tuple[int, int]] = []  # (process, bytes) of inputs in `frames`
+            started = time.time()
+            try:
+                for action in actions:
+                    if isinstance(action, bytes):  # the rest of a write deliver began
                         frames += self._batch_frames(conn, batch)
-                        await self._write(conn, frames)
-                        await self._send_task(conn, assignment, pace)
-                    continue
-                frames += self._batch_frames(conn, batch)  # in order: the tasks before what follows
-                match action:
-                    case None:
-                        await self._write(conn, frames)
-                        await conn.stream.send_eof()
-                        return
-                    case WelcomeAgent(window=window, bulk_threshold=threshold):
-                        welcome: dict[str, Any] = {"t": protocol.WELCOME, "window": window}
-                        if threshold > 0:
-                            welcome["bulk_threshold"] = threshold  # agents ask before large returns
-                        if batching:
-                            welcome["batch"] = True  # it may send `results` batches
-                        frames += protocol.encode_frames(welcome)
-                    case SendNoMoreTasks():
-                        frames += protocol.encode_frames({"t": protocol.NO_MORE_TASKS})
-                    case CancelTask(process=process, attempt=attempt):
-                        cancel = {"t": protocol.CANCEL, "process": process, "attempt": attempt}
-                        frames += protocol.encode_frames(cancel)
-                    case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
-                        go: dict[str, Any] = {"t": protocol.BULK_GO, "process": process, "attempt": attempt}
-                        if rate_bps > 0:
-                            go["rate_bps"] = max(1, math.floor(rate_bps))  # the agent paces at this
-                        frames += protocol.encode_frames(go)
-            frames += self._batch_frames(conn, batch)
-            await self._write(conn, frames)
+                        frames.append(action)
+                        continue
+                    if isinstance(action, SendTasks):
+                        for assignment in action.tasks:
+                            pace = action.rate_of(assignment.process)
+                            spec = self.plan.specs[assignment.process]
+                            if pace is None and not (self.plan.transfer and self.plan.private_inputs(spec)):
+                                task = protocol.task_map(spec, assignment.attempt)
+                                if batching:
+                                    batch.append(task)
+                                else:
+                                    self._encode_task(conn, task, frames)
+                                continue
+                            frames += self._batch_frames(conn, batch)
+                            read = inputs.pop(assignment.process, None) if pace is None else None
+                            if read is not None:
+                                nbytes = self._encode_with_inputs(conn, assignment, read, frames)
+                                if nbytes is not None:  # files on their way: a transfer, once written
+                                    sent.append((assignment.process, nbytes))
+                                continue
+                            started = await self._flush(conn, frames, sent, started)
+                            await self._send_task(conn, assignment, pace)
+                        continue
+                    frames += self._batch_frames(conn, batch)  # in order: the tasks before what follows
+                    match action:
+                        case None:
+                            await self._flush(conn, frames, sent, started)
+                            await conn.stream.send_eof()
+                            return
+                        case WelcomeAgent(window=window, bulk_threshold=threshold):
+                            welcome: dict[str, Any] = {"t": protocol.WELCOME, "window": window}
+                            if threshold > 0:
+                                welcome["bulk_threshold"] = threshold  # agents ask before large returns
+                            if batching:
+                                welcome["batch"] = True  # it may send `results` batches
+                            frames += protocol.encode_frames(welcome)
+                        case SendNoMoreTasks():
+                            frames += protocol.encode_frames({"t": protocol.NO_MORE_TASKS})
+                        case CancelTask(process=process, attempt=attempt):
+                            cancel = {"t": protocol.CANCEL, "process": process, "attempt": attempt}
+                            frames += protocol.encode_frames(cancel)
+                        case GrantBulk(process=process, attempt=attempt, rate_bps=rate_bps):
+                            go: dict[str, Any] = {
+                                "t": protocol.BULK_GO,
+                                "process": process,
+                                "attempt": attempt,
+                            }
+                            if rate_bps > 0:
+                                go["rate_bps"] = max(1, math.floor(rate_bps))  # the agent paces at this
+                            frames += protocol.encode_frames(go)
+                frames += self._batch_frames(conn, batch)
+                await self._flush(conn, frames, sent, started)
+            finally:
+                self.read_ahead -= reserved
+
+    async def _read_ahead(self, actions: list[Action | bytes | None]) -> tuple[dict[int, Inputs], int]:
+        """The small private inputs of the unpaced tasks among `actions`, read in one thread hop
+        (by process), and the bytes of READ_AHEAD_BUDGET reserved for them until they are
+        written: tasks past the budget go by themselves (their inputs read then, one at a time)."""
+        if not self.plan.transfer:
+            return {}, 0
+        wanted: list[tuple[int, str, list[str]]] = []
+        room = (READ_AHEAD_BUDGET - self.read_ahead) // SMALL_INPUTS
+        for action in actions:
+            if type(action) is not SendTasks:
+                continue
+            for assignment in action.tasks:
+                if len(wanted) >= room:
+                    break
+                spec = self.plan.specs[assignment.process]
+                private = self.plan.private_inputs(spec)
+                if private and action.rate_of(assignment.process) is None:
+                    wanted.append((assignment.process, spec.initialdir, private))
+        if not wanted:
+            return {}, 0
+        reserved = len(wanted) * SMALL_INPUTS
+        self.read_ahead += reserved
+        try:
+            found = await trio.to_thread.run_sync(read_small_inputs, wanted, SMALL_INPUTS)
+        except BaseException:
+            self.read_ahead -= reserved
+            raise
+        actual = sum(len(blob) for _, blobs, _ in found.values() for blob in blobs)
+        self.read_ahead -= reserved - actual
+        return found, actual
+
+    def _encode_with_inputs(
+        self, conn: AgentConnection, assignment: Assignment, read: Inputs, frames: list[bytes]
+    ) -> int | None:
+        """A task's `task` message with its inputs (read ahead) added to `frames`: the bytes of
+        its files; None when it carries none (none readable), or cannot be sent (then failed as
+        _send_task fails it)."""
+        entries, blobs, notes = read
+        for note in notes:
+            self.log.warning("task input not readable", process=assignment.process, note=note)
+        task = protocol.task_map(self.plan.specs[assignment.process], assignment.attempt)
+        msg: dict[str, Any] = {"t": protocol.TASK, "task": task}
+        if entries:
+            msg["files"] = entries
+        try:
+            frames += protocol.encode_frames(msg, blobs)
+        except protocol.ProtocolError as e:
+            self._unsendable(conn, assignment.process, assignment.attempt, e)
+            return None
+        return sum(e["size"] for e in entries) if entries else None
+
+    async def _flush(
+        self, conn: AgentConnection, frames: list[bytes], sent: list[tuple[int, int]], started: float
+    ) -> float:
+        """Write `frames`, then account the inputs they carried (`sent`, emptied) as transfers
+        that began at `started`; when the next part of the turn begins."""
+        await self._write(conn, frames)
+        if sent:
+            end = time.time()
+            for process, nbytes in sent:
+                self.feed(TransferDone(conn.agent, process, IN, nbytes, started, end))
+            sent.clear()
+        return time.time()
 
     @staticmethod
     async def _write(conn: AgentConnection, frames: list[bytes]) -> None:
@@ -561,10 +682,21 @@ class Connections:
             sent += len(chunk)
             written[0] = sent == total
 
+    @staticmethod
+    def _decoded(conn: AgentConnection, decoder: protocol.Decoder) -> tuple[protocol.Message, float] | None:
+        """The next message already received, and when its first bytes came (None: none yet)."""
+        msg = decoder.next()
+        if msg is None:
+            return None
+        started = conn.recv_started if conn.recv_started is not None else time.time()
+        conn.recv_started = None if decoder.idle else time.time()
+        return msg, started
+
     async def _receiver(self, conn: AgentConnection, decoder: protocol.Decoder) -> None:
+        pending: tuple[protocol.Message, float] | None = None
         while True:
-            msg = decoder.next()
-            if msg is None:
+            got, pending = pending or self._decoded(conn, decoder), None
+            if got is None:
                 data = await _receive_some(conn.fd)
                 if not data:
                     decoder.eof()
@@ -573,8 +705,7 @@ class Connections:
                     conn.recv_started = time.time()
                 decoder.feed(data)
                 continue
-            started = conn.recv_started if conn.recv_started is not None else time.time()
-            conn.recv_started = None if decoder.idle else time.time()
+            msg = got[0]
             if msg.type == protocol.BULK_READY:
                 self.counters["bulk_requests"] += 1
                 body = msg.body
@@ -585,25 +716,43 @@ class Connections:
                 self.counters["results"] += len(events)
                 self.feed_results(events)
                 continue
-            await self._on_result(conn, msg, started)
+            group = [got]  # with the `result` messages received with it: their files in one hop
+            while len(group) < MAX_RESULT_GROUP:
+                pending = self._decoded(conn, decoder)
+                if pending is None or pending[0].type != protocol.RESULT:
+                    break
+                group.append(pending)
+                pending = None
+            await self._on_results(conn, group)
 
-    async def _on_result(self, conn: AgentConnection, msg: protocol.Message, started: float) -> None:
-        result = msg.result()
-        if msg.files:
-            nbytes = sum(e["size"] for e in msg.files)
-            self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, time.time()))
-        self.counters["results"] += 1
-        current = self.wants_result(conn.agent, result.process, result.attempt)
-        error = result.error
-        if current and msg.files:
-            spec = self.plan.specs[result.process]
-            style = str(self.plan.config.files_style_mode)
-            try:
-                await trio.to_thread.run_sync(place_outputs, spec, msg.file_pairs(), style)
-            except (OutputPlacementError, OSError, ValueError) as e:
+    async def _on_results(self, conn: AgentConnection, group: list[tuple[protocol.Message, float]]) -> None:
+        """`result` messages, in order: their transfers accounted, the files of those the core
+        would record placed (all in one thread hop), then each result for the core. A result
+        that comes twice in one group is placed once, as the core records it once."""
+        style = str(self.plan.config.files_style_mode)
+        results: list[TaskResult] = []
+        placing: list[Placing] = []
+        seen: set[tuple[int, int]] = set()
+        for i, (msg, started) in enumerate(group):
+            result = msg.result()
+            results.append(result)
+            if msg.files:
+                nbytes = sum(e["size"] for e in msg.files)
+                self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, time.time()))
+            self.counters["results"] += 1
+            key = (result.process, result.attempt)
+            current = key not in seen and self.wants_result(conn.agent, result.process, result.attempt)
+            seen.add(key)
+            if current and msg.files:
+                placing.append((i, self.plan.specs[result.process], msg.file_pairs()))
+        failures: dict[int, Exception] = {}
+        if placing:
+            failures = await trio.to_thread.run_sync(_place_each, placing, style)
+        for i, result in enumerate(results):
+            e = failures.get(i)
+            if e is not None:
                 self.counters["placement_errors"] += 1
                 self.log.warning("output files not placed", process=result.process, error=str(e))
-                error = f"{error + '; ' if error else ''}output files not placed: {e}"
-        if error != result.error:
-            result = dataclasses.replace(result, error=error)
-        self.feed(ResultReceived(conn.agent, result))
+                error = f"{result.error + '; ' if result.error else ''}output files not placed: {e}"
+                result = dataclasses.replace(result, error=error)
+            self.feed(ResultReceived(conn.agent, result))

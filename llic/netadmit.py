@@ -29,6 +29,7 @@ so every interleaving can be tested with synthetic transfers.
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 import math
 import re
@@ -209,6 +210,44 @@ def overlap_bytes(t: Transfer, lo: float, hi: float) -> float:
     return t.nbytes * inside / (t.end - t.start) if inside > 0 else 0.0
 
 
+class _WindowRate:
+    """One subnet's bytes over the window that ends at its latest transfer's end, kept as
+    transfers are recorded in order of their ends: the sum of the transfers ending inside it,
+    less the parts before the window of those that began before it (the few in progress at its
+    start). What `NetStats.rate` computes at that moment, without reading the whole window at
+    each of a flood of small transfers."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.inside: deque[Transfer] = deque()  # ending within the window, by end
+        self.total = 0  # their bytes
+        self.unstarted: list[tuple[float, int, Transfer]] = []  # of them: began in it (heap by start)
+        self.straddling: dict[int, Transfer] = {}  # of them: began before it
+        self.serial = 0
+        self.end = -math.inf  # the latest end recorded
+
+    def add(self, t: Transfer) -> float | None:
+        """Record `t`; the window's rate (bps) at its end, or None when `t` ended before the
+        latest one (the caller then reads the window itself)."""
+        if t.end < self.end:
+            return None
+        self.end = t.end
+        self.serial += 1
+        self.inside.append(t)
+        self.total += t.nbytes
+        heapq.heappush(self.unstarted, (t.start, self.serial, t))
+        lo = t.end - self.window
+        while self.unstarted and self.unstarted[0][0] < lo:
+            _, serial, began = heapq.heappop(self.unstarted)
+            self.straddling[serial] = began
+        while self.inside[0].end <= lo:  # `t` itself ends after lo
+            self.total -= self.inside.popleft().nbytes
+        for serial in [k for k, s in self.straddling.items() if s.end <= lo]:
+            del self.straddling[serial]
+        before = sum(s.nbytes * (lo - s.start) / (s.end - s.start) for s in self.straddling.values())
+        return 8 * (self.total - before) / self.window
+
+
 class NetStats:
     """Totals per agent, per subnet and for the master, and rates over the last RATE_WINDOW."""
 
@@ -220,6 +259,7 @@ class NetStats:
         self.agent_subnet: dict[str, str] = {}
         self.recent: deque[Transfer] = deque()
         self.peak: dict[str, float] = {}  # subnet -> highest rate seen at a record (bps)
+        self._rates: dict[str, _WindowRate] = {}  # subnet -> its rate at its latest record
 
     def record(self, t: Transfer) -> None:
         """Account one finished transfer to its master, agent and subnet, and to the recent-rate window."""
@@ -227,10 +267,31 @@ class NetStats:
         self.agents.setdefault(t.agent, Totals()).add(t)
         self.subnets.setdefault(t.subnet, Totals()).add(t)
         self.agent_subnet[t.agent] = t.subnet
-        self.recent.append(t)
+        self._insert(t)
         self._trim(t.end)
-        rate = self.rate(t.end, subnet=t.subnet)
+        rates = self._rates.get(t.subnet)
+        rate = rates.add(t) if rates is not None else None
+        if rate is None:  # a new subnet, or `t` ended before the latest: read the window, start over
+            rate = self.rate(t.end, subnet=t.subnet)
+            rates = self._rates[t.subnet] = _WindowRate(self.window)
+            for r in self.recent:  # by end: `t` among them
+                if r.subnet == t.subnet:
+                    rates.add(r)
         self.peak[t.subnet] = max(self.peak.get(t.subnet, 0.0), rate)
+
+    def _insert(self, t: Transfer) -> None:
+        """Into `recent`, which stays ordered by end, so that a rate reads only the transfers
+        of its window (summing all of `recent` at each of a flood of small transfers made
+        recording them quadratic). Transfers end in the order they are recorded but for clock
+        steps: the rare one out of order goes back to its place."""
+        recent = self.recent
+        if not recent or recent[-1].end <= t.end:
+            recent.append(t)
+            return
+        i = len(recent)
+        while i > 0 and recent[i - 1].end > t.end:
+            i -= 1
+        recent.insert(i, t)
 
     def _trim(self, now: float) -> None:
         while self.recent and self.recent[0].end < now - 10 * self.window:
@@ -239,11 +300,12 @@ class NetStats:
     def rate(self, now: float, *, subnet: str | None = None, agent: str | None = None) -> float:
         """Bits per second over [now - window, now], both directions."""
         lo = now - self.window
-        total = sum(
-            overlap_bytes(t, lo, now)
-            for t in self.recent
-            if (subnet is None or t.subnet == subnet) and (agent is None or t.agent == agent)
-        )
+        total = 0.0
+        for t in reversed(self.recent):  # latest end first; one that ended before lo adds nothing
+            if t.end < lo:
+                break
+            if (subnet is None or t.subnet == subnet) and (agent is None or t.agent == agent):
+                total += overlap_bytes(t, lo, now)
         return 8 * total / self.window
 
     def snapshot(self, now: float, reserved: Mapping[str, float] | None = None) -> dict[str, Any]:

@@ -205,26 +205,39 @@ def source_path(iwd: str, name: str) -> str:
     return os.path.normpath(name if os.path.isabs(name) else os.path.join(iwd, name))
 
 
-def input_blobs(iwd: str, names: Sequence[str]) -> tuple[list[dict[str, Any]], list[bytes], list[str]]:
+class InputsTooLarge(Exception):
+    """A task's private inputs pass the limit `input_blobs` was given."""
+
+
+def input_blobs(
+    iwd: str, names: Sequence[str], limit: int | None = None
+) -> tuple[list[dict[str, Any]], list[bytes], list[str]]:
     """The files `names` (relative to `iwd`) as blobs at the paths HTCondor would give them in an
     execution directory: a file at its base name, a directory `d` as `d/...`, `d/` as its
     contents. A file that cannot be read is left out (the agent then reports the task as
-    prepare_failed, naming it) and noted. Blocking: run in a thread."""
+    prepare_failed, naming it) and noted. With a `limit`, InputsTooLarge as soon as more than
+    `limit` bytes are read (never more than limit + 1 of them: the master reads small inputs
+    ahead, within a memory budget). Blocking: run in a thread."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     notes: list[str] = []
     seen: set[str] = set()
+    left = [limit]
 
     def add(path: str, rel: str) -> None:
         if rel in seen:
             return
         try:
             with open(path, "rb") as fh:
-                data = fh.read()
+                data = fh.read() if left[0] is None else fh.read(left[0] + 1)
             mode = os.stat(path).st_mode & 0o777
         except OSError as e:
             notes.append(f"{path}: {e.strerror or e}")
             return
+        if left[0] is not None:
+            left[0] -= len(data)
+            if left[0] < 0:
+                raise InputsTooLarge(path)
         seen.add(rel)
         entries.append(protocol.file_entry(rel, data, mode=mode))
         blobs.append(data)

@@ -15,7 +15,8 @@ paced as the master paces its inputs. A master that names no threshold gets ever
 once, as before.
 
 Batches (protocol version 2): a master that says `batch` in its welcome gets the results that
-carry no files in `results` messages, several at a time while tasks are short: they wait while
+carry no files in `results` messages, several at a time while tasks are short, and those with
+small files (SMALL_RESULT) as their `result` messages in the same write: they wait while
 more than a third of the window is still queued here (the master refills it no later than when it
 runs low) and for at most FLUSH_AFTER seconds, so a long task's result goes back as soon as it
 exists. The window here is what the master fills to (the tasks held after its last `tasks`), not
@@ -50,6 +51,11 @@ RETRY_SOON = 0.2
 RETRY_SOON_FOR = 20.0
 RECV_SIZE = 1 << 18
 FLUSH_AFTER = 0.05  # seconds a result may wait for others to share its message, at most
+# A result whose files are this small waits with the batched ones too, and goes in their write
+# as its own `result` message (sending each at once cost the master a wake-up and a thread hop
+# per result); the files of waiting results stay under UNSENT_BYTES.
+SMALL_RESULT = 256 * 1024
+UNSENT_BYTES = 4 << 20
 
 
 class AgentFatal(Exception):
@@ -103,6 +109,9 @@ class Agent:
         self.batch = False  # the master takes `results` batches (its welcome says so)
         self.results: deque[Job] = deque()  # finished (or not preparable), not sent yet
         self.unsent: list[Job] = []  # results for the next `results` batch
+        # of them, those with (small) files: their `result` message and its blobs
+        self.unsent_files: dict[tuple[int, int], tuple[dict[str, Any], list[bytes]]] = {}
+        self.unsent_bytes = 0
         self.unsent_since = 0.0  # when the first of them was ready
         self.launcher = Launcher(self.hostname)
         self.sock: socket.socket | None = None
@@ -203,10 +212,13 @@ class Agent:
                 )
                 self.log(f"task {process}.{attempt}: {size} bytes of outputs, waiting for its turn")
                 continue
-            if self.batch and not blobs:
+            if self.batch and size <= SMALL_RESULT:
                 if not self.unsent:
                     self.unsent_since = time.monotonic()
                 self.unsent.append(job)
+                if blobs:
+                    self.unsent_files[job.key] = (msg, blobs)
+                    self.unsent_bytes += size
                 continue
             self._flush(sock)  # the batched ones first: results go back in the order they came
             self._send_result(sock, job, msg, blobs)
@@ -223,30 +235,59 @@ class Agent:
             or launcher.running is None
             or 3 * len(launcher.waiting) < self.filled
             or len(self.unsent) >= protocol.MAX_BATCH
+            or self.unsent_bytes >= UNSENT_BYTES
         ):
             return 0.0
         return max(0.0, self.unsent_since + FLUSH_AFTER - time.monotonic())
 
     def _flush(self, sock: socket.socket) -> None:
-        """Send the batched results in one `results` message."""
+        """Send the batched results in one write, in order: those without files in `results`
+        messages, each with files as its `result` message."""
         if not self.unsent:
             return
         jobs, self.unsent = self.unsent, []
-        for frame in protocol.encode_frames({"t": protocol.RESULTS, "results": [j.result for j in jobs]}):
-            sock.sendall(frame)
+        files, self.unsent_files, self.unsent_bytes = self.unsent_files, {}, 0
+        frames: list[bytes] = []
+        plain: list[protocol.TaskResult] = []
+        for job in jobs:
+            held = files.get(job.key)
+            if held is None:
+                assert job.result is not None
+                plain.append(job.result)
+                continue
+            frames += self._plain_frames(plain)
+            frames += self._result_frames(job, *held)
+        frames += self._plain_frames(plain)
+        sock.sendall(b"".join(frames))
         for job in jobs:
             self._sent(job)
 
-    def _send_result(
-        self, sock: socket.socket, job: Job, msg: dict[str, Any], blobs: list[bytes], bps: int | None = None
-    ) -> None:
+    @staticmethod
+    def _plain_frames(results: list[protocol.TaskResult]) -> list[bytes]:
+        """`results` (emptied) as `results` messages."""
+        frames: list[bytes] = []
+        for i in range(0, len(results), protocol.MAX_BATCH):
+            part = results[i : i + protocol.MAX_BATCH]
+            frames += protocol.encode_frames({"t": protocol.RESULTS, "results": part})
+        results.clear()
+        return frames
+
+    @staticmethod
+    def _result_frames(job: Job, msg: dict[str, Any], blobs: list[bytes]) -> list[bytes]:
+        """The frames of a `result` message with files; without them, saying why, if they
+        cannot be sent."""
         try:
-            frames = protocol.encode_frames(msg, blobs)
+            return protocol.encode_frames(msg, blobs)
         except protocol.ProtocolError as exc:  # e.g. so many files that the list passes 1 MiB
             result = job.result
             assert result is not None
             result.error = f"output files not returned: {exc}"
-            frames = protocol.encode_frames({"t": protocol.RESULT, "result": result})
+            return protocol.encode_frames({"t": protocol.RESULT, "result": result})
+
+    def _send_result(
+        self, sock: socket.socket, job: Job, msg: dict[str, Any], blobs: list[bytes], bps: int | None = None
+    ) -> None:
+        frames = self._result_frames(job, msg, blobs)
         if bps is None:
             for frame in frames:
                 sock.sendall(frame)

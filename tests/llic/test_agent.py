@@ -665,11 +665,11 @@ def test_results_wait_while_a_third_of_what_the_master_keeps_here_is_queued() ->
     alone. The rule alone, on an agent whose launcher is a stand-in (no process runs)."""
     from types import SimpleNamespace
 
-    from llic.agent.communicator import Agent
+    from llic.agent.communicator import UNSENT_BYTES, Agent
 
     agent = Agent.__new__(Agent)
     agent.window, agent.filled, agent.no_more, agent.held = 16, 16, False, {}
-    agent.unsent, agent.unsent_since = [object()], time.monotonic()
+    agent.unsent, agent.unsent_since, agent.unsent_bytes = [object()], time.monotonic(), 0
     agent._accept = lambda task, blobs, initial: agent.held.__setitem__(task.key, None)  # type: ignore[method-assign]
     decoder = p.Decoder({p.TASKS})
     for frame in p.encode_frames({"t": p.TASKS, "tasks": [sh(i, "true", Path("/")) for i in range(4)]}):
@@ -680,6 +680,9 @@ def test_results_wait_while_a_third_of_what_the_master_keeps_here_is_queued() ->
     wait = agent._flush_wait()
     assert wait is not None and wait > 0
     agent.launcher.waiting = [1]  # 3 * 1 < 4: send now
+    assert agent._flush_wait() == 0.0
+    agent.launcher.waiting = [1, 2]
+    agent.unsent_bytes = UNSENT_BYTES  # the files of waiting results reach their bound: send now
     assert agent._flush_wait() == 0.0
 
 

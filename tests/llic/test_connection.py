@@ -1,19 +1,25 @@
-"""llic/connection.py's sending side on a socket pair: tasks written at once to an agent whose
-sender has nothing under way, the rest (a full socket) and everything after it by the sender,
-all in order."""
+"""llic/connection.py on a socket pair: tasks written at once to an agent whose sender has
+nothing under way, the rest (a full socket) and everything after it by the sender, all in
+order; small private inputs read ahead into the sender's write; results received together
+placed in one go."""
 
 from __future__ import annotations
 
+import os
 import socket
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import trio
 
+from llic import connection
 from llic import protocol as p
 from llic.connection import AgentConnection, Connections
-from llic.events import SendNoMoreTasks, SendTasks
+from llic.events import ResultReceived, SendNoMoreTasks, SendTasks, TransferDone
+from llic.netadmit import IN
 from llic.taskbook import Assignment
 
 AGENT = "1.0.1"
@@ -104,3 +110,88 @@ async def test_what_the_socket_does_not_take_at_once_follows_in_order() -> None:
     assert [(t.process, t.attempt) for t in tasks] == [(i, 1) for i in range(6)] + [(6, 2), (7, 2)]
     assert all(t.arguments == tuple(big) for t in tasks)
     agent.close()
+
+
+def transfer_connections(
+    specs: dict[int, p.Task], events: list[Any], wants: Any = lambda *a: True
+) -> Connections:
+    """Connections of a TRANSFER-mode plan whose tasks' private inputs are their input files."""
+    plan = SimpleNamespace(
+        specs=specs,
+        transfer=True,
+        private_inputs=lambda spec: list(spec.transfer_input_files),
+        config=SimpleNamespace(files_style_mode="condor"),
+    )
+    return Connections(plan, bytes(32), events.append, wants, Counter())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("budget_tasks", [100, 2])
+async def test_small_private_inputs_go_in_the_turns_write_and_large_ones_by_themselves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget_tasks: int
+) -> None:
+    """Tasks with small private inputs, one with a large one (past SMALL_INPUTS) and one whose
+    input is missing arrive in order, each with its files; past the read-ahead budget tasks go
+    by themselves. A transfer is accounted per task that carried files, and the budget is all
+    given back."""
+    monkeypatch.setattr(connection, "READ_AHEAD_BUDGET", budget_tasks * connection.SMALL_INPUTS)
+    contents = {i: os.urandom(10240) for i in range(6)}
+    contents[4] = os.urandom(connection.SMALL_INPUTS + 1)
+    for i, data in contents.items():
+        (tmp_path / f"q.{i}").write_bytes(data)
+    specs = {i: p.Task(i, "/bin/true", str(tmp_path), transfer_input_files=(f"q.{i}",)) for i in range(7)}
+    events: list[Any] = []
+    links = transfer_connections(specs, events)
+    conn, agent = pair(small=False)
+    links.conns[AGENT] = conn
+    got: list[Any] = []
+
+    async def reader() -> None:
+        got.extend(await read_all(agent))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(links._sender, conn)
+        nursery.start_soon(reader)
+        await until_idle(conn)
+        links.deliver(SendTasks(AGENT, tuple(Assignment(i, 1) for i in range(7))))
+        links.deliver(SendNoMoreTasks(AGENT))
+        conn.close("done")
+    assert [m.type for m in got] == [p.TASK] * 7 + [p.NO_MORE_TASKS]
+    assert [m.task().process for m in got[:7]] == list(range(7))
+    for i in range(6):
+        assert [f["path"] for f in got[i].files] == [f"q.{i}"] and got[i].blobs == [contents[i]]
+    assert got[6].files == []  # q.6 is missing: the agent says so (prepare_failed)
+    transfers = [e for e in events if isinstance(e, TransferDone)]
+    assert [(e.process, e.direction, e.nbytes) for e in transfers] == [
+        (i, IN, len(contents[i])) for i in range(6)
+    ]
+    assert links.read_ahead == 0
+    agent.close()
+
+
+async def test_results_received_together_are_placed_once_each(tmp_path: Path) -> None:
+    """`result` messages that arrive together: each result for the core, in order; the files of
+    those it records placed (one thread hop), a second copy of a result not placed over the
+    first, one that cannot be placed reported in its error, one the core does not want left."""
+    specs = {i: p.Task(i, "/bin/true", str(tmp_path)) for i in range(4)}
+    (tmp_path / "out.2").mkdir()  # a directory where task 2's output would go: cannot be placed
+    events: list[Any] = []
+    links = transfer_connections(specs, events, wants=lambda agent, process, attempt: process != 3)
+    conn, agent = pair(small=False)
+    frames: list[bytes] = []
+    sent = [(0, b"first"), (1, b"one"), (0, b"second"), (2, b"two"), (3, b"three")]
+    for process, data in sent:
+        result = p.TaskResult(process, 1, p.STATUS_OK, exit_code=0)
+        entry = p.file_entry(f"out.{process}", data)
+        frames += p.encode_frames({"t": p.RESULT, "result": result, "files": [entry]}, [data])
+    agent.sendall(b"".join(frames))
+    agent.close()
+    with pytest.raises(connection._Closed):
+        await links._receiver(conn, p.Decoder({p.RESULT, p.RESULTS}))
+    results = [e.result for e in events if isinstance(e, ResultReceived)]
+    assert [r.process for r in results] == [0, 1, 0, 2, 3]
+    assert (tmp_path / "out.0").read_bytes() == b"first" and (tmp_path / "out.1").read_bytes() == b"one"
+    assert not (tmp_path / "out.3").exists()
+    assert results[3].error is not None and "output files not placed" in results[3].error
+    assert [r.error for i, r in enumerate(results) if i != 3] == [None] * 4
+    assert links.counters["results"] == 5 and links.counters["placement_errors"] == 1
+    assert [e.process for e in events if isinstance(e, TransferDone)] == [0, 1, 0, 2, 3]

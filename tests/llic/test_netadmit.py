@@ -42,6 +42,7 @@ from llic.netadmit import (
     Transfer,
     Verdict,
     format_capacity,
+    overlap_bytes,
     parse_capacity,
     parse_rate,
 )
@@ -99,6 +100,40 @@ def test_stats_totals_and_rates() -> None:
     again = NetStats()
     again.restore(snap)
     assert again.master.transfers == 2 and again.subnets["s1"].bytes_in == 1_000_000
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("ab"), st.floats(0, 50), st.floats(0, 5), st.integers(0, 10**6)),
+        max_size=40,
+    ),
+    st.floats(0, 80),
+    st.booleans(),
+)
+def test_stats_rate_reads_only_its_window(
+    records: list[tuple[str, float, float, int]], now: float, in_order: bool
+) -> None:
+    """Rates read `recent` from its latest end back to the window's start only (ordered by end,
+    also when a clock step records a transfer out of order), and the peak at each record comes
+    from a running sum (`_WindowRate`): the same as summing everything recorded."""
+    if in_order:  # as transfers end on a steady clock
+        records = sorted(records, key=lambda r: r[1] + r[2])
+    stats = NetStats(window=10.0)
+    done: list[Transfer] = []
+    for agent, start, length, nbytes in records:
+        t = Transfer(agent, "s", IN, nbytes, start, start + length)
+        stats.record(t)
+        done.append(t)
+    assert [t.end for t in stats.recent] == sorted(t.end for t in stats.recent)
+    for agent in (None, "a", "b"):  # (all ends within 10 windows: nothing trimmed)
+        brute = sum(overlap_bytes(t, now - 10.0, now) for t in done if agent is None or t.agent == agent)
+        assert stats.rate(now, agent=agent) == pytest.approx(8 * brute / 10.0)
+    if done:  # the peak: the highest rate at a record, of what was recorded by then
+        peaks = [
+            sum(overlap_bytes(t, u.end - 10.0, u.end) for t in done[: j + 1]) for j, u in enumerate(done)
+        ]
+        assert stats.peak["s"] == pytest.approx(8 * max(peaks) / 10.0)
 
 
 def test_admission_basics() -> None:
