@@ -1005,7 +1005,7 @@ class OverlayNode:
                 self._probe(nxt, now, kind=SUSPECT)
         self._send(nxt.addr, onward)
 
-    def _join_hop_silent(self, wait: _HopWait, now: float) -> None:
+    def _join_hop_silent(self, wait: _HopWait, msg: JoinRequest, now: float) -> None:
         """A forwarded join request's hop did not ack: probe it (declared dead if the probes fail
         too) and send the request to the next best hop, or answer it as the root if, without the
         silent hops, we are (a lost ack then gives the joiner a second root's answer, which it
@@ -1015,8 +1015,6 @@ class OverlayNode:
         tried = wait.tried | {wait.next_hop.id}
         if len(tried) > self.params.max_reroutes:
             return
-        msg = wait.msg
-        assert isinstance(msg, JoinRequest)
         joiner = msg.joiner.id
         nxt = self.next_hop(joiner, exclude=tried | {joiner}, rerouting=True)
         if nxt is None:
@@ -1100,8 +1098,8 @@ class OverlayNode:
 
     def _expire_hops(self, now: float) -> None:
         for wait in _expired(self._hops, self.params.hop_timeout, now):
-            if type(wait.msg) is JoinRequest:
-                self._join_hop_silent(wait, now)
+            if isinstance(wait.msg, JoinRequest):
+                self._join_hop_silent(wait, wait.msg, now)
                 continue
             silent = wait.next_hop.id
             self._probe(wait.next_hop, now, kind=SUSPECT)  # declared dead only if the probes fail too
