@@ -1134,7 +1134,7 @@ class OverlayNode:
         wait = self._hops.get(msg.hop_nonce)
         if wait is not None and wait.next_hop.id == msg.sender.id:
             del self._hops[msg.hop_nonce]
-            if type(wait.msg) is JoinRequest:
+            if isinstance(wait.msg, JoinRequest):
                 self._join_waits -= 1
 
     def _on_direct(self, msg: Direct, now: float) -> None:
