@@ -156,7 +156,10 @@ CAP_RTT = 1
 """Offers and requests may carry the sender's measured RTTs (2026-11-27)."""
 CAP_TOLERANT = 2
 """Ignores unknown fields; understands Pong.caps and JoinRequest.caps."""
-CAPABILITIES = CAP_RTT | CAP_TOLERANT
+CAP_JOIN_ACK = 4
+"""Acks a join request that carries `hop_nonce` with a RouteAck to its `via` (2026-11-27): a
+forwarder routes the request around a hop that does not (common.overlay.node: `_forward_join`)."""
+CAPABILITIES = CAP_RTT | CAP_TOLERANT | CAP_JOIN_ACK
 """What this version speaks."""
 CAPS_SHIFT = 48
 MAX_CAPS = (1 << 16) - 1  # a nonce is a msgpack uint64: 16 bits above CAPS_SHIFT
@@ -239,14 +242,18 @@ class Pong(OverlayMessage):
 
 class JoinRequest(OverlayMessage):
     """Routed towards the joiner's id; every hop tells the joiner what it knows. A `refresh`
-    request is a joined node's periodic self-lookup: only the root answers, with its leaf set."""
+    request is a joined node's periodic self-lookup: only the root answers, with its leaf set.
+    `via` and `hop_nonce`: the previous hop, which waits for our RouteAck (sent only to a hop
+    that announced CAP_JOIN_ACK; None: nobody waits)."""
 
     TYPE = "join"
-    EXTENSIONS = ("caps",)
+    EXTENSIONS = ("caps", "via", "hop_nonce")
     joiner: Peer
     hops: int = Field(0, ge=0)  # no upper bound: the core adds one per hop without validating
     refresh: bool = False
     caps: int | None = Field(None, ge=0, le=MAX_CAPS)  # the joiner's, for hops that are CAP_TOLERANT
+    via: Peer | None = None
+    hop_nonce: int | None = Field(None, ge=0)
 
 
 class JoinInfo(OverlayMessage):

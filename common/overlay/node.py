@@ -37,6 +37,9 @@ would deliver the message here, and the key is not that node's own id, it is fir
 same hop again (`HOP_RESENDS` times): a lost ack must not deliver a message at a node that is not
 its root. After a hop failed, the routing table's slot is not trusted alone: leaf-set members
 (watched) are preferred to the other table entries, which nobody probes unless they are used.
+Joiners' requests are acknowledged and routed around silent hops the same way (MSPastry's join):
+a table entry that died is otherwise never noticed by its holder, and swallows every retry of a
+joiner whose id it is the next hop for (_forward_join).
 
 Leaf-set consistency: every leaf-set exchange round a node pushes its leaf set to one random
 member (checked as above on receipt). Concurrent joins can also leave a stretch of the ring whose
@@ -73,6 +76,7 @@ from typing import TypeVar
 from common.overlay.ids import ID_BITS, ID_MASK, closeness, digit, shared_prefix_len
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import (
+    CAP_JOIN_ACK,
     CAP_RTT,
     CAP_TOLERANT,
     CAPABILITIES,
@@ -161,6 +165,9 @@ PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry (or a silen
 HOP_RESENDS = 2  # a final hop's resends before the message is delivered at the next closest node
 LEAF_REPAIR_RETRIES = 3  # leaf-set requests sent again after a leaf member's death
 SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
+MAX_JOIN_WAITS = 256
+"""Forwarded join requests awaiting their hop's ack at once; beyond that (a flood of joiners)
+they are forwarded unwatched, as before acks, so that joiners cannot grow a node's memory."""
 PRUNE_FACTOR = 1.0
 """A candidate for an occupied table slot is not probed when a lower bound on its round-trip time
 (from the RTTs the node that offered it measured: see _consider_all) is at least this many times
@@ -174,7 +181,7 @@ REVIVE, MEASURE, SUSPECT = 0, 1, 2
 
 @dataclass
 class _HopWait:
-    msg: Route
+    msg: Route | JoinRequest
     next_hop: Peer
     sent: float
     tried: set[int]
@@ -246,6 +253,7 @@ class OverlayNode:
         self.forward_hook: ForwardHook | None = None
         self._pending: dict[int, _Probe] = {}  # insertion order = deadline order
         self._hops: dict[int, _HopWait] = {}  # routed messages awaiting their hop's ack, same order
+        self._join_waits = 0  # how many of them are join requests (at most MAX_JOIN_WAITS)
         self._probing: dict[int, int] = {}  # peer id -> nonce of its outstanding probe
         self._candidates: dict[int, Peer] = {}
         self._departed: OrderedDict[int, Peer] = OrderedDict()
@@ -941,6 +949,9 @@ class OverlayNode:
 
     def _on_join(self, msg: JoinRequest, now: float) -> None:
         joiner = msg.joiner
+        if msg.via is not None and msg.hop_nonce is not None and self.capabilities & CAP_JOIN_ACK:
+            self._heard(msg.via, now)
+            self._send(msg.via.addr, RouteAck(sender=self.me, hop_nonce=msg.hop_nonce))
         if joiner.id == self.me.id:
             return
         nxt = self.next_hop(joiner.id, exclude=(joiner.id,))
@@ -952,19 +963,64 @@ class OverlayNode:
                 if msg.refresh
                 else [p for r in range(upto + 1) for p in self.table.row(r) if p.id != joiner.id]
             )
-            leaf = [p for p in self.leaf.members() if p.id != joiner.id] if root else []
-            # The joiner's capabilities as its request says: a join starts a new incarnation, maybe
-            # of another version (rolled back) than we knew; a refresh, as the joined node told us.
-            theirs = msg.caps if msg.caps is not None else self.caps.get(joiner.id, 0) if msg.refresh else 0
-            info = JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root)
-            if theirs & self.capabilities & CAP_RTT:
-                info = info.model_copy(
-                    update={"candidate_rtts": self._rtts_of(rows), "leaf_rtts": self._rtts_of(leaf)}
-                )
-            self._send(joiner.addr, info)
+            self._answer_join(msg, rows, root=root)
         if nxt is not None:
+            self._forward_join(msg, nxt, now, set())
+
+    def _answer_join(self, msg: JoinRequest, rows: list[Peer], *, root: bool) -> None:
+        """Tell the joiner what we know: `rows` of our table and, as its root, our leaf set."""
+        joiner = msg.joiner
+        leaf = [p for p in self.leaf.members() if p.id != joiner.id] if root else []
+        # The joiner's capabilities as its request says: a join starts a new incarnation, maybe
+        # of another version (rolled back) than we knew; a refresh, as the joined node told us.
+        theirs = msg.caps if msg.caps is not None else self.caps.get(joiner.id, 0) if msg.refresh else 0
+        info = JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root)
+        if theirs & self.capabilities & CAP_RTT:
+            rtts = {"candidate_rtts": self._rtts_of(rows), "leaf_rtts": self._rtts_of(leaf)}
+            info = info.model_copy(update=rtts)
+        self._send(joiner.addr, info)
+
+    def _forward_join(self, msg: JoinRequest, nxt: Peer, now: float, tried: set[int]) -> None:
+        """Send a join request on to `nxt`. A joiner's request (not a refresh) waits for the hop's
+        ack if the hop acks joins (CAP_JOIN_ACK) and fewer than MAX_JOIN_WAITS wait: one that
+        does not ack in time is probed and the request routed around it (_join_hop_silent), as
+        MSPastry routes its joins; else a dead table entry would swallow every retry of the
+        joiner's (nobody probes table entries unless they are used). A hop that does not ack
+        joins (an older version) and that we have not heard from lately is probed instead: the
+        request may be lost, but once it is declared dead the joiner's next retry goes around it.
+        (Both only from a node that announces CAP_JOIN_ACK itself: sim.mixed_ring runs older
+        versions as this core without capabilities.)"""
+        hops = msg.hops + 1
+        if not msg.refresh and self._speaks(nxt.id, CAP_JOIN_ACK) and self._join_waits < MAX_JOIN_WAITS:
+            self._nonce += 1
+            onward = JoinRequest(joiner=msg.joiner, hops=hops, caps=msg.caps, via=self.me,
+                                 hop_nonce=self._nonce)  # fmt: skip
+            self._hops[self._nonce] = _HopWait(onward, nxt, now, tried)
+            self._join_waits += 1
+        else:
             caps = msg.caps if self._speaks(nxt.id, CAP_TOLERANT) else None
-            self._send(nxt.addr, msg.model_copy(update={"hops": msg.hops + 1, "caps": caps}))
+            onward = JoinRequest(joiner=msg.joiner, hops=hops, refresh=msg.refresh, caps=caps)
+            silent = now - self.last_heard.get(nxt.id, -math.inf) > self.params.leaf_timeout
+            if silent and not msg.refresh and self.capabilities & CAP_JOIN_ACK:
+                self._probe(nxt, now, kind=SUSPECT)
+        self._send(nxt.addr, onward)
+
+    def _join_hop_silent(self, wait: _HopWait, msg: JoinRequest, now: float) -> None:
+        """A forwarded join request's hop did not ack: probe it (declared dead if the probes fail
+        too) and send the request to the next best hop, or answer it as the root if, without the
+        silent hops, we are (a lost ack then gives the joiner a second root's answer, which it
+        merges like any other)."""
+        self._join_waits -= 1
+        self._probe(wait.next_hop, now, kind=SUSPECT)
+        tried = wait.tried | {wait.next_hop.id}
+        if len(tried) > self.params.max_reroutes:
+            return
+        joiner = msg.joiner.id
+        nxt = self.next_hop(joiner, exclude=tried | {joiner}, rerouting=True)
+        if nxt is None:
+            self._answer_join(msg, [], root=True)
+        else:
+            self._forward_join(msg.model_copy(update={"hops": msg.hops - 1}), nxt, now, tried)
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
@@ -1042,6 +1098,9 @@ class OverlayNode:
 
     def _expire_hops(self, now: float) -> None:
         for wait in _expired(self._hops, self.params.hop_timeout, now):
+            if isinstance(wait.msg, JoinRequest):
+                self._join_hop_silent(wait, wait.msg, now)
+                continue
             silent = wait.next_hop.id
             self._probe(wait.next_hop, now, kind=SUSPECT)  # declared dead only if the probes fail too
             held = self._entry_leaves
@@ -1075,6 +1134,8 @@ class OverlayNode:
         wait = self._hops.get(msg.hop_nonce)
         if wait is not None and wait.next_hop.id == msg.sender.id:
             del self._hops[msg.hop_nonce]
+            if isinstance(wait.msg, JoinRequest):
+                self._join_waits -= 1
 
     def _on_direct(self, msg: Direct, now: float) -> None:
         self._out.events.append(Received(msg.payload, msg.sender))

@@ -256,7 +256,15 @@ def _rtts_for(peer_lists: st.SearchStrategy) -> st.SearchStrategy:
 overlay_strategies: dict[type, st.SearchStrategy] = {
     Ping: st.builds(Ping, sender=peers, nonce=nonces, sent=times),
     Pong: st.builds(Pong, sender=peers, nonce=nonces, sent=times, caps=caps_claims),
-    JoinRequest: st.builds(JoinRequest, joiner=peers, hops=small, refresh=st.booleans(), caps=caps_claims),
+    JoinRequest: st.builds(
+        JoinRequest,
+        joiner=peers,
+        hops=small,
+        refresh=st.booleans(),
+        caps=caps_claims,
+        via=st.none() | peers,
+        hop_nonce=st.none() | nonces,
+    ),
     JoinInfo: st.builds(
         lambda sender, cands, leaf, root: JoinInfo(
             sender=sender,
@@ -342,9 +350,9 @@ def _flood_message(kind: type, sender: Peer, i: int) -> Message:
     other = Peer(id=random.Random(-i).getrandbits(128), addr=f"o{i}:1")
     reply = FlockReply(pool="p", accepted=False, reason="")
     build: dict[type, Message] = {
-        Ping: Ping(sender=sender, nonce=(i % 4) << CAPS_SHIFT | i, sent=0.0),  # various capabilities
-        Pong: Pong(sender=sender, nonce=i, sent=0.0, caps=i % 4),
-        JoinRequest: JoinRequest(joiner=sender, caps=i % 4),
+        Ping: Ping(sender=sender, nonce=(i % 8) << CAPS_SHIFT | i, sent=0.0),  # various capabilities
+        Pong: Pong(sender=sender, nonce=i, sent=0.0, caps=i % 8),
+        JoinRequest: JoinRequest(joiner=sender, caps=i % 8, via=sender, hop_nonce=i),
         JoinInfo: JoinInfo(sender=sender, candidates=[other], leaf_set=[other], root=True),
         Hello: Hello(sender=sender),
         LeafSetRequest: LeafSetRequest(sender=sender),

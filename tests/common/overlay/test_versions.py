@@ -72,11 +72,11 @@ def meet(node: OverlayNode, peer: Peer, caps: int, now: float = 1.0) -> None:
 def offers_to(node: OverlayNode, peer: Peer, now: float = 2.0) -> list[Message]:
     """Every kind of offer and request the node sends `peer`: a row reply, a leaf set (asked for
     and corrective), a join info; and, once `peer` holds a table slot and dies, a row request."""
-    sends: list[Message] = []
-    sends += [m for _, m in node.on_message(RowRequest(sender=peer, row=0), now).sends]
-    sends += [m for _, m in node.on_message(LeafSetRequest(sender=peer), now).sends]
-    sends += [m for _, m in node.on_message(JoinRequest(joiner=peer), now).sends]
-    return [m for m in sends if not isinstance(m, Ping | Pong)]
+    sends: list[tuple[str, Message]] = []
+    sends += node.on_message(RowRequest(sender=peer, row=0), now).sends
+    sends += node.on_message(LeafSetRequest(sender=peer), now).sends
+    sends += node.on_message(JoinRequest(joiner=peer), now).sends  # forwarded to others, too
+    return [m for addr, m in sends if addr == peer.addr and not isinstance(m, Ping | Pong)]
 
 
 def old_decodes(msg: Message) -> bool:

@@ -1,0 +1,146 @@
+"""Join requests acknowledged hop by hop (MSPastry's join), on the pure core and virtual time.
+
+Before them, a bootstrap whose routing-table slot towards a joiner's id still held a crashed
+node forwarded every one of the joiner's requests (one per join_retry) to that node, where it
+was lost: nobody probes a table entry unless it is used, so the joiner never joined
+(docs/bench/overlay_crash_midupgrade.py 60 1: node 7, 300 s after its restart)."""
+
+from __future__ import annotations
+
+import random
+
+import sim.legacy_overlay_wire as legacy
+from common.overlay.messages import (
+    CAP_RTT,
+    CAP_TOLERANT,
+    CAPABILITIES,
+    CAPS_SHIFT,
+    Hello,
+    JoinInfo,
+    JoinRequest,
+    Peer,
+    Ping,
+    Pong,
+    RouteAck,
+    overlay_codec,
+)
+from common.overlay.node import MAX_JOIN_WAITS, Output, OverlayNode, OverlayParams
+from common.wire import Message
+
+PARAMS = OverlayParams(leaf_set_size=2)
+ME = Peer(id=1000, addr="me")
+LEFT = Peer(id=500, addr="left")
+RIGHT = Peer(id=2000, addr="right")
+JOINER = Peer(id=(0xA << 124) | 5, addr="joiner")
+DEAD = Peer(id=(0xA << 124) | 9, addr="dead")  # our table's slot towards the joiner: crashed
+ALIVE = Peer(id=(0x9F << 120), addr="alive")  # in row 0 of our table, nearer to the joiner than us
+
+
+def meet(node: OverlayNode, peer: Peer, caps: int, now: float) -> None:
+    """`peer` (announcing `caps`) says hello and answers the probes `node` sends it."""
+    out = node.on_message(Ping(sender=peer, nonce=caps << CAPS_SHIFT | 7, sent=now), now)
+    out.sends += node.on_message(Hello(sender=peer), now).sends
+    for addr, msg in out.sends:
+        if isinstance(msg, Ping) and addr == peer.addr:
+            node.on_message(Pong(sender=peer, nonce=msg.nonce, sent=msg.sent, caps=caps or None), now + 0.01)
+
+
+def bootstrap(
+    *peers: tuple[Peer, int], capabilities: int = CAPABILITIES, leaf: tuple[Peer, ...] = (LEFT, RIGHT)
+) -> OverlayNode:
+    """A joined node with `leaf` as its leaf set and `peers` (with their capabilities) in its
+    routing table, all measured at t = 0."""
+    node = OverlayNode(ME, PARAMS, random.Random(1), capabilities=capabilities)
+    node.start(0.0)
+    for peer, caps in ((p, CAPABILITIES) for p in leaf):
+        meet(node, peer, caps, 0.0)
+    for peer, caps in peers:
+        meet(node, peer, caps, 0.0)
+        assert node.table.contains(peer.id) and peer.id not in node.leaf
+    assert {p.id for p in node.leaf.members()} == {p.id for p in leaf}
+    return node
+
+
+def sent_to(out: Output, peer: Peer, kind: type[Message]) -> list[Message]:
+    return [m for addr, m in out.sends if addr == peer.addr and isinstance(m, kind)]
+
+
+def test_a_join_forwarded_to_a_silent_hop_goes_to_the_next_best_hop_and_the_hop_is_probed() -> None:
+    node = bootstrap((DEAD, CAPABILITIES), (ALIVE, CAPABILITIES))
+    out = node.on_message(JoinRequest(joiner=JOINER), 1.0)
+    [info] = sent_to(out, JOINER, JoinInfo)
+    assert not info.root
+    [first] = sent_to(out, DEAD, JoinRequest)
+    assert first.via == ME and first.hop_nonce is not None and first.hops == 1
+
+    later = node.on_timer(1.0 + PARAMS.hop_timeout)  # DEAD never acks
+    assert sent_to(later, DEAD, Ping)  # suspected: declared dead if the probes fail too
+    # Around a silent hop, leaf members that make progress (watched) go before table entries:
+    # LEFT (500) is nearer to the joiner than we are (1000), the way round through 0.
+    [rerouted] = sent_to(later, LEFT, JoinRequest)
+    assert rerouted.joiner == JOINER and rerouted.hops == 1 and rerouted.via == ME
+    node.on_message(RouteAck(sender=LEFT, hop_nonce=rerouted.hop_nonce), 1.0 + PARAMS.hop_timeout + 0.02)
+    assert not node._hops and node._join_waits == 0
+
+
+def test_without_the_silent_hop_the_forwarder_answers_as_the_root() -> None:
+    """Our larger neighbour crashed (not noticed yet) and the joiner's id lies between us: it
+    was the root, we are the next closest node."""
+    neighbour = Peer(id=3000, addr="neighbour")
+    node = bootstrap(leaf=(LEFT, neighbour))
+    joiner = Peer(id=2500, addr="joiner")
+    out = node.on_message(JoinRequest(joiner=joiner), 1.0)
+    assert [m.via for m in sent_to(out, neighbour, JoinRequest)] == [ME]
+    later = node.on_timer(1.0 + PARAMS.hop_timeout)
+    [info] = sent_to(later, joiner, JoinInfo)
+    assert info.root and {p.id for p in info.leaf_set} == {LEFT.id, neighbour.id}
+    assert node._join_waits == 0 and sent_to(later, neighbour, Ping)
+
+
+def test_an_acked_join_is_not_sent_again() -> None:
+    node = bootstrap((DEAD, CAPABILITIES), (ALIVE, CAPABILITIES))
+    [first] = sent_to(node.on_message(JoinRequest(joiner=JOINER), 1.0), DEAD, JoinRequest)
+    node.on_message(RouteAck(sender=DEAD, hop_nonce=first.hop_nonce), 1.05)
+    later = node.on_timer(1.0 + PARAMS.hop_timeout)
+    assert not [m for _, m in later.sends if isinstance(m, JoinRequest | JoinInfo)]
+    assert not sent_to(later, DEAD, Ping)
+
+
+def test_a_hop_acks_a_join_that_asks_for_it_and_forwards_it() -> None:
+    node = bootstrap((ALIVE, CAPABILITIES))
+    out = node.on_message(JoinRequest(joiner=JOINER, hops=1, via=LEFT, hop_nonce=42), 1.0)
+    assert [m.hop_nonce for m in sent_to(out, LEFT, RouteAck)] == [42]
+    assert sent_to(out, ALIVE, JoinRequest)
+    # A node of a version before join acks (as the simulator runs one) does not ack.
+    old = bootstrap((ALIVE, 0), capabilities=0)
+    out = old.on_message(JoinRequest(joiner=JOINER, via=LEFT, hop_nonce=42), 1.0)
+    assert sent_to(out, ALIVE, JoinRequest) and not sent_to(out, LEFT, RouteAck)
+
+
+def test_a_hop_that_does_not_ack_joins_gets_the_base_format_and_is_probed_if_silent() -> None:
+    """An older hop (CAP_RTT | CAP_TOLERANT, or nothing) is sent no `via`: it would not ack (or
+    would drop the request); it is probed if we have not heard from it for leaf_timeout, so that
+    if it died, the joiner's next retry goes around it."""
+    for caps in (0, CAP_RTT | CAP_TOLERANT):
+        node = bootstrap((DEAD, caps))
+        out = node.on_message(JoinRequest(joiner=JOINER), PARAMS.leaf_timeout + 1.0)
+        [onward] = sent_to(out, DEAD, JoinRequest)
+        assert onward.via is None and onward.hop_nonce is None
+        assert legacy.overlay_codec().decode(overlay_codec().encode(onward), "test") is not None
+        assert sent_to(out, DEAD, Ping) and not node._hops
+    node = bootstrap((DEAD, 0))
+    assert not sent_to(node.on_message(JoinRequest(joiner=JOINER), 1.0), DEAD, Ping)  # heard at 0
+
+
+def test_refreshes_are_not_acked_and_waiting_joins_are_bounded() -> None:
+    """Self-lookups (refresh) are periodic: a lost one is replaced by the next. And a flood of
+    joiners does not grow the waits beyond MAX_JOIN_WAITS: the rest go on unwatched."""
+    node = bootstrap((DEAD, CAPABILITIES))
+    [refresh] = sent_to(node.on_message(JoinRequest(joiner=JOINER, refresh=True), 1.0), DEAD, JoinRequest)
+    assert refresh.via is None and not node._hops
+    for i in range(MAX_JOIN_WAITS + 10):
+        node.on_message(JoinRequest(joiner=Peer(id=(0xA << 124) | (100 + i), addr=f"j{i}")), 1.0)
+    assert node._join_waits == len(node._hops) == MAX_JOIN_WAITS
+    node.on_timer(1.0 + PARAMS.hop_timeout)
+    assert node._join_waits == len(node._hops)  # rerouted ones wait again, never more than the bound
+    assert node._join_waits <= MAX_JOIN_WAITS
