@@ -245,6 +245,9 @@ class OverlayNode:
         self._timers_changed = False
         self._timers_due: float | None = None  # min(_timers.values()), kept by _flush
         self._known_cache: tuple[tuple[int, int], list[Peer]] = ((-1, -1), [])
+        # Messages built again only when what they say changed (messages are immutable):
+        self._last_push: tuple[int, LeafSetPush] | None = None  # (leaf.version, push): _leaf_push
+        self._heartbeat = Heartbeat(sender=me)
         self._out = Output()
         self._leaf_changed = False
 
@@ -295,7 +298,7 @@ class OverlayNode:
             p = self.params
             if t["heartbeat"] <= now:
                 if self.leaf.smaller:
-                    self._send(self.leaf.smaller[0].addr, Heartbeat(sender=self.me))
+                    self._send(self.leaf.smaller[0].addr, self._heartbeat)
                 t["heartbeat"] = self._next(now, p.keepalive_interval)
             if t["watch"] <= now:
                 t["watch"] = self._watch(now)
@@ -549,8 +552,20 @@ class OverlayNode:
         return [0.0 if p.id == me else rtt.get(p.id) for p in peers]
 
     def _leaf_push(self) -> LeafSetPush:
-        members = self.leaf.members()
-        return LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
+        """Our leaf set and our RTTs to its members. The last push built is sent again while
+        neither changed: pushes answer every lookahead request, and the set and its RTTs are
+        mostly the same from one to the next (a message is immutable, so it can be shared)."""
+        leaf, rtt = self.leaf, self.rtt
+        last = self._last_push
+        if last is not None and last[0] == leaf.version:
+            push = last[1]
+            # (members are never us, so _rtts_of's 0.0 for ourselves does not arise)
+            if [rtt.get(p.id) for p in push.leaf_set] == push.rtts:
+                return push
+        members = leaf.members()
+        push = LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
+        self._last_push = (leaf.version, push)
+        return push
 
     def _trim_recent(self, peers: dict[int, float], *, by_value: bool = False) -> int:
         """Bound a per-peer map (rtt, last_heard): keep the entries of the leaf set's and routing
@@ -770,9 +785,12 @@ class OverlayNode:
         within `leaf_timeout`, and tell the sender about the ones that are alive."""
         s = sender.id
         listed = {p.id for p in their}
-        missing = [m for m in self.leaf.members() if m.id != s and m.id not in listed]
-        if not missing:
+        mine = self.leaf._by_id
+        unlisted = mine.keys() - listed
+        unlisted.discard(s)
+        if not unlisted:
             return  # (the usual case: neighbours' sets overlap)
+        missing = [m for m in mine.values() if m.id in unlisted]  # in members() order
         reach_cw = reach_ccw = count_cw = count_ccw = 0
         for p in their:
             cw = (p.id - s) & ID_MASK
@@ -858,30 +876,40 @@ class OverlayNode:
         self._consider(msg.sender, now, firsthand=True, measure=False)
 
     def _on_pong(self, msg: Pong, now: float) -> None:
-        probe = self._pending.get(msg.nonce)
-        if probe is None or probe.peer.id != msg.sender.id:
+        sender = msg.sender
+        pid = sender.id
+        pending = self._pending
+        probe = pending.get(msg.nonce)
+        if probe is None or probe.peer.id != pid:
             return
-        del self._pending[msg.nonce]
-        self._probing.pop(msg.sender.id, None)
+        del pending[msg.nonce]
+        self._probing.pop(pid, None)
         if probe.tell is not None:
             self._correct(probe.tell, now)  # it lacked this node, which is alive
         sample = max(now - msg.sent, 0.0)
-        old = self.rtt.pop(msg.sender.id, None)  # to the end: the map is in recency order
-        self.rtt[msg.sender.id] = sample if old is None else 0.7 * old + 0.3 * sample
-        if len(self.rtt) > self._rtt_limit:
-            self._rtt_limit = self._trim_recent(self.rtt)
-        if msg.sender.id not in self.leaf and self.leaf.could_hold(msg.sender.id):
-            self._consider(msg.sender, now, firsthand=True)  # a leaf candidate, verified
-        candidate = self._candidates.pop(msg.sender.id, None)
-        if candidate is not None:
-            where = self.table.slot(candidate.id)
-            if where is not None:
-                current = self.table.get(*where)
-                if current is None or (
-                    current.id != candidate.id
-                    and self.rtt[candidate.id] < self.rtt.get(current.id, float("inf"))
-                ):
-                    self.table.set(*where, candidate)
+        rtt = self.rtt
+        old = rtt.pop(pid, None)  # to the end: the map is in recency order
+        rtt[pid] = sample if old is None else 0.7 * old + 0.3 * sample
+        if len(rtt) > self._rtt_limit:
+            self._rtt_limit = self._trim_recent(rtt)
+        # LeafSet.could_hold, inlined (this runs for every probe answered).
+        leaf, me = self.leaf, self.me.id
+        if pid not in leaf._by_id:
+            reach = leaf._reach
+            if reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]:
+                self._consider(sender, now, firsthand=True)  # a leaf candidate, verified
+        candidate = self._candidates.pop(pid, None)
+        if candidate is not None and candidate.id != me:
+            # RoutingTable.slot and get, inlined (the ids differ, so the XOR is not 0).
+            table = self.table
+            b = table.b
+            r = (ID_BITS - (me ^ candidate.id).bit_length()) // b
+            col = (candidate.id >> (ID_BITS - b * (r + 1))) & (table.cols - 1)
+            current = table._rows[r][col]
+            if current is None or (
+                current.id != candidate.id and rtt[candidate.id] < rtt.get(current.id, float("inf"))
+            ):
+                table.set(r, col, candidate)
 
     def _on_join(self, msg: JoinRequest, now: float) -> None:
         joiner = msg.joiner
