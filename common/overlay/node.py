@@ -610,43 +610,44 @@ class OverlayNode:
         mask = (1 << b) - 1
         rows = self.table._rows
         leaf = self.leaf
+        # The leaf set's map and bounds, read again after each _consider (which may change them).
+        by_id, reach = leaf._by_id, leaf._reach
         paired = via is not None and rtts is not None and len(rtts) == len(peers)
-        bound = 0.0
         for i, peer in enumerate(peers):
             pid = peer.id
-            if pid == me or dead.get(pid, 0.0) > now:
+            if pid == me or (dead and dead.get(pid, 0.0) > now):
                 continue
-            if paired:
-                theirs = rtts[i]  # type: ignore[index]
-                bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
-            held = leaf._by_id.get(pid)
-            if held is not None:
-                if held.addr != peer.addr:
-                    self._consider(peer, now, measure=measure, bound=bound)
-                    continue
+            held = by_id.get(pid)
+            if held is None:  # LeafSet.could_hold, inlined
+                hand_over = (
+                    reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]
+                )
             else:
-                reach = leaf._reach  # LeafSet.could_hold, inlined
-                if reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]:
-                    self._consider(peer, now, measure=measure, bound=bound)
-                    continue
-            # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
-            r = (ID_BITS - (me ^ pid).bit_length()) // b
-            current = rows[r][(pid >> (ID_BITS - b * (r + 1))) & mask]
-            if current is None:
+                hand_over = held.addr != peer.addr
+            if not hand_over:
+                # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
+                r = (ID_BITS - (me ^ pid).bit_length()) // b
+                current = rows[r][(pid >> (ID_BITS - b * (r + 1))) & mask]
+                if current is None:
+                    hand_over = True
+                elif current.id == pid:
+                    hand_over = current.addr != peer.addr
+                elif measure:
+                    known_rtt = rtt.get(pid)
+                    current_rtt = rtt.get(current.id)
+                    if known_rtt is not None:
+                        hand_over = current_rtt is not None and known_rtt < current_rtt
+                    elif current_rtt is None:
+                        hand_over = True
+                    else:
+                        theirs = rtts[i] if paired else None  # type: ignore[index]
+                        bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
+                        hand_over = bound < PRUNE_FACTOR * current_rtt
+            if hand_over:
+                theirs = rtts[i] if paired else None  # type: ignore[index]
+                bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
                 self._consider(peer, now, measure=measure, bound=bound)
-            elif current.id == pid:
-                if current.addr != peer.addr:
-                    self._consider(peer, now, measure=measure, bound=bound)
-            elif measure:
-                known_rtt = rtt.get(pid)
-                if known_rtt is None:
-                    current_rtt = rtt.get(current.id)
-                    if current_rtt is None or bound < PRUNE_FACTOR * current_rtt:
-                        self._consider(peer, now, measure=measure, bound=bound)
-                else:
-                    current_rtt = rtt.get(current.id)
-                    if current_rtt is not None and known_rtt < current_rtt:
-                        self._consider(peer, now, measure=measure, bound=bound)
+                by_id, reach = leaf._by_id, leaf._reach
 
     def _probe(
         self,
