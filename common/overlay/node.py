@@ -246,7 +246,8 @@ class OverlayNode:
         self._timers_due: float | None = None  # min(_timers.values()), kept by _flush
         self._known_cache: tuple[tuple[int, int], list[Peer]] = ((-1, -1), [])
         # Messages built again only when what they say changed (messages are immutable):
-        self._last_push: tuple[int, LeafSetPush] | None = None  # (leaf.version, push): _leaf_push
+        self._last_push: tuple[int, int, LeafSetPush] | None = None  # see _leaf_push
+        self._leaf_rtts_version = 0  # bumped when _on_pong changes a leaf member's RTT
         self._heartbeat = Heartbeat(sender=me)
         self._out = Output()
         self._leaf_changed = False
@@ -554,17 +555,18 @@ class OverlayNode:
     def _leaf_push(self) -> LeafSetPush:
         """Our leaf set and our RTTs to its members. The last push built is sent again while
         neither changed: pushes answer every lookahead request, and the set and its RTTs are
-        mostly the same from one to the next (a message is immutable, so it can be shared)."""
-        leaf, rtt = self.leaf, self.rtt
+        mostly the same from one to the next (a message is immutable, so it can be shared). The
+        RTTs of members change only in _on_pong (which bumps _leaf_rtts_version); a member's entry
+        is never trimmed, and one declared dead leaves the set. (A write to `rtt` from outside, as
+        sim/flock_paper.py's frozen overlay makes in place of probes, reaches pushes only once the
+        set changes: a push's RTTs are a hint for the receiver's pruning, not measurements.)"""
+        leaf = self.leaf
         last = self._last_push
-        if last is not None and last[0] == leaf.version:
-            push = last[1]
-            # (members are never us, so _rtts_of's 0.0 for ourselves does not arise)
-            if [rtt.get(p.id) for p in push.leaf_set] == push.rtts:
-                return push
+        if last is not None and last[0] == leaf.version and last[1] == self._leaf_rtts_version:
+            return last[2]
         members = leaf.members()
         push = LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
-        self._last_push = (leaf.version, push)
+        self._last_push = (leaf.version, self._leaf_rtts_version, push)
         return push
 
     def _trim_recent(self, peers: dict[int, float], *, by_value: bool = False) -> int:
@@ -895,7 +897,9 @@ class OverlayNode:
             self._rtt_limit = self._trim_recent(rtt)
         # LeafSet.could_hold, inlined (this runs for every probe answered).
         leaf, me = self.leaf, self.me.id
-        if pid not in leaf._by_id:
+        if pid in leaf._by_id:
+            self._leaf_rtts_version += 1  # a member's RTT: the next leaf push says it (_leaf_push)
+        else:
             reach = leaf._reach
             if reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]:
                 self._consider(sender, now, firsthand=True)  # a leaf candidate, verified
