@@ -1,6 +1,6 @@
 """The core's fast paths (issue 18, simulator speed) decide exactly as the plain code: peers
-considered in bulk, the cached listings of the table and of known nodes, the cached earliest timer, the reused
-leaf push and the leaf set's inline distances."""
+considered in bulk, the cached listings of the table and of known nodes, the cached earliest
+timer, the reused leaf push and the leaf set's inline distances."""
 
 from __future__ import annotations
 
