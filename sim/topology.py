@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import pathlib
 import re
+from array import array
 from functools import cached_property
 
 import numpy as np
@@ -323,11 +324,14 @@ class Placement:
         self.endpoint_of: list[int] = [int(e) for e in endpoints]
         self.access: list[float] = [float(a) for a in rng.uniform(lo, hi, size=n_nodes)]
         # Measured with timeit on the default 1000x1000 matrix: rows[a][b] costs ~70 ns per lookup,
-        # float(m[a, b]) on the numpy array ~145 ns, so the matrix is kept as a list of lists of floats
-        # (a whole latency() call is ~0.25 us).
-        rows: list[list[float]] = topology.matrix.tolist()
+        # float(m[a, b]) on the numpy array ~145 ns, so the matrix is kept as Python sequences. Rows
+        # are arrays of doubles, not lists of floats: the same values, but contiguous (8 MB for the
+        # default matrix instead of a million float objects scattered over ~32 MB), which halves
+        # a lookup's cost in a large run, where it is mostly cache misses (timeit over random pairs
+        # of 10,000 nodes: ~420 against ~220 ns).
+        rows = [array("d", row) for row in topology.matrix.tolist()]
         # Each node's row of the endpoint matrix, so latency() indexes one list fewer per message.
-        self._row_of: list[list[float]] = [rows[e] for e in self.endpoint_of]
+        self._row_of: list[array[float]] = [rows[e] for e in self.endpoint_of]
         # An upper bound, not the attained maximum: the two farthest endpoints need not host nodes,
         # nor the nodes with the largest access delays.
         self.diameter: float = topology.diameter + 2 * max(self.access)

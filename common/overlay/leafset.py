@@ -7,7 +7,7 @@ is what faultD replicates to. On a ring of at most l other nodes each side simpl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 from common.overlay.ids import ID_MASK, closeness, cw_distance
 from common.overlay.messages import Peer
@@ -79,13 +79,16 @@ class LeafSet:
         me = self.me.id
         if peer.id == me:
             return False
-        changed = self._insert(self.larger, peer, lambda i: (i - me) & ID_MASK)
-        changed = self._insert(self.smaller, peer, lambda i: (me - i) & ID_MASK) or changed
+        changed = self._insert(self.larger, peer, clockwise=True)
+        changed = self._insert(self.smaller, peer, clockwise=False) or changed
         if changed:
             self._changed()
         return changed
 
-    def _insert(self, side: list[Peer], peer: Peer, distance_to: Callable[[int], int]) -> bool:
+    def _insert(self, side: list[Peer], peer: Peer, *, clockwise: bool) -> bool:
+        """Put the peer on one side (larger: `clockwise`) if it is among its l/2 nearest; True
+        if the side changed. Distances are computed inline (no key function): this runs for
+        every node that could enter the set."""
         pid = peer.id
         if pid in self._by_id:  # (as before this add: a member of either side is in _by_id)
             for i, p in enumerate(side):
@@ -94,13 +97,15 @@ class LeafSet:
                         side[i] = peer
                         return True
                     return False
-        distance = distance_to(pid)
-        if len(side) >= self.half and distance >= distance_to(side[-1].id):
+        me = self.me.id
+        sign = 1 if clockwise else -1
+        distance = (sign * (pid - me)) & ID_MASK
+        if len(side) >= self.half and distance >= (sign * (side[-1].id - me)) & ID_MASK:
             return False
         # Insert in order of distance (ids differ, so distances do: no ties), then drop the
         # farthest if the side overflows; the peer is always kept, being nearer than the last.
         at = len(side)
-        while at > 0 and distance_to(side[at - 1].id) > distance:
+        while at > 0 and (sign * (side[at - 1].id - me)) & ID_MASK > distance:
             at -= 1
         side.insert(at, peer)
         del side[self.half :]

@@ -271,6 +271,11 @@ class OverlayNode:
         self._timers_changed = False
         self._timers_due: float | None = None  # min(_timers.values()), kept by _flush
         self._known_cache: tuple[tuple[int, int], list[Peer]] = ((-1, -1), [])
+        # Messages built again only when what they say changed (messages are immutable):
+        self._last_push: tuple[int, int, LeafSetPush] | None = None  # see _leaf_push
+        self._last_base_push: tuple[int, LeafSetPush] | None = None  # without RTTs
+        self._leaf_rtts_version = 0  # bumped when _on_pong changes a leaf member's RTT
+        self._heartbeat = Heartbeat(sender=me)
         self._out = Output()
         self._leaf_changed = False
 
@@ -321,7 +326,7 @@ class OverlayNode:
             p = self.params
             if t["heartbeat"] <= now:
                 if self.leaf.smaller:
-                    self._send(self.leaf.smaller[0].addr, Heartbeat(sender=self.me))
+                    self._send(self.leaf.smaller[0].addr, self._heartbeat)
                 t["heartbeat"] = self._next(now, p.keepalive_interval)
             if t["watch"] <= now:
                 t["watch"] = self._watch(now)
@@ -575,11 +580,29 @@ class OverlayNode:
         return [0.0 if p.id == me else rtt.get(p.id) for p in peers]
 
     def _leaf_push(self, to: Peer) -> LeafSetPush:
-        """Our leaf set for `to`, with our RTTs to its members if `to` takes them."""
-        members = self.leaf.members()
-        if self._speaks(to.id, CAP_RTT):
-            return LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
-        return LeafSetPush(sender=self.me, leaf_set=members)
+        """Our leaf set for `to`, with our RTTs to its members if `to` takes them (CAP_RTT). The
+        last push built of each kind is sent again while neither changed: pushes answer every
+        lookahead request, and the set and its RTTs are mostly the same from one to the next (a
+        message is immutable, so it can be shared). The RTTs of members change only in _on_pong
+        (which bumps _leaf_rtts_version); a member's entry is never trimmed, and one declared dead
+        leaves the set. (A write to `rtt` from outside, as sim/flock_paper.py's frozen overlay
+        makes in place of probes, reaches pushes only once the set changes: a push's RTTs are a
+        hint for the receiver's pruning, not measurements.)"""
+        leaf = self.leaf
+        if not self._speaks(to.id, CAP_RTT):
+            base = self._last_base_push
+            if base is not None and base[0] == leaf.version:
+                return base[1]
+            push = LeafSetPush(sender=self.me, leaf_set=leaf.members())
+            self._last_base_push = (leaf.version, push)
+            return push
+        last = self._last_push
+        if last is not None and last[0] == leaf.version and last[1] == self._leaf_rtts_version:
+            return last[2]
+        members = leaf.members()
+        push = LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
+        self._last_push = (leaf.version, self._leaf_rtts_version, push)
+        return push
 
     def _speaks(self, pid: int, capability: int) -> bool:
         """Whether both we and the peer announced `capability` (an unknown peer: the base format)."""
@@ -651,43 +674,44 @@ class OverlayNode:
         mask = (1 << b) - 1
         rows = self.table._rows
         leaf = self.leaf
+        # The leaf set's map and bounds, read again after each _consider (which may change them).
+        by_id, reach = leaf._by_id, leaf._reach
         paired = via is not None and rtts is not None and len(rtts) == len(peers)
-        bound = 0.0
         for i, peer in enumerate(peers):
             pid = peer.id
-            if pid == me or dead.get(pid, 0.0) > now:
+            if pid == me or (dead and dead.get(pid, 0.0) > now):
                 continue
-            if paired:
-                theirs = rtts[i]  # type: ignore[index]
-                bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
-            held = leaf._by_id.get(pid)
-            if held is not None:
-                if held.addr != peer.addr:
-                    self._consider(peer, now, measure=measure, bound=bound)
-                    continue
+            held = by_id.get(pid)
+            if held is None:  # LeafSet.could_hold, inlined
+                hand_over = (
+                    reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]
+                )
             else:
-                reach = leaf._reach  # LeafSet.could_hold, inlined
-                if reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]:
-                    self._consider(peer, now, measure=measure, bound=bound)
-                    continue
-            # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
-            r = (ID_BITS - (me ^ pid).bit_length()) // b
-            current = rows[r][(pid >> (ID_BITS - b * (r + 1))) & mask]
-            if current is None:
+                hand_over = held.addr != peer.addr
+            if not hand_over:
+                # RoutingTable.slot and get, inlined (pid != me, so the XOR is not 0).
+                r = (ID_BITS - (me ^ pid).bit_length()) // b
+                current = rows[r][(pid >> (ID_BITS - b * (r + 1))) & mask]
+                if current is None:
+                    hand_over = True
+                elif current.id == pid:
+                    hand_over = current.addr != peer.addr
+                elif measure:
+                    known_rtt = rtt.get(pid)
+                    current_rtt = rtt.get(current.id)
+                    if known_rtt is not None:
+                        hand_over = current_rtt is not None and known_rtt < current_rtt
+                    elif current_rtt is None:
+                        hand_over = True
+                    else:
+                        theirs = rtts[i] if paired else None  # type: ignore[index]
+                        bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
+                        hand_over = bound < PRUNE_FACTOR * current_rtt
+            if hand_over:
+                theirs = rtts[i] if paired else None  # type: ignore[index]
+                bound = 0.0 if theirs is None else abs(via - theirs)  # type: ignore[operator]
                 self._consider(peer, now, measure=measure, bound=bound)
-            elif current.id == pid:
-                if current.addr != peer.addr:
-                    self._consider(peer, now, measure=measure, bound=bound)
-            elif measure:
-                known_rtt = rtt.get(pid)
-                if known_rtt is None:
-                    current_rtt = rtt.get(current.id)
-                    if current_rtt is None or bound < PRUNE_FACTOR * current_rtt:
-                        self._consider(peer, now, measure=measure, bound=bound)
-                else:
-                    current_rtt = rtt.get(current.id)
-                    if current_rtt is not None and known_rtt < current_rtt:
-                        self._consider(peer, now, measure=measure, bound=bound)
+                by_id, reach = leaf._by_id, leaf._reach
 
     def _probe(
         self,
@@ -827,9 +851,12 @@ class OverlayNode:
         within `leaf_timeout`, and tell the sender about the ones that are alive."""
         s = sender.id
         listed = {p.id for p in their}
-        missing = [m for m in self.leaf.members() if m.id != s and m.id not in listed]
-        if not missing:
+        mine = self.leaf._by_id
+        unlisted = mine.keys() - listed
+        unlisted.discard(s)
+        if not unlisted:
             return  # (the usual case: neighbours' sets overlap)
+        missing = [m for m in mine.values() if m.id in unlisted]  # in members() order
         reach_cw = reach_ccw = count_cw = count_ccw = 0
         for p in their:
             cw = (p.id - s) & ID_MASK
@@ -921,31 +948,43 @@ class OverlayNode:
         self._consider(msg.sender, now, firsthand=True, measure=False)
 
     def _on_pong(self, msg: Pong, now: float) -> None:
-        probe = self._pending.get(msg.nonce)
-        if probe is None or probe.peer.id != msg.sender.id:
+        sender = msg.sender
+        pid = sender.id
+        pending = self._pending
+        probe = pending.get(msg.nonce)
+        if probe is None or probe.peer.id != pid:
             return
-        del self._pending[msg.nonce]
-        self._probing.pop(msg.sender.id, None)
-        self._learn_caps(msg.sender.id, msg.caps or 0)
+        del pending[msg.nonce]
+        self._probing.pop(pid, None)
+        self._learn_caps(pid, msg.caps or 0)
         if probe.tell is not None:
             self._correct(probe.tell, now)  # it lacked this node, which is alive
         sample = max(now - msg.sent, 0.0)
-        old = self.rtt.pop(msg.sender.id, None)  # to the end: the map is in recency order
-        self.rtt[msg.sender.id] = sample if old is None else 0.7 * old + 0.3 * sample
-        if len(self.rtt) > self._rtt_limit:
-            self._rtt_limit = self._trim_recent(self.rtt)
-        if msg.sender.id not in self.leaf and self.leaf.could_hold(msg.sender.id):
-            self._consider(msg.sender, now, firsthand=True)  # a leaf candidate, verified
-        candidate = self._candidates.pop(msg.sender.id, None)
-        if candidate is not None:
-            where = self.table.slot(candidate.id)
-            if where is not None:
-                current = self.table.get(*where)
-                if current is None or (
-                    current.id != candidate.id
-                    and self.rtt[candidate.id] < self.rtt.get(current.id, float("inf"))
-                ):
-                    self.table.set(*where, candidate)
+        rtt = self.rtt
+        old = rtt.pop(pid, None)  # to the end: the map is in recency order
+        rtt[pid] = sample if old is None else 0.7 * old + 0.3 * sample
+        if len(rtt) > self._rtt_limit:
+            self._rtt_limit = self._trim_recent(rtt)
+        # LeafSet.could_hold, inlined (this runs for every probe answered).
+        leaf, me = self.leaf, self.me.id
+        if pid in leaf._by_id:
+            self._leaf_rtts_version += 1  # a member's RTT: the next leaf push says it (_leaf_push)
+        else:
+            reach = leaf._reach
+            if reach is None or ((pid - me) & ID_MASK) < reach[0] or ((me - pid) & ID_MASK) < reach[1]:
+                self._consider(sender, now, firsthand=True)  # a leaf candidate, verified
+        candidate = self._candidates.pop(pid, None)
+        if candidate is not None and candidate.id != me:
+            # RoutingTable.slot and get, inlined (the ids differ, so the XOR is not 0).
+            table = self.table
+            b = table.b
+            r = (ID_BITS - (me ^ candidate.id).bit_length()) // b
+            col = (candidate.id >> (ID_BITS - b * (r + 1))) & (table.cols - 1)
+            current = table._rows[r][col]
+            if current is None or (
+                current.id != candidate.id and rtt[candidate.id] < rtt.get(current.id, float("inf"))
+            ):
+                table.set(r, col, candidate)
 
     def _on_join(self, msg: JoinRequest, now: float) -> None:
         joiner = msg.joiner

@@ -1,11 +1,12 @@
 """The core's fast paths (issue 18, simulator speed) decide exactly as the plain code: peers
-considered in bulk, the cached listings of the table and of known nodes, the cached earliest timer."""
+considered in bulk, the cached listings of the table and of known nodes, the cached earliest
+timer, the reused leaf push and the leaf set's inline distances."""
 
 from __future__ import annotations
 
 import random
 
-from common.overlay.messages import Hello, Peer, Ping, Pong
+from common.overlay.messages import CAPABILITIES, Hello, Peer, Ping, Pong
 from common.overlay.node import OverlayNode, OverlayParams
 
 ME = Peer(id=1 << 127, addr="me")
@@ -127,3 +128,65 @@ def test_a_leaf_set_change_wakes_the_node_at_once_to_watch_its_neighbour() -> No
     assert out.wakeup == 7.0
     later = node.on_timer(7.0)
     assert later.wakeup is not None and later.wakeup > 7.0
+
+
+def fresh_push_fields(node: OverlayNode) -> tuple[list[Peer], list[float | None]]:
+    """What a leaf push built from scratch says: the members and our RTT to each."""
+    members = node.leaf.members()
+    return members, [node.rtt.get(p.id) for p in members]
+
+
+def test_a_reused_leaf_push_says_what_a_fresh_one_would() -> None:
+    """_leaf_push reuses the last push until the leaf set or a member's RTT changes: after answered
+    probes of members and of others, and after members come and go, it says what it would say
+    built anew (and is reused only while nothing changed); to a peer that announced no
+    capabilities, the same members without RTTs."""
+    node, met = grown_node(3)
+    rng = random.Random(7)
+    reader, old = Peer(id=(1 << 127) + 77, addr="reader"), Peer(id=(1 << 127) - 77, addr="old")
+    now = 200.0
+    reused = 0
+    for _ in range(200):
+        node._learn_caps(reader.id, CAPABILITIES)
+        before = node._leaf_push(reader)
+        again = node._leaf_push(reader)
+        assert again is before
+        roll = rng.random()
+        if roll < 0.5:  # a probe answered, by a member or by another node, at a new RTT
+            target = rng.choice(node.leaf.members() if roll < 0.3 else met)
+            node._probe(target, now)
+            nonce = node._probing.get(target.id)
+            if nonce is not None:
+                node.on_message(Pong(sender=target, nonce=nonce, sent=now), now + rng.uniform(0.01, 0.3))
+        elif roll < 0.7:  # a member declared dead
+            node._declare_dead(rng.choice(node.leaf.members()), now)
+        else:  # a newcomer heard first-hand
+            node.on_message(Hello(sender=stranger(rng)), now)
+        node._flush()
+        push = node._leaf_push(reader)
+        assert (push.leaf_set, push.rtts) == fresh_push_fields(node)
+        base = node._leaf_push(old)
+        assert (base.leaf_set, base.rtts) == (push.leaf_set, [])
+        reused += push is before
+        now += 1.0
+    assert 0 < reused < 200  # both cases were met
+
+
+def test_leaf_set_sides_are_the_nearest_nodes_in_order() -> None:
+    """LeafSet._insert (distances computed inline) keeps each side the l/2 nearest of the nodes
+    added, nearest first, as sorting them all by distance does; a node added again at a new
+    address keeps its place with the new address."""
+    rng = random.Random(5)
+    node = OverlayNode(ME, OverlayParams(leaf_set_size=8), random.Random(5))
+    added: dict[int, Peer] = {}
+    for _ in range(400):
+        if added and rng.random() < 0.2:
+            peer = Peer(id=rng.choice(list(added)), addr=f"moved{rng.getrandbits(16)}")
+        else:
+            peer = stranger(rng)
+        node.leaf.add(peer)
+        added[peer.id] = peer
+        larger = sorted(added.values(), key=lambda p: (p.id - ME.id) % (1 << 128))[:4]
+        smaller = sorted(added.values(), key=lambda p: (ME.id - p.id) % (1 << 128))[:4]
+        assert node.leaf.larger == larger
+        assert node.leaf.smaller == smaller
