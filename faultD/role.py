@@ -162,6 +162,7 @@ class RoleMachine:
         self.acked: dict[int, int] = {}  # replica holder -> version it confirmed
         self.handover: tuple[int, str, Handover] | None = None  # (original id, addr, what we sent)
         self.challenged: int | None = None  # the replacement this original manager preempted
+        self.challenged_addr: str | None = None  # where its preempt goes again until it hands over
         self.fenced = 0
         self.takeovers = 0
         self.refused: dict[str, int] = {}  # messages refused by the trust rules, by kind
@@ -182,6 +183,8 @@ class RoleMachine:
                 self._send_alive(now)
             if now >= self.next_replication:
                 self._replicate(now, force=True)
+            if self.challenged_addr is not None and self.preempt_at is not None and now >= self.preempt_at:
+                self._send_challenge(self.challenged_addr, now)  # its handover was lost (or not sent yet)
         else:
             if self.missing_at is not None and now >= self.missing_at:
                 self._on_silence(now)
@@ -352,10 +355,17 @@ class RoleMachine:
         it asks for the role as it would after a restart, and keeps managing meanwhile."""
         if self.preempt_at is not None and now < self.preempt_at:
             return
-        preempt = PreemptReplacement(original=self.me, collector=self.collector)
-        self._out.directs.append((msg.manager.addr, preempt))
-        self.preempt_at = now + self.params.preempt_retry
         self.challenged = msg.manager.id
+        self._send_challenge(msg.manager.addr, now)
+
+    def _send_challenge(self, addr: str, now: float) -> None:
+        """Preempt the challenged replacement, again every preempt_retry until its handover comes:
+        a replacement that stepped down sends no more alives, so a lost handover (a bulk body
+        refused, a datagram lost) would otherwise leave us below its epoch and its listeners
+        fenced off from us for good; asked again, it sends its handover again."""
+        self._out.directs.append((addr, PreemptReplacement(original=self.me, collector=self.collector)))
+        self.challenged_addr = addr
+        self.preempt_at = now + self.params.preempt_retry
 
     def _on_silence(self, now: float) -> None:
         if self.manager is None and self.original:
@@ -420,7 +430,7 @@ class RoleMachine:
             if self.challenged == msg.sender.id:
                 # The replacement we challenged gave up; our epoch rises above its so that its
                 # listeners follow us. We keep our own state: it is the one the pool ran on here.
-                self.challenged = None
+                self.challenged = self.challenged_addr = self.preempt_at = None
                 self._note(
                     "replacement_stepped_down",
                     f"handover from {msg.sender.addr}: the replacement stepped down",
@@ -595,6 +605,8 @@ class RoleMachine:
         times = []
         if self.role is Role.MANAGER:
             times += [self.next_alive, self.next_replication]
+            if self.challenged_addr is not None and self.preempt_at is not None:
+                times.append(self.preempt_at)
         else:
             times += [t for t in (self.missing_at, self.preempt_at) if t is not None]
         out.wakeup = min(times) if times else None

@@ -227,6 +227,39 @@ def test_the_managing_original_reclaims_the_pool_from_a_replacement_it_hears() -
     assert listener.on_message(new_alive, 6.3).condor == [PointTo("a:9618")]
 
 
+def test_the_managing_original_asks_again_when_the_handover_is_lost() -> None:
+    """The replacement's handover is lost (CI: its bulk body refused while replicas were waiting):
+    the replacement, stepped down, sends no more alives, so only the original's timer can ask
+    again; asked again, the replacement sends its handover again and its listeners follow us."""
+    orig = machine(A, original=True)
+    orig.on_timer(3.0)
+    repl = machine(B)
+    repl.on_message(ManagerMissing(manager=A.id, epoch=0, sender=C), 5.0)  # epoch 1
+    listener = machine(C)
+    listener.on_message(repl._alive(), 5.5)
+    out = orig.on_message(repl._alive(), 6.0)
+    preempt = next(msg for addr, msg in out.directs if addr == "b:1")
+    out = repl.on_message(preempt, 6.1)
+    assert repl.role is Role.LISTENER and any(isinstance(msg, Handover) for _, msg in out.directs)
+    # ... and that handover never arrives. Our alives stay below the listener's fence meanwhile.
+    assert orig.epoch == 1 and orig.preempt_at is not None
+    retry_at = orig.preempt_at
+    out = orig.on_timer(retry_at - 0.01)
+    assert not any(isinstance(msg, PreemptReplacement) for _, msg in out.directs)
+    assert out.wakeup is not None and out.wakeup <= retry_at
+    out = orig.on_timer(retry_at)
+    again = next(msg for addr, msg in out.directs if addr == "b:1" and isinstance(msg, PreemptReplacement))
+    out = repl.on_message(again, retry_at + 0.1)
+    handover = next(msg for _, msg in out.directs if isinstance(msg, Handover))
+    out = orig.on_message(handover, retry_at + 0.2)
+    assert orig.role is Role.MANAGER and orig.epoch == handover.epoch == 2 and orig.challenged is None
+    new_alive = next(b for b in out.broadcasts if isinstance(b, Alive))
+    assert listener.on_message(new_alive, retry_at + 0.3).condor == [PointTo("a:9618")]
+    # Handed over: no more preempts.
+    later = orig.on_timer(retry_at + 10 * RoleParams().preempt_retry)
+    assert not any(isinstance(msg, PreemptReplacement) for _, msg in later.directs)
+
+
 def test_preempt_is_refused_when_no_original_manager_is_configured() -> None:
     m = RoleMachine(B, "b:9618", RoleParams(), random.Random(1), original=False)  # no manager_name
     m.start(0.0)
