@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sim.legacy_overlay_wire as legacy
-from common.overlay.ids import cw_distance
 from common.overlay.messages import OVERLAY_MESSAGES, AppMessage, Peer, app_message, overlay_codec
 from common.overlay.node import Delivered, Event, Output, OverlayNode, OverlayParams
 from common.wire import Message, pack, unpack
 from sim.network import SimNetwork, SimNode
+from sim.overlay_experiment import leaf_set_is_exact
 from sim.topology import Placement, transit_stub
 
 RESTART_GRACE = 60.0
@@ -201,17 +201,7 @@ class MixedRing:
     def wrong_leaf_sets(self) -> int:
         """Live joined nodes whose leaf set is not the l/2 nearest live nodes on each side."""
         ids = sorted(n.node_id for n in self.net.alive())
-        wrong = 0
-        for node in self.net.alive():
-            others = [x for x in ids if x != node.node_id]
-            half = node.core.leaf.half
-            larger = sorted(others, key=lambda x: cw_distance(node.node_id, x))[:half]
-            smaller = sorted(others, key=lambda x: cw_distance(x, node.node_id))[:half]
-            if [p.id for p in node.core.leaf.larger] != larger or [
-                p.id for p in node.core.leaf.smaller
-            ] != smaller:
-                wrong += 1
-        return wrong
+        return sum(1 for n in self.net.alive() if not leaf_set_is_exact(n.core, ids, n.core.leaf.half))
 
     def table_stretch(self) -> float:
         """Mean over live nodes and occupied table slots of the entry's latency over the nearest

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.overlay.messages import AppMessage, app_message
-from common.overlay.node import Delivered, Event, LeafSetChanged, OverlayParams
+from common.overlay.node import Delivered, Event, LeafSetChanged, OverlayNode, OverlayParams
 from sim.network import ByteMeter, SimNetwork, route_latency_tracker, without_cycle_collector
 from sim.topology import LatencyMatrix, Placement, load_matrix, transit_stub
 
@@ -125,13 +125,18 @@ class LeafSetRepairClock:
 
     def correct(self, index: int) -> bool:
         """Whether a node's leaf set is exactly the nearest live nodes on each side."""
-        node = self.net.nodes[index].core
-        me, live, half = node.me.id, self.live, self.half
-        want = min(half, len(live) - 1)  # on a small ring each side holds every other node
-        i = bisect.bisect_left(live, me)
-        larger = [live[(i + k) % len(live)] for k in range(1, want + 1)]
-        smaller = [live[(i - k) % len(live)] for k in range(1, want + 1)]
-        return [p.id for p in node.leaf.larger] == larger and [p.id for p in node.leaf.smaller] == smaller
+        return leaf_set_is_exact(self.net.nodes[index].core, self.live, self.half)
+
+
+def leaf_set_is_exact(node: OverlayNode, live: list[int], half: int) -> bool:
+    """Whether a node's leaf set is exactly the `half` nearest of `live` (the sorted ids of the
+    live nodes, its own among them) on each side: ground truth, not any node's view."""
+    me = node.me.id
+    want = min(half, len(live) - 1)  # on a small ring each side holds every other node
+    i = bisect.bisect_left(live, me)
+    larger = [live[(i + k) % len(live)] for k in range(1, want + 1)]
+    smaller = [live[(i - k) % len(live)] for k in range(1, want + 1)]
+    return [p.id for p in node.leaf.larger] == larger and [p.id for p in node.leaf.smaller] == smaller
 
 
 def _p99(values: list[float]) -> float:
