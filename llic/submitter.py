@@ -298,7 +298,7 @@ async def _submit_one(
     prelaunch = agent_host is not None and bool(config.initial_master_port_number)
     # agents first (module doc, step 3) when they do not depend on the master's cluster and, run
     # as root, the directory can be handed to the jobs' owner before they exist
-    first = prelaunch and not _CLUSTER.search(block.submit_text())
+    first = prelaunch and not uses_cluster(block.submit_text())
     owner_ids = await _owner_ids(gw, schedd) if first and os.geteuid() == 0 else None
     first = first and (owner_ids is not None or os.geteuid() != 0)
     desc = master_job(
@@ -438,6 +438,13 @@ def _ids(user: str) -> tuple[int, int] | None:
     except KeyError:
         return None
     return None if pw.pw_uid == 0 else (pw.pw_uid, pw.pw_gid)
+
+
+def uses_cluster(description: str) -> bool:
+    """Whether a submit description uses the cluster (`$(Cluster)`, `$(ClusterId)`,
+    `$INT(Cluster)`...): then its agents are submitted after the master job, whose cluster it is
+    (module doc, step 2)."""
+    return _CLUSTER.search(description) is not None
 
 
 def _by_process(descriptions: list[dict[str, str]], agents: list[str]) -> dict[str, str] | None:
