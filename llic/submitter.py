@@ -296,7 +296,7 @@ async def _submit_one(
     state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
     save_state(state_path, state)
     prelaunch = agent_host is not None and bool(config.initial_master_port_number)
-    # agents first (module doc, step 3) when they do not depend on the master's cluster and, run
+    # agents first (module doc, step 2) when they do not depend on the master's cluster and, run
     # as root, the directory can be handed to the jobs' owner before they exist
     first = prelaunch and not uses_cluster(block.submit_text())
     owner_ids = await _owner_ids(gw, schedd) if first and os.geteuid() == 0 else None
@@ -377,7 +377,7 @@ async def _prelaunch(
     held: bool = True,
     owner_ids: tuple[int, int] | None = None,
 ) -> tuple[MasterState, int | None, int]:
-    """The master's first agents (module doc, step 3), submitted in one cluster, on hold unless
+    """The master's first agents (module doc, step 2), submitted in one cluster, on hold unless
     `held` is False (then with the output directory handed to `owner_ids` first, when given): the
     state to save (naming them), their cluster and how many. None and 0 when the pool's slots
     cannot be counted or the agents' descriptions do not fit one cluster (the master then
