@@ -7,7 +7,26 @@ For each queue block of the user's submit file:
    (`state.master_output_dir` under MASTER_OUTPUTS_DIR_PREFIX_PATH) holding the block's
    self-contained submit description (`QueueBlock.submit_text`) and the initial state file,
    written atomically before anything is submitted.
-2. The master job, submitted through the gateway on hold (tasks submitted on hold, `hold =
+2. The master's first agents, in one cluster (`MasterCore.prelaunch`: as many as the pool has
+   matching slots, MAX_CHEFS_NUMBER at most), submitted not on hold and before the master job,
+   with a reschedule: every submission starts a queue scan, whose reschedule starts a
+   negotiation cycle, and the negotiator starts no other one for NEGOTIATOR_CYCLE_DELAY (whole
+   seconds) after a cycle; a cycle that finds the agents held (as they were, submitted after the
+   held master and released with it) kept them 1-2.4 s from their slots (NegotiatorLog, load
+   ~5). So the agents are idle from the first scan, whose cycle matches them; the master starts
+   at the next scan (SCHEDD_MIN_INTERVAL later), while they are claiming their slots and
+   starting. They know the run's secret (agents.secret, 0600, for the master) and look for their
+   master on the schedd's address, on the PORT_SPAN ports from INITIAL_MASTER_PORT_NUMBER (it
+   listens on the first free one; they retry until it does); the state file names every one of
+   them (saved before the master job exists, so before it can start). Run as root,
+   master_submitter first hands the directory to the user the schedd authenticates it as
+   (condor_ping's identity: the jobs' owner; the shadows read the agents' input files as that
+   user). Only when the submit description names no cluster (`$(Cluster)`: the master job's,
+   not known yet) and, as root, that user is a local one other than root; otherwise the agents
+   come after the master job, on hold, and are released with it (step 4). Not done at all when
+   INITIAL_MASTER_PORT_NUMBER is 0 (any port: the agents could not find it) or the schedd's
+   address is not one execute machines reach; the master then submits its agents itself.
+3. The master job, submitted through the gateway on hold (tasks submitted on hold, `hold =
    true`, are held in the initial state file): universe scheduler (so HTCondor never
    evacuates it, and re-runs it when it fails, seed §3.2), `llic-master STATE_FILE`.
    `on_exit_remove` lets it leave the queue only after exit status 0; killed by a signal or
@@ -15,30 +34,21 @@ For each queue block of the user's submit file:
    2 (state file or description unusable) and 3 (gave up), and a 20th run, hold it instead, with
    the reason in HoldReason, so a master that cannot succeed is not restarted forever. Its
    `OtherJobRemoveRequirements` names its agents (`LlicMaster`): removing the master removes
-   them, whatever state it is in.
-3. The state file is rewritten with the job's cluster (the tasks' `$(Cluster)`, as condor_submit
-   would give them). The master's first agents are submitted now, on hold, in one
-   cluster (`MasterCore.prelaunch`: as many as the pool has matching slots, MAX_CHEFS_NUMBER at
-   most): a scheduler-universe job starts only at the schedd's next queue scan (SCHEDD_INTERVAL,
-   at least SCHEDD_MIN_INTERVAL apart), and the agents negotiate for their slots meanwhile
-   instead of after the master has started. They know the run's secret (agents.secret, 0600,
-   for the master) and look for their master on the schedd's address, on the PORT_SPAN ports
-   from INITIAL_MASTER_PORT_NUMBER (it listens on the first free one); the state file names
-   every one of them before the master can start. Not done when INITIAL_MASTER_PORT_NUMBER is 0
-   (any port: the agents could not find it) or the schedd's address is not one execute
-   machines reach; the master then submits its agents itself. The tasks' job event logs get
-   their submit events (000, under cluster.process).
+   them, whatever state it is in (before it exists, a failed submission removes them itself).
+   The state file is rewritten with the job's cluster (the tasks' `$(Cluster)`, as
+   condor_submit would give them). The tasks' job event logs get their submit events (000,
+   under cluster.process).
 4. The directory is handed to the job's owner when master_submitter runs as root (the sandbox's
-   clients claim to be its unprivileged user: HTCondor runs no job as root), and the master and
-   its agents are released together (one negotiation and one queue scan serve both), and the
-   schedd is asked to reschedule, as condor_submit does after a submit: a negotiation cycle
-   and a queue scan (which starts scheduler-universe jobs) now, not at the next interval; and
-   once more shortly after (`_follow_up`), since the first cycle often misses the agents.
+   clients claim to be its unprivileged user: HTCondor runs no job as root), and the master (with
+   its agents when they were held) is released, and the schedd is asked to reschedule, as
+   condor_submit does after a submit: a negotiation cycle and a queue scan (which starts
+   scheduler-universe jobs) now, not at the next interval; and once more shortly after
+   (`_follow_up`), since the first cycle often misses agents released then.
 
 The submitting user's token for the masters is fetched once from the schedd
 (`condor_token_fetch`, READ and WRITE, MASTER_TOKEN_LIFETIME seconds; in the sandbox a wrapper
 and a chroot, 0.8-1.2 s at load 8-10, the last of master_submitter's look-ups) while the first
-master and its agents are submitted, and written into each master's output directory
+master's agents and the master are submitted, and written into each master's output directory
 (0700/0600) before step 4 releases it: the master presents it, since a job cannot always
 authenticate as its owner by FS (llic/master_token.py). master_submitter runs
 HTCondor's tools from PATH, or with the command prefix $LLIC_CONDOR_TOOLS.
@@ -61,6 +71,7 @@ import functools
 import json
 import os
 import pwd
+import re
 import socket
 import sys
 import time
@@ -101,6 +112,9 @@ MASTER_ENV = "LLIC_MASTER"
 EXIT_UNUSABLE = 2
 FOLLOW_UP_AFTER = 0.3  # seconds from the release's reschedule to the follow-up (_follow_up)
 EXIT_GAVE_UP = 3
+# a submit description that uses the cluster ($(Cluster), $(ClusterId), $INT(Cluster)...): its
+# agents wait for the master's (module doc, step 2)
+_CLUSTER = re.compile(r"\$[a-z]*\(\s*cluster", re.IGNORECASE)
 
 
 @dataclass
@@ -281,22 +295,39 @@ async def _submit_one(
     state = initial_state(info, config, processes, time.time(), held=held)
     state.extra = {"schedd": schedd.name, "submit_file": submit.path, "line": block.line}
     save_state(state_path, state)
+    prelaunch = agent_host is not None and bool(config.initial_master_port_number)
+    # agents first (module doc, step 2) when they do not depend on the master's cluster and, run
+    # as root, the directory can be handed to the jobs' owner before they exist
+    first = prelaunch and not uses_cluster(block.submit_text())
+    owner_ids = await _owner_ids(gw, schedd) if first and os.geteuid() == 0 else None
+    first = first and (owner_ids is not None or os.geteuid() != 0)
     desc = master_job(
         state_path,
         master=master,
         condor_config=target.condor_config,
         batch_name=f"llic {os.path.basename(submit.path)}#{block.index}",
     )
-    result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
-    job_id = f"{result.cluster}.{result.first_proc}"
+    job_id: str | None = None
     agents = 0
     token: str | None = None
     try:
+        clusters: list[int] = []
+        if first:
+            assert agent_host is not None  # `first` implies it
+            state, _, agents = await _prelaunch(
+                gw, schedd, state_path, state, config, block, agent_host, agent_cache, held=False,
+                owner_ids=owner_ids,
+            )  # fmt: skip
+            save_state(state_path, state)  # names the agents before the master job exists
+        result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
+        job_id = f"{result.cluster}.{result.first_proc}"
+        clusters.append(result.cluster)
         (owner_ad,) = await gw.query_jobs(f"ClusterId == {result.cluster}", ["Owner"], schedd=schedd)
         owner = str(owner_ad.get("Owner") or info.owner)
-        state = replace(state, info=replace(info, cluster=result.cluster, owner=owner))
-        clusters = [result.cluster]
-        if agent_host is not None and config.initial_master_port_number:
+        if owner_ids is not None and _ids(owner) != owner_ids:
+            raise SubmitError(f"the schedd made {owner!r} the master job's owner, not the identity it named")
+        state = replace(state, info=replace(state.info, cluster=result.cluster, owner=owner))
+        if prelaunch and not first:
             state, agent_cluster, agents = await _prelaunch(
                 gw, schedd, state_path, state, config, block, agent_host, agent_cache
             )
@@ -308,24 +339,26 @@ async def _submit_one(
         if token is not None:
             write_token(outdir, token)  # handed to the owner with outdir below
         if os.geteuid() == 0 and owner != "root":
-            try:
-                pw = pwd.getpwnam(owner)
-            except KeyError:
-                raise SubmitError(f"the master job's owner {owner!r} is not a user here") from None
-            _chown_tree(outdir, pw.pw_uid, pw.pw_gid)
+            pw_uid, pw_gid = _ids(owner) or (None, None)
+            if pw_uid is None or pw_gid is None:
+                raise SubmitError(f"the master job's owner {owner!r} is not a user here")
+            _chown_tree(outdir, pw_uid, pw_gid)
             for path in written:  # the master, running as the owner, appends to them
-                os.chown(path, pw.pw_uid, pw.pw_gid)
+                os.chown(path, pw_uid, pw_gid)
         await _release(gw, schedd, clusters)
     except BaseException:
         remove_token(outdir)
         with trio.CancelScope(shield=True):
             reason = "llic master_submitter failed before releasing it"
-            for jobs in ([job_id], f"{MASTER_ATTR} =?= {json.dumps(master_id)}"):
+            for jobs in ([job_id] if job_id else [], f"{MASTER_ATTR} =?= {json.dumps(master_id)}"):
+                if not jobs:
+                    continue
                 try:
                     await gw.remove_jobs(jobs, reason, schedd=schedd)
                 except GatewayError:
                     pass
         raise
+    assert job_id is not None  # submitted, or raised above
     return SubmittedMaster(
         master_id, job_id, block.index, block.line, len(processes), state_path, agents, token is not None
     )
@@ -340,8 +373,12 @@ async def _prelaunch(
     block: QueueBlock,
     host: str,
     agent_cache: Path | None = None,
+    *,
+    held: bool = True,
+    owner_ids: tuple[int, int] | None = None,
 ) -> tuple[MasterState, int | None, int]:
-    """The master's first agents (module doc, step 3), submitted on hold in one cluster: the
+    """The master's first agents (module doc, step 2), submitted in one cluster, on hold unless
+    `held` is False (then with the output directory handed to `owner_ids` first, when given): the
     state to save (naming them), their cluster and how many. None and 0 when the pool's slots
     cannot be counted or the agents' descriptions do not fit one cluster (the master then
     starts its own)."""
@@ -365,12 +402,49 @@ async def _prelaunch(
     description = _by_process(descriptions, [a.agent for a in launches])
     if description is None:
         return state, None, 0
-    description["hold"] = "true"  # released with the master, once the state file names them
+    if held:
+        description["hold"] = "true"  # released with the master, once the state file names them
+    elif owner_ids is not None:  # the shadows read the agents' input files as the owner
+        await trio.to_thread.run_sync(_chown_tree, plan.outdir, *owner_ids)
     result = await gw.submit(description, count=len(launches), schedd=schedd)
+    if not held:  # as condor_submit does: a negotiation cycle now, not at the next interval
+        try:
+            await gw.reschedule(schedd=schedd)
+        except GatewayError:
+            pass
     for i, launch in enumerate(launches):
         core.handle(AgentSubmitted(launch.agent, f"{result.cluster}.{result.first_proc + i}"), now)
     extra = dict(state.extra, prelaunch={"host": host, "ports": ports, "cluster": result.cluster})
     return snapshot(core, state.info, now, extra), result.cluster, len(launches)
+
+
+async def _owner_ids(gw: Gateway, schedd: DaemonRef) -> tuple[int, int] | None:
+    """The uid and gid of the user the schedd will make the owner of what we submit (the identity
+    it authenticates us as, `user@domain`), for master_submitter run as root; None when it names
+    none that is a user here."""
+    try:
+        check = await gw.ping(schedd, "WRITE")
+    except GatewayError:
+        return None
+    if not check.authorized or not check.identity:
+        return None
+    return _ids(check.identity.split("@", 1)[0])
+
+
+def _ids(user: str) -> tuple[int, int] | None:
+    """A local user's uid and gid (None: no such user, or root: HTCondor runs no job as root)."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    return None if pw.pw_uid == 0 else (pw.pw_uid, pw.pw_gid)
+
+
+def uses_cluster(description: str) -> bool:
+    """Whether a submit description uses the cluster (`$(Cluster)`, `$(ClusterId)`,
+    `$INT(Cluster)`...): then its agents are submitted after the master job, whose cluster it is
+    (module doc, step 2)."""
+    return _CLUSTER.search(description) is not None
 
 
 def _by_process(descriptions: list[dict[str, str]], agents: list[str]) -> dict[str, str] | None:

@@ -44,10 +44,12 @@ HANDSHAKE_TIMEOUT = 60.0
 SCAN_HANDSHAKE_TIMEOUT = 10.0  # a port of a range that accepts but does not answer is skipped after this
 RETRY_FIRST = 0.1  # seconds between attempts to reach a master that is not listening yet, at first
 RETRY_MOST = 1.0  # ... growing to this
-# An agent submitted with its master often starts before the master listens (the master's own
-# start-up, ~1 s); for this long it tries every RETRY_SOON at most, so it connects within
-# 0.2 s of the master listening instead of up to RETRY_MOST later.
-RETRY_SOON = 0.2
+# An agent submitted with its master usually starts before the master listens (master_submitter
+# submits the agents first; the master job starts at the schedd's next queue scan, 1.4-1.8 s
+# later in the sandbox, then imports for ~0.4 s); for this long it tries every RETRY_SOON at
+# most, so it connects within 0.1 s of the master listening instead of up to RETRY_MOST later
+# (a round is a refused connection per port of the range: cheap).
+RETRY_SOON = 0.1
 RETRY_SOON_FOR = 20.0
 RECV_SIZE = 1 << 18
 FLUSH_AFTER = 0.05  # seconds a result may wait for others to share its message, at most

@@ -208,30 +208,39 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _slow_nfs(sandbox: Sandbox, name: str, seconds: float) -> Path:
+def _slow_nfs(sandbox: Sandbox, name: str, seconds: float, output: str = "out.$(Process)") -> Path:
     work = shared(sandbox, name)
     (work / "job.sub").write_text(
         "executable = /bin/sh\n"
         f"arguments = \"-c 'echo $(Process) >> runs.log; sleep {seconds}; echo done $(Process)'\"\n"
-        f"should_transfer_files = NO\noutput = out.$(Process)\nqueue {N}\n"
+        f"should_transfer_files = NO\noutput = {output}\nqueue {N}\n"
     )
     return work
 
 
+@pytest.mark.parametrize("output", ["out.$(Process)", "out.$(Cluster).$(Process)"])
 def test_agents_come_with_the_master_and_leave_by_themselves_when_the_queue_drains(
-    sandbox: Sandbox, pool: SandboxPool
+    sandbox: Sandbox, pool: SandboxPool, output: str
 ) -> None:
     """master_submitter submits the master's first agents with it: they are in the queue (on
     their way to slots) before the master job starts, one per matching slot, and the master
-    adopts them instead of submitting its own. When the queue drains, each agent that connected
+    adopts them instead of submitting its own; before the master job (a cluster of their own
+    first, not held) unless the description uses the cluster, which is the master job's (then
+    after it, held, and released with it). When the queue drains, each agent that connected
     leaves by itself (it is never stopped by a signal: the master's removal comes after its
     grace), and none is left in the queue."""
-    work = _slow_nfs(sandbox, "prelaunch", 0.1)
+    work = _slow_nfs(sandbox, "prelaunch" + str(len(output)), 0.1, output)
     (state_path,) = submit(pool, work)
     state = wait_done(pool, state_path)
     assert state.status is MasterStatus.DONE
     assert all(t.state is TaskState.DONE for t in state.tasks)
     agents = state.extra["prelaunch"]["cluster"]
+    if "Cluster" in output:
+        assert agents > state.info.cluster  # submitted after the master job: they need its cluster
+        assert (work / f"out.{state.info.cluster}.0").read_text() == "done 0\n"
+    else:
+        assert agents < state.info.cluster  # submitted first
+        assert (work / "out.0").read_text() == "done 0\n"
     assert len(state.chefs) == 6  # 3 hosts x 2 slots match
     # each chef's only agent is the one master_submitter submitted: the master submitted none
     assert [(c.launches, c.job_ids) for c in state.chefs] == [(1, [f"{agents}.{i}"]) for i in range(6)]
