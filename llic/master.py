@@ -118,6 +118,7 @@ EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
 PUBLISH_INTERVAL = 5.0  # seconds between updates of the progress in the master's job ad, at least
 REQUEST_POLL_INTERVAL = 1.0  # seconds between looks for master_release / master_rm requests
+EVENTS_FLUSH_TIMEOUT = 10.0  # seconds the end waits for the job event logs to catch up, at most
 _UNSET = object()
 
 
@@ -186,6 +187,8 @@ class Master:
         self._published: dict[str, object] = {}  # what the job ad says of our progress
         self._publish_failed = False
         self._events_send, self._events_recv = trio.open_memory_channel[WriteEvents | None](math.inf)
+        self._events_queued = 0  # WriteEvents sent to _event_writer, and how many it has written
+        self._events_written = 0
 
     # ------------------------------------------------------------------ the core
 
@@ -220,7 +223,10 @@ class Master:
         """One action, without waiting: what takes time goes to the task that does it."""
         match action:
             case SaveState():
-                self.save()
+                if self.core.over and self._events_written < self._events_queued:
+                    pass  # the end: _finish saves it once the job event logs are written
+                else:
+                    self.save()
             case SubmitAgent():
                 self._submit_send.send_nowait(action)
             case RemoveAgents():
@@ -236,6 +242,7 @@ class Master:
             case WelcomeAgent() | SendTasks() | SendNoMoreTasks() | GrantBulk() | CancelTask():
                 self.links.deliver(action)
             case WriteEvents():
+                self._events_queued += 1
                 self._events_send.send_nowait(action)
             case CloseConnection(agent=agent, reason=reason):
                 self.links.close(agent, reason)
@@ -345,6 +352,7 @@ class Master:
         out = self.core.finish(time.time(), reason)
         for note in out.notes:
             self.log.info(note)
+        await self._events_flushed()  # the state says done only once the logs say so too
         self.save()  # how it ended is known now: master_q and --wait need not wait for the grace
         with trio.move_on_after(60) as scope:
             scope.shield = True
@@ -451,7 +459,16 @@ class Master:
             for problem in problems:
                 self.counters["log_write_failures"] += 1
                 self.log.warning("job event log not written", problem=problem)
+            self._events_written += 1
         done.set()
+
+    async def _events_flushed(self, timeout: float = EVENTS_FLUSH_TIMEOUT) -> None:
+        """Wait (at most `timeout`) until every task event given so far is in the job event logs:
+        a user who sees the run done (master_q, --wait) then reads its log finds every terminated
+        event there, as after condor_wait."""
+        with trio.move_on_after(timeout):
+            while self._events_written < self._events_queued:
+                await trio.sleep(0.01)
 
     async def _requests(self) -> None:
         """The user's master_release / master_rm / master_hold requests: files the commands put

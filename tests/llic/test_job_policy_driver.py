@@ -18,7 +18,7 @@ import trio
 from llic import master as m
 from llic.config import LlicConfig
 from llic.eventlog import append_events, log_path, submit_event
-from llic.state import MasterInfo, initial_state, load_state, save_state
+from llic.state import MasterInfo, MasterStatus, initial_state, load_state, save_state
 from llic.submit import parse_submit_file
 from llic.taskbook import TaskState
 from llic.user_requests import Request, write_request
@@ -183,3 +183,30 @@ async def test_tasks_submitted_on_hold_wait_for_master_rm(tmp_path: Path) -> Non
     got = events(tmp_path / "work" / "job.log")
     assert [t for t, _, p, _ in got if p == 1] == [0, 9]
     assert load_state(state_path).counts().removed == 1
+
+
+async def test_the_state_says_done_only_once_the_job_event_log_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user who sees the run done (master_q, --wait) and then reads the log finds every task's
+    terminated event there, however slowly the log is written (here 0.3 s per write)."""
+    slow = m.append_events
+
+    def slow_append(texts: dict[str, list[str]]) -> list[str]:
+        time.sleep(0.3)
+        return slow(texts)
+
+    monkeypatch.setattr(m, "append_events", slow_append)
+    state_path = prepare(
+        tmp_path,
+        "executable = task.sh\narguments = $(Process) 1 1\nshould_transfer_files = NO\n"
+        "log = job.log\nqueue 4\n",
+    )
+    seen: list[list[int]] = []
+
+    async def read_log_when_done(path: Path) -> None:
+        await until_state(path, lambda s: s.status is not MasterStatus.RUNNING)
+        seen.append(sorted(p for t, _, p, _ in events(tmp_path / "work" / "job.log") if t == 5))
+
+    assert await run_master(state_path, tmp_path, during=read_log_when_done) == m.EXIT_DONE
+    assert seen == [[0, 1, 2, 3]]
