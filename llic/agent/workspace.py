@@ -10,13 +10,13 @@ the execution directory, not in it, and return as `stdout`/`stderr` blobs; the f
 created or changed return as `file` blobs, chosen by `files.select_outputs` per files style.
 
 A finished task's directory is renamed into the agent's trash directory (same file system, ~0.04
-ms) and removed there by a background thread: `rmdir` costs ~3 ms of waiting on this machine's
-ext4 (mounted with `discard`; ~0.05 ms of CPU), more than the rest of a short task's cycle, and
-the waits of parallel removals overlap. A process that escaped its task's process group and goes
-on writing in its old directory writes into the trash, never into a later task's directory (each
-task's is made anew). The trash holds at most TRASH_DIRS directories and TRASH_BYTES of the
-tasks' own files; beyond that the agent removes the directory itself, as before; what is left
-is removed when the agent ends.
+ms) and removed there by a background thread: while the disk is busy (as when workers' large
+inputs arrive) `rmdir` waits 3-6 ms on an ext4 mounted with `discard` (~0.05 ms of CPU), more
+than the rest of a short task's cycle, and the waits of parallel removals overlap. A process
+that escaped its task's process group and goes on writing in its old directory writes into the
+trash, never into a later task's directory (each task's is made anew). The trash holds at most
+TRASH_DIRS directories and TRASH_BYTES of the tasks' own files; beyond that the agent removes
+the directory itself, as before; what is left is removed when the agent ends.
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ class Trash:
                 _remove_at(fd, name)
 
     def wait_empty(self) -> None:
-        """Until the background removal has caught up (tests; or the agent when idle)."""
+        """Until the background removal has caught up (for tests)."""
         with self._cond:
             while self.waiting and self._thread is not None and self._thread.is_alive():
                 if not self._emptying:
