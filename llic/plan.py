@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,11 @@ class Plan:
     common_inputs: list[str]  # as named in the submit file, relative to the initialdir
     executable: str | None  # TRANSFER modes: the executable HTCondor transfers with each agent
     agent_attributes: dict[str, str]
+    # the common inputs as a set: private_inputs asks it twice per task (read ahead, then send)
+    _common: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._common = frozenset(self.common_inputs)
 
     @property
     def outdir(self) -> Path:
@@ -98,11 +103,15 @@ class Plan:
 
     def private_inputs(self, spec: Task) -> list[str]:
         """The input files that are this task's own (its `input` too): they travel with it."""
-        common = set(self.common_inputs)
-        names = list(spec.transfer_input_files)
-        if spec.input is not None and spec.input not in names:
+        common = self._common
+        names = [n for n in spec.transfer_input_files if n not in common]
+        if (
+            spec.input is not None
+            and spec.input not in common
+            and spec.input not in spec.transfer_input_files
+        ):
             names.append(spec.input)
-        return [n for n in names if n not in common]
+        return names
 
     def logs(self) -> dict[int, str]:
         """Each task's job event log (those with a `log` only), as a path on this machine."""
