@@ -584,8 +584,8 @@ class OverlayNode:
     def _rtts_of(self, peers: list[Peer]) -> list[float | None]:
         """Our measured round-trip time to each peer (0 to ourselves), for an offer of them: the
         receiver bounds its own RTT to each from its RTT to us (_consider_all)."""
-        rtt, me = self.rtt, self.me.id
-        return [0.0 if p.id == me else rtt.get(p.id) for p in peers]
+        get, me = self.rtt.get, self.me.id
+        return [0.0 if (pid := p.id) == me else get(pid) for p in peers]
 
     def _leaf_push(self, to: Peer) -> LeafSetPush:
         """Our leaf set for `to`, with our RTTs to its members if `to` takes them (CAP_RTT). The
@@ -865,7 +865,7 @@ class OverlayNode:
         unlisted.discard(s)
         if not unlisted:
             return  # (the usual case: neighbours' sets overlap)
-        missing = [m for m in mine.values() if m.id in unlisted]  # in members() order
+        missing = [m for pid, m in mine.items() if pid in unlisted]  # in members() order
         # Each member counts on the side it is nearer to: clockwise (cw <= ccw) exactly when its
         # clockwise distance is at most half the ring (ccw is then 0 or ID_SPACE - cw), so the
         # reaches are a max and a min over the clockwise distances (builtins, not a loop: this
@@ -949,7 +949,8 @@ class OverlayNode:
 
     def _on_ping(self, msg: Ping, now: float) -> None:
         theirs = caps_in_nonce(msg.nonce)
-        self._learn_caps(msg.sender.id, theirs)
+        if self.caps.get(msg.sender.id) != theirs:  # (_learn_caps' test, inlined)
+            self._learn_caps(msg.sender.id, theirs)
         caps = self.capabilities if theirs & self.capabilities & CAP_TOLERANT else None
         self._send(msg.sender.addr, Pong.built(sender=self.me, nonce=msg.nonce, sent=msg.sent, caps=caps))
         # Not probed back: the prober measures us, and we measure it when it is offered to us as
@@ -965,7 +966,9 @@ class OverlayNode:
             return
         del pending[msg.nonce]
         self._probing.pop(pid, None)
-        self._learn_caps(pid, msg.caps or 0)
+        caps = msg.caps or 0
+        if self.caps.get(pid) != caps:  # (_learn_caps' test, inlined)
+            self._learn_caps(pid, caps)
         if probe.tell is not None:
             self._correct(probe.tell, now)  # it lacked this node, which is alive
         sample = max(now - msg.sent, 0.0)
@@ -1109,13 +1112,11 @@ class OverlayNode:
         """Answer with the nodes we know that would sit in row `row` of the requester's table."""
         if 0 <= msg.row < self.table.rows:
             b, requester, row = self.params.b, msg.sender.id, msg.row
-            # shared_prefix_len inlined (p.id != requester, so the XOR is not 0): this runs for
-            # every node we know, at every row request.
-            fits = [
-                p
-                for p in self._known()
-                if p.id != requester and (ID_BITS - (p.id ^ requester).bit_length()) // b == row
-            ]
+            # shared_prefix_len(p.id, requester) == row, inlined as a range of the XOR's bit
+            # length (which is 0 for the requester itself, below the range): this runs for every
+            # node we know, at every row request.
+            shortest, longest = ID_BITS - b * (row + 1), ID_BITS - b * row
+            fits = [p for p in self._known() if shortest < (p.id ^ requester).bit_length() <= longest]
             if shared_prefix_len(self.me.id, requester, b) == msg.row:
                 fits.append(self.me)
             fits = fits[: 2 * self.table.cols]
