@@ -44,7 +44,7 @@ _MASK64: Final = (1 << 64) - 1
 EventHook = Callable[[int, Event, float], None]
 
 
-@dataclass
+@dataclass(slots=True)
 class SimNode:
     """One simulated node: its overlay core, whether it is up, its pending timer and sends."""
 

@@ -181,7 +181,7 @@ _HALF_RING = ID_SPACE >> 1  # a clockwise distance up to this is no longer than 
 REVIVE, MEASURE, SUSPECT = 0, 1, 2
 
 
-@dataclass
+@dataclass(slots=True)
 class _HopWait:
     msg: Route | JoinRequest
     next_hop: Peer
@@ -190,7 +190,7 @@ class _HopWait:
     resent: int = 0  # times sent again to the same hop (see _expire_hops)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Probe:
     peer: Peer
     sent: float
@@ -741,7 +741,7 @@ class OverlayNode:
         nonce = self._nonce | self._nonce_caps
         self._pending[nonce] = _Probe(peer, now, kind, attempt, attempts, tell)
         self._probing[peer.id] = nonce
-        self._send(peer.addr, Ping.built(sender=self.me, nonce=nonce, sent=float(now)))
+        self._out.sends.append((peer.addr, Ping.built(sender=self.me, nonce=nonce, sent=float(now))))  # _send
 
     def _expire_probes(self, now: float) -> None:
         for probe in _expired(self._pending, self.params.probe_timeout, now):
@@ -952,7 +952,8 @@ class OverlayNode:
         if self.caps.get(msg.sender.id) != theirs:  # (_learn_caps' test, inlined)
             self._learn_caps(msg.sender.id, theirs)
         caps = self.capabilities if theirs & self.capabilities & CAP_TOLERANT else None
-        self._send(msg.sender.addr, Pong.built(sender=self.me, nonce=msg.nonce, sent=msg.sent, caps=caps))
+        pong = Pong.built(sender=self.me, nonce=msg.nonce, sent=msg.sent, caps=caps)
+        self._out.sends.append((msg.sender.addr, pong))  # _send, inlined
         # Not probed back: the prober measures us, and we measure it when it is offered to us as
         # a candidate (row maintenance), which halves the probes of joins.
         self._consider(msg.sender, now, firsthand=True, measure=False)
