@@ -1046,7 +1046,7 @@ class OverlayNode:
         if not msg.refresh and self._speaks(nxt.id, CAP_JOIN_ACK) and self._join_waits < MAX_JOIN_WAITS:
             self._nonce += 1
             onward = JoinRequest.built(joiner=msg.joiner, hops=hops, caps=msg.caps, via=self.me,
-                                 hop_nonce=self._nonce)  # fmt: skip
+                                       hop_nonce=self._nonce)  # fmt: skip
             self._hops[self._nonce] = _HopWait(onward, nxt, now, tried)
             self._join_waits += 1
         else:
@@ -1141,8 +1141,9 @@ class OverlayNode:
             if payload is None:
                 return
         self._nonce += 1
-        onward = Route.built(key=msg.key, origin=msg.origin, payload=payload, hops=msg.hops + 1, via=self.me,
-                       hop_nonce=self._nonce)  # fmt: skip
+        make = Route.built if payload is msg.payload else Route  # (a payload the hook changed: validated)
+        onward = make(key=msg.key, origin=msg.origin, payload=payload, hops=msg.hops + 1, via=self.me,
+                      hop_nonce=self._nonce)  # fmt: skip
         self._hops[self._nonce] = _HopWait(onward, nxt, now, tried)
         self._send(nxt.addr, onward)
 
