@@ -336,6 +336,11 @@ class Placement:
         # nor the nodes with the largest access delays.
         self.diameter: float = topology.diameter + 2 * max(self.access)
 
+    def row_of(self, i: int) -> array[float]:
+        """Node i's row of the endpoint matrix: latency(i, j) is access[i] + access[j] +
+        row_of(i)[endpoint_of[j]] for j != i (sim.network inlines it)."""
+        return self._row_of[i]
+
     def latency(self, i: int, j: int) -> float:
         """One-way latency in seconds between overlay nodes i and j (indices are not checked)."""
         if i == j:

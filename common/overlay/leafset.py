@@ -49,7 +49,7 @@ class LeafSet:
 
     def _changed(self) -> None:
         self.version += 1
-        self._by_id = {p.id: p for p in self.smaller} | {p.id: p for p in self.larger}
+        self._by_id = {p.id: p for side in (self.smaller, self.larger) for p in side}
         larger, smaller, me = self.larger, self.smaller, self.me.id
         if len(larger) < self.half or len(smaller) < self.half:
             self._reach = None

@@ -73,7 +73,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from common.overlay.ids import ID_BITS, ID_MASK, closeness, digit, shared_prefix_len
+from common.overlay.ids import ID_BITS, ID_MASK, ID_SPACE, closeness, digit, shared_prefix_len
 from common.overlay.leafset import LeafSet
 from common.overlay.messages import (
     CAP_JOIN_ACK,
@@ -174,12 +174,14 @@ PRUNE_FACTOR = 1.0
 the slot holder's measured one. 1.0 is lossless where the triangle inequality holds: such a
 candidate cannot be nearer, and only a nearer one takes the slot (_on_pong)."""
 
+_HALF_RING = ID_SPACE >> 1  # a clockwise distance up to this is no longer than the counter-clockwise one
+
 # What a probe is for: a departed node that may be back, a round-trip time to measure (proximity
 # neighbour selection), or a suspected node (declared dead if it does not answer).
 REVIVE, MEASURE, SUSPECT = 0, 1, 2
 
 
-@dataclass
+@dataclass(slots=True)
 class _HopWait:
     msg: Route | JoinRequest
     next_hop: Peer
@@ -188,7 +190,7 @@ class _HopWait:
     resent: int = 0  # times sent again to the same hop (see _expire_hops)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Probe:
     peer: Peer
     sent: float
@@ -275,7 +277,7 @@ class OverlayNode:
         self._last_push: tuple[int, int, LeafSetPush] | None = None  # see _leaf_push
         self._last_base_push: tuple[int, LeafSetPush] | None = None  # without RTTs
         self._leaf_rtts_version = 0  # bumped when _on_pong changes a leaf member's RTT
-        self._heartbeat = Heartbeat(sender=me)
+        self._heartbeat = Heartbeat.built(sender=me)
         self._out = Output()
         self._leaf_changed = False
 
@@ -294,7 +296,12 @@ class OverlayNode:
 
     def on_message(self, msg: Message, now: float) -> Output:
         """Handle one overlay message from the network (unknown types are ignored)."""
-        sender = getattr(msg, "sender", None)
+        kind = type(msg)
+        # (getattr of a field a message lacks costs pydantic ~2 us: asked only of unknown types)
+        if kind in _WITH_SENDER:
+            sender = msg.sender
+        else:
+            sender = None if kind in _HANDLERS else getattr(msg, "sender", None)
         if isinstance(sender, Peer):
             # _heard, inlined: this runs for every message.
             pid = sender.id
@@ -302,10 +309,11 @@ class OverlayNode:
             heard[pid] = now
             if len(heard) > self._heard_limit:
                 self._heard_limit = self._trim_recent(heard, by_value=True)
-            self.dead.pop(pid, None)
+            if self.dead:
+                self.dead.pop(pid, None)
             if self._departed and self._departed.pop(pid, None) is not None:
                 self._consider(sender, now, firsthand=True)  # back from the dead, or from a partition
-        handler = _HANDLERS.get(type(msg))
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, msg, now)
         return self._flush()
@@ -576,8 +584,8 @@ class OverlayNode:
     def _rtts_of(self, peers: list[Peer]) -> list[float | None]:
         """Our measured round-trip time to each peer (0 to ourselves), for an offer of them: the
         receiver bounds its own RTT to each from its RTT to us (_consider_all)."""
-        rtt, me = self.rtt, self.me.id
-        return [0.0 if p.id == me else rtt.get(p.id) for p in peers]
+        get, me = self.rtt.get, self.me.id
+        return [0.0 if (pid := p.id) == me else get(pid) for p in peers]
 
     def _leaf_push(self, to: Peer) -> LeafSetPush:
         """Our leaf set for `to`, with our RTTs to its members if `to` takes them (CAP_RTT). The
@@ -593,14 +601,14 @@ class OverlayNode:
             base = self._last_base_push
             if base is not None and base[0] == leaf.version:
                 return base[1]
-            push = LeafSetPush(sender=self.me, leaf_set=leaf.members())
+            push = LeafSetPush.built(sender=self.me, leaf_set=leaf.members())
             self._last_base_push = (leaf.version, push)
             return push
         last = self._last_push
         if last is not None and last[0] == leaf.version and last[1] == self._leaf_rtts_version:
             return last[2]
         members = leaf.members()
-        push = LeafSetPush(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
+        push = LeafSetPush.built(sender=self.me, leaf_set=members, rtts=self._rtts_of(members))
         self._last_push = (leaf.version, self._leaf_rtts_version, push)
         return push
 
@@ -628,8 +636,8 @@ class OverlayNode:
         one join_retry later."""
         self._join_attempts += 1
         if self._join_attempts % 2 and self.capabilities:
-            return JoinRequest(joiner=self.me, caps=self.capabilities)
-        return JoinRequest(joiner=self.me)
+            return JoinRequest.built(joiner=self.me, caps=self.capabilities)
+        return JoinRequest.built(joiner=self.me)
 
     def _trim_recent(self, peers: dict[int, float] | dict[int, int], *, by_value: bool = False) -> int:
         """Bound a per-peer map (rtt, last_heard, caps): keep the entries of the leaf set's and routing
@@ -733,7 +741,7 @@ class OverlayNode:
         nonce = self._nonce | self._nonce_caps
         self._pending[nonce] = _Probe(peer, now, kind, attempt, attempts, tell)
         self._probing[peer.id] = nonce
-        self._send(peer.addr, Ping(sender=self.me, nonce=nonce, sent=now))
+        self._out.sends.append((peer.addr, Ping.built(sender=self.me, nonce=nonce, sent=float(now))))  # _send
 
     def _expire_probes(self, now: float) -> None:
         for probe in _expired(self._pending, self.params.probe_timeout, now):
@@ -786,7 +794,8 @@ class OverlayNode:
                 others = self.table.row(r)
                 if others:
                     asked = self.rng.choice(others)
-                    self._send(asked.addr, RowRequest(sender=self.me, row=row, rtt=self._rtt_for(asked)))
+                    request = RowRequest.built(sender=self.me, row=row, rtt=self._rtt_for(asked))
+                    self._send(asked.addr, request)
                     break
 
     def _ask_for_replacements(self) -> None:
@@ -795,7 +804,7 @@ class OverlayNode:
         if not asked:
             asked = {p.id: p for p in self.table.cached_entries()[:1]}
         for p in asked.values():
-            self._send(p.addr, LeafSetRequest(sender=self.me, rtt=self._rtt_for(p)))
+            self._send(p.addr, LeafSetRequest.built(sender=self.me, rtt=self._rtt_for(p)))
 
     def _retry_leaf_repair(self, now: float) -> None:
         """After a member was declared dead, ask again, LEAF_REPAIR_RETRIES times: the request, its
@@ -850,23 +859,23 @@ class OverlayNode:
         either dead in the sender's eyes or unknown to it: we probe it unless we heard from it
         within `leaf_timeout`, and tell the sender about the ones that are alive."""
         s = sender.id
-        listed = {p.id for p in their}
+        ids = [p.id for p in their]
         mine = self.leaf._by_id
-        unlisted = mine.keys() - listed
+        unlisted = mine.keys() - set(ids)
         unlisted.discard(s)
         if not unlisted:
             return  # (the usual case: neighbours' sets overlap)
-        missing = [m for m in mine.values() if m.id in unlisted]  # in members() order
-        reach_cw = reach_ccw = count_cw = count_ccw = 0
-        for p in their:
-            cw = (p.id - s) & ID_MASK
-            ccw = (s - p.id) & ID_MASK
-            if cw <= ccw:
-                count_cw += 1
-                reach_cw = max(reach_cw, cw)
-            else:
-                count_ccw += 1
-                reach_ccw = max(reach_ccw, ccw)
+        missing = [m for pid, m in mine.items() if pid in unlisted]  # in members() order
+        # Each member counts on the side it is nearer to: clockwise (cw <= ccw) exactly when its
+        # clockwise distance is at most half the ring (ccw is then 0 or ID_SPACE - cw), so the
+        # reaches are a max and a min over the clockwise distances (builtins, not a loop: this
+        # runs for most pushes).
+        cws = [(i - s) & ID_MASK for i in ids]
+        near = [c for c in cws if c <= _HALF_RING]
+        far = [c for c in cws if c > _HALF_RING]
+        count_cw, count_ccw = len(near), len(far)
+        reach_cw = max(near) if near else 0
+        reach_ccw = ID_SPACE - min(far) if far else 0
         half = self.leaf.half
         timeout = self.params.leaf_timeout
         tell = False
@@ -907,7 +916,7 @@ class OverlayNode:
         for peer in self.table.cached_entries():
             got = held.get(peer.id)
             if got is None or now - got[0] >= horizon:
-                self._send(peer.addr, LeafSetRequest(sender=self.me, rtt=self._rtt_for(peer)))
+                self._send(peer.addr, LeafSetRequest.built(sender=self.me, rtt=self._rtt_for(peer)))
         for gone in [i for i in held if not self.table.contains(i)]:
             del held[gone]
         known = self._known()
@@ -919,7 +928,7 @@ class OverlayNode:
             if nearest is not None:
                 targets.setdefault(nearest.id, nearest)
             for peer in targets.values():
-                self._send(peer.addr, RowRequest(sender=self.me, row=row, rtt=self._rtt_for(peer)))
+                self._send(peer.addr, RowRequest.built(sender=self.me, row=row, rtt=self._rtt_for(peer)))
 
     def _leaf_exchange(self) -> None:
         """Push our leaf set to one random member, which checks it against its own (_check_push):
@@ -934,15 +943,17 @@ class OverlayNode:
         if entries:
             to = self.rng.choice(entries)
             caps = self.capabilities if self._speaks(to.id, CAP_TOLERANT) else None
-            self._send(to.addr, JoinRequest(joiner=self.me, refresh=True, caps=caps))
+            self._send(to.addr, JoinRequest.built(joiner=self.me, refresh=True, caps=caps))
 
     # ------------------------------------------------------------------ handlers
 
     def _on_ping(self, msg: Ping, now: float) -> None:
         theirs = caps_in_nonce(msg.nonce)
-        self._learn_caps(msg.sender.id, theirs)
+        if self.caps.get(msg.sender.id) != theirs:  # (_learn_caps' test, inlined)
+            self._learn_caps(msg.sender.id, theirs)
         caps = self.capabilities if theirs & self.capabilities & CAP_TOLERANT else None
-        self._send(msg.sender.addr, Pong(sender=self.me, nonce=msg.nonce, sent=msg.sent, caps=caps))
+        pong = Pong.built(sender=self.me, nonce=msg.nonce, sent=msg.sent, caps=caps)
+        self._out.sends.append((msg.sender.addr, pong))  # _send, inlined
         # Not probed back: the prober measures us, and we measure it when it is offered to us as
         # a candidate (row maintenance), which halves the probes of joins.
         self._consider(msg.sender, now, firsthand=True, measure=False)
@@ -956,7 +967,9 @@ class OverlayNode:
             return
         del pending[msg.nonce]
         self._probing.pop(pid, None)
-        self._learn_caps(pid, msg.caps or 0)
+        caps = msg.caps or 0
+        if self.caps.get(pid) != caps:  # (_learn_caps' test, inlined)
+            self._learn_caps(pid, caps)
         if probe.tell is not None:
             self._correct(probe.tell, now)  # it lacked this node, which is alive
         sample = max(now - msg.sent, 0.0)
@@ -990,7 +1003,7 @@ class OverlayNode:
         joiner = msg.joiner
         if msg.via is not None and msg.hop_nonce is not None and self.capabilities & CAP_JOIN_ACK:
             self._heard(msg.via, now)
-            self._send(msg.via.addr, RouteAck(sender=self.me, hop_nonce=msg.hop_nonce))
+            self._send(msg.via.addr, RouteAck.built(sender=self.me, hop_nonce=msg.hop_nonce))
         if joiner.id == self.me.id:
             return
         nxt = self.next_hop(joiner.id, exclude=(joiner.id,))
@@ -1013,7 +1026,7 @@ class OverlayNode:
         # The joiner's capabilities as its request says: a join starts a new incarnation, maybe
         # of another version (rolled back) than we knew; a refresh, as the joined node told us.
         theirs = msg.caps if msg.caps is not None else self.caps.get(joiner.id, 0) if msg.refresh else 0
-        info = JoinInfo(sender=self.me, candidates=rows, leaf_set=leaf, root=root)
+        info = JoinInfo.built(sender=self.me, candidates=rows, leaf_set=leaf, root=root)
         if theirs & self.capabilities & CAP_RTT:
             rtts = {"candidate_rtts": self._rtts_of(rows), "leaf_rtts": self._rtts_of(leaf)}
             info = info.model_copy(update=rtts)
@@ -1032,13 +1045,13 @@ class OverlayNode:
         hops = msg.hops + 1
         if not msg.refresh and self._speaks(nxt.id, CAP_JOIN_ACK) and self._join_waits < MAX_JOIN_WAITS:
             self._nonce += 1
-            onward = JoinRequest(joiner=msg.joiner, hops=hops, caps=msg.caps, via=self.me,
-                                 hop_nonce=self._nonce)  # fmt: skip
+            onward = JoinRequest.built(joiner=msg.joiner, hops=hops, caps=msg.caps, via=self.me,
+                                       hop_nonce=self._nonce)  # fmt: skip
             self._hops[self._nonce] = _HopWait(onward, nxt, now, tried)
             self._join_waits += 1
         else:
             caps = msg.caps if self._speaks(nxt.id, CAP_TOLERANT) else None
-            onward = JoinRequest(joiner=msg.joiner, hops=hops, refresh=msg.refresh, caps=caps)
+            onward = JoinRequest.built(joiner=msg.joiner, hops=hops, refresh=msg.refresh, caps=caps)
             silent = now - self.last_heard.get(nxt.id, -math.inf) > self.params.leaf_timeout
             if silent and not msg.refresh and self.capabilities & CAP_JOIN_ACK:
                 self._probe(nxt, now, kind=SUSPECT)
@@ -1069,7 +1082,7 @@ class OverlayNode:
         if msg.root and not self.joined:
             self._become_joined(now)
             for peer in self._known():
-                self._send(peer.addr, Hello(sender=self.me, rtt=self._rtt_for(peer)))
+                self._send(peer.addr, Hello.built(sender=self.me, rtt=self._rtt_for(peer)))
 
     def _on_hello(self, msg: Hello, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)
@@ -1100,18 +1113,16 @@ class OverlayNode:
         """Answer with the nodes we know that would sit in row `row` of the requester's table."""
         if 0 <= msg.row < self.table.rows:
             b, requester, row = self.params.b, msg.sender.id, msg.row
-            # shared_prefix_len inlined (p.id != requester, so the XOR is not 0): this runs for
-            # every node we know, at every row request.
-            fits = [
-                p
-                for p in self._known()
-                if p.id != requester and (ID_BITS - (p.id ^ requester).bit_length()) // b == row
-            ]
+            # shared_prefix_len(p.id, requester) == row, inlined as a range of the XOR's bit
+            # length (which is 0 for the requester itself, below the range): this runs for every
+            # node we know, at every row request.
+            shortest, longest = ID_BITS - b * (row + 1), ID_BITS - b * row
+            fits = [p for p in self._known() if shortest < (p.id ^ requester).bit_length() <= longest]
             if shared_prefix_len(self.me.id, requester, b) == msg.row:
                 fits.append(self.me)
             fits = fits[: 2 * self.table.cols]
             rtts = self._rtts_of(fits) if self._speaks(requester, CAP_RTT) else []
-            self._send(msg.sender.addr, RowReply(sender=self.me, row=msg.row, entries=fits, rtts=rtts))
+            self._send(msg.sender.addr, RowReply.built(sender=self.me, row=msg.row, entries=fits, rtts=rtts))
         self._consider(msg.sender, now, firsthand=True, bound=msg.rtt or 0.0)
 
     def _on_row_reply(self, msg: RowReply, now: float) -> None:
@@ -1130,8 +1141,9 @@ class OverlayNode:
             if payload is None:
                 return
         self._nonce += 1
-        onward = Route(key=msg.key, origin=msg.origin, payload=payload, hops=msg.hops + 1, via=self.me,
-                       hop_nonce=self._nonce)  # fmt: skip
+        make = Route.built if payload is msg.payload else Route  # (a payload the hook changed: validated)
+        onward = make(key=msg.key, origin=msg.origin, payload=payload, hops=msg.hops + 1, via=self.me,
+                      hop_nonce=self._nonce)  # fmt: skip
         self._hops[self._nonce] = _HopWait(onward, nxt, now, tried)
         self._send(nxt.addr, onward)
 
@@ -1166,7 +1178,7 @@ class OverlayNode:
     def _on_route(self, msg: Route, now: float) -> None:
         if msg.via is not None:
             self._heard(msg.via, now)
-            self._send(msg.via.addr, RouteAck(sender=self.me, hop_nonce=msg.hop_nonce))
+            self._send(msg.via.addr, RouteAck.built(sender=self.me, hop_nonce=msg.hop_nonce))
         self._route(msg, now)
 
     def _on_route_ack(self, msg: RouteAck, now: float) -> None:
@@ -1191,9 +1203,8 @@ class OverlayNode:
         for r in range(msg.level, self.table.used_rows()):
             for peer in self.table.row(r):
                 if peer.id != msg.origin.id:
-                    self._send(
-                        peer.addr, Broadcast(origin=msg.origin, seq=msg.seq, level=r + 1, payload=msg.payload)
-                    )
+                    onward = Broadcast.built(origin=msg.origin, seq=msg.seq, level=r + 1, payload=msg.payload)
+                    self._send(peer.addr, onward)
                     self._used.add(peer.addr)
 
 
@@ -1216,3 +1227,4 @@ _HANDLERS: dict[type[Message], Callable[..., None]] = {
     Broadcast: OverlayNode._on_broadcast,
     Heartbeat: OverlayNode._on_heartbeat,
 }
+_WITH_SENDER = frozenset(t for t in _HANDLERS if "sender" in t.model_fields)  # (see on_message)
