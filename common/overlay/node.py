@@ -824,7 +824,8 @@ class OverlayNode:
         # probes an entry unless it is used. Sweep the table soon (at most once per
         # table_probe_interval), so that lookups meet repaired slots, not dead entries.
         t = self._timers
-        if self.joined and "table_sweep" not in t and now - self._last_sweep >= self.params.table_probe_interval:
+        quiet = now - self._last_sweep >= self.params.table_probe_interval
+        if self.joined and quiet and "table_sweep" not in t:
             t["table_sweep"] = now + SWEEP_DELAY
             self._timers_changed = True
 

@@ -88,8 +88,7 @@ def test_a_death_makes_the_node_sweep_its_table_and_the_dead_entries_are_dropped
     del ring.live[A.addr], ring.live[C.addr]  # both crash; nobody tells ME
     t0 = 100.0  # every table entry silent for longer than SWEEP_QUIET
     out = ring.node.route(A.id | 1, Note(n=1), t0)
-    [(hop, first)] = [(a, m) for a, m in out.sends if isinstance(m, Route)]
-    assert hop == A.addr
+    assert [a for a, m in out.sends if isinstance(m, Route)] == [A.addr]
     ring.take(out, t0)
     ring.run(t0 + 0.5, t0 + 40.0)
     node = ring.node
