@@ -930,6 +930,16 @@ class OverlayNode:
         either dead in the sender's eyes or unknown to it: we probe it unless we heard from it
         within `leaf_timeout`, and tell the sender about the ones that are alive."""
         s = sender.id
+        dead, departed = self.dead, self._departed
+        if dead or departed:
+            # The sender still lists a node we declared dead: it missed the news (a push lost, or
+            # the node heard from just before it died). Our set, which lacks it, makes the sender
+            # probe it (_check_push there). Else that node may stay in its set for good: nobody
+            # watches a leaf member but its smaller neighbour, and deaths are remembered a while.
+            for p in their:
+                if p.id in departed or dead.get(p.id, 0.0) > now:
+                    self._correct(sender, now)
+                    break
         listed = {p.id for p in their}
         mine = self.leaf._by_id
         unlisted = mine.keys() - listed

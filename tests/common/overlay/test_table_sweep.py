@@ -71,11 +71,12 @@ class Ring:
                 self.take(self.node.on_message(RouteAck(sender=peer, hop_nonce=msg.hop_nonce), back), back)
 
     def run(self, start: float, end: float) -> None:
-        """Timers from `start` to `end`; the leaf members stay heard (heartbeats)."""
+        """Timers from `start` to `end`; the live leaf members stay heard (heartbeats)."""
         t = start
         while t < end:
-            self.take(self.node.on_message(Heartbeat(sender=RIGHT), t), t)
-            self.take(self.node.on_message(Heartbeat(sender=LEFT), t), t)
+            for member in (RIGHT, LEFT):
+                if member.addr in self.live:
+                    self.take(self.node.on_message(Heartbeat(sender=member), t), t)
             self.take(self.node.on_timer(t), t)
             t += 0.5
 
@@ -184,3 +185,29 @@ def test_a_peer_lying_about_deaths_does_not_empty_the_table_nor_grow_memory() ->
     assert ring.pings(RIGHT.addr, since=t)  # what the liar said was checked, and found false
     assert "table_sweep" not in node._timers and node._last_sweep < t
     assert len(node.dead) <= 200 and len(node.rtt) <= 2 * PARAMS.recent_peers + 8
+
+
+def test_a_push_that_lists_a_node_we_declared_dead_is_answered_with_our_set() -> None:
+    """A holder that missed a death (its push lost, or the node heard from just before it died)
+    would keep it in its leaf set for good: nobody watches a leaf member but its smaller
+    neighbour. Our set, which lacks it, makes the holder probe it; once per keepalive interval."""
+    ring = Ring(A)
+    node = ring.node
+    del ring.live[RIGHT.addr]
+    ring.run(1.0, 40.0)  # RIGHT (watched: our larger neighbour) silent, declared dead
+    assert RIGHT.id not in node.leaf and RIGHT.id in node._departed
+    successor = Peer(id=2500, addr="successor")  # RIGHT's successor, now our larger neighbour
+    ring.live[successor.addr] = successor
+    ring.take(node.on_message(Hello(sender=successor), 40.5), 40.5)
+    holder = Peer(id=3000, addr="holder")  # beyond it: not a member of ours
+    t = 41.0
+    out = node.on_message(LeafSetPush(sender=holder, leaf_set=[RIGHT, successor, ME]), t)
+    pushes = [m for a, m in out.sends if a == holder.addr and isinstance(m, LeafSetPush)]
+    assert pushes and all(RIGHT.id not in {p.id for p in m.leaf_set} for m in pushes)
+    assert holder.id not in node.leaf
+    again = node.on_message(LeafSetPush(sender=holder, leaf_set=[RIGHT, successor, ME]), t + 1.0)
+    assert not [m for a, m in again.sends if a == holder.addr and isinstance(m, LeafSetPush)]
+    # A holder whose set lists no node we know dead gets nothing back.
+    other = Peer(id=4000, addr="other")
+    quiet = node.on_message(LeafSetPush(sender=other, leaf_set=[ME, LEFT, successor]), t + 2.0)
+    assert not [m for a, m in quiet.sends if a == other.addr and isinstance(m, LeafSetPush)]
