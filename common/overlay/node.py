@@ -271,6 +271,7 @@ class OverlayNode:
         self._backoff: dict[str, tuple[int, int]] = {}  # adaptive timer -> (factor, version seen)
         self._entry_leaves: dict[int, tuple[float, list[Peer]]] = {}  # table entry -> (when, its leaf set)
         self._last_sweep = -math.inf  # when _sweep_table last ran (at most once per table_probe_interval)
+        self._recheck: dict[int, float] = {}  # leaf member a push lacked -> when we last heard from it then
         self._nonce = 0
         self._bcast_seq = 0
         self._bcast_seen: OrderedDict[tuple[int, int], None] = OrderedDict()
@@ -323,6 +324,9 @@ class OverlayNode:
         self._expire_hops(now)
         t = self._timers
         self._timers_changed = True
+        if t.get("recheck", math.inf) <= now:
+            del t["recheck"]
+            self._recheck_members(now)
         if t.get("leaf_repair", math.inf) <= now:
             del t["leaf_repair"]
             self._retry_leaf_repair(now)
@@ -969,12 +973,41 @@ class OverlayNode:
                 inside = count_ccw < half or ccw < reach_ccw
             if not inside:
                 continue
-            if now - self.last_heard.get(m.id, -math.inf) < timeout:
+            heard = self.last_heard.get(m.id, -math.inf)
+            if now - heard < timeout:
                 tell = True
+                # Maybe it died just after we heard from it, and the sender knows: if it stays
+                # silent, probe it once `leaf_timeout` has passed since (_recheck_members).
+                recheck = self._recheck
+                if m.id not in recheck and len(recheck) < self.params.leaf_set_size:
+                    recheck[m.id] = heard
+                    due = heard + timeout
+                    if self._timers.get("recheck", math.inf) > due:
+                        self._timers["recheck"] = due
+                        self._timers_changed = True
             else:
                 self._probe(m, now, kind=SUSPECT, attempts=SUSPECT_ATTEMPTS, tell=sender)
         if tell:
             self._correct(sender, now)
+
+    def _recheck_members(self, now: float) -> None:
+        """Probe the leaf members a push lacked while we had heard from them lately, if we have
+        not heard from them since, `leaf_timeout` after: a node heard from just before it died
+        is otherwise kept in our set for good, since the pushes that spread its death come
+        while it still counts as heard (seen at 1 % loss: repaired after 300-570 s)."""
+        timeout, heard, leaf = self.params.leaf_timeout, self.last_heard, self.leaf
+        later = math.inf
+        for pid, then in list(self._recheck.items()):
+            if then + timeout > now:
+                later = min(later, then + timeout)
+                continue
+            del self._recheck[pid]
+            member = leaf._by_id.get(pid)
+            if member is not None and heard.get(pid, -math.inf) <= then:
+                self._probe(member, now, kind=SUSPECT, attempts=SUSPECT_ATTEMPTS)
+        if later < math.inf:
+            self._timers["recheck"] = later
+            self._timers_changed = True
 
     def _correct(self, peer: Peer, now: float) -> None:
         """Push our leaf set to a node whose view lacks nodes we know (once per keepalive interval)."""
