@@ -936,14 +936,18 @@ class OverlayNode:
         s = sender.id
         dead, departed = self.dead, self._departed
         if dead or departed:
-            # The sender still lists a node we declared dead: it missed the news (a push lost, or
-            # the node heard from just before it died). Our set, which lacks it, makes the sender
-            # probe it (_check_push there). Else that node may stay in its set for good: nobody
-            # watches a leaf member but its smaller neighbour, and deaths are remembered a while.
-            for p in their:
-                if p.id in departed or dead.get(p.id, 0.0) > now:
-                    self._correct(sender, now)
-                    break
+            # The sender still lists a node we declared dead. Either it missed the news (a push
+            # lost, or the node heard from just before it died): our set, which lacks it, makes
+            # the sender probe it (_check_push there); else the node may stay in its set for
+            # good, as nobody watches a leaf member but its smaller neighbour. Or we declared it
+            # dead wrongly (probes lost): probed once more, it is learned anew if it answers;
+            # else it would be refused second-hand for `dead_memory` (one probe per node at a
+            # time, and only nodes we declared dead: a liar cannot make us probe others).
+            listed_dead = [p for p in their if p.id in departed or dead.get(p.id, 0.0) > now]
+            if listed_dead:
+                self._correct(sender, now)
+                for p in listed_dead:
+                    self._probe(p, now, kind=REVIVE)
         listed = {p.id for p in their}
         mine = self.leaf._by_id
         unlisted = mine.keys() - listed

@@ -187,7 +187,7 @@ def test_a_peer_lying_about_deaths_does_not_empty_the_table_nor_grow_memory() ->
     assert len(node.dead) <= 200 and len(node.rtt) <= 2 * PARAMS.recent_peers + 8
 
 
-def test_a_push_that_lists_a_node_we_declared_dead_is_answered_with_our_set() -> None:
+def test_a_push_that_lists_a_node_we_declared_dead_is_answered_with_our_set_and_the_node_probed() -> None:
     """A holder that missed a death (its push lost, or the node heard from just before it died)
     would keep it in its leaf set for good: nobody watches a leaf member but its smaller
     neighbour. Our set, which lacks it, makes the holder probe it; once per keepalive interval."""
@@ -211,3 +211,8 @@ def test_a_push_that_lists_a_node_we_declared_dead_is_answered_with_our_set() ->
     other = Peer(id=4000, addr="other")
     quiet = node.on_message(LeafSetPush(sender=other, leaf_set=[ME, LEFT, successor]), t + 2.0)
     assert not [m for a, m in quiet.sends if a == other.addr and isinstance(m, LeafSetPush)]
+    # We may be the one that is wrong (our probes lost): the node is probed once more, and
+    # learned anew if it answers.
+    [ping] = [m for a, m in out.sends if a == RIGHT.addr and isinstance(m, Ping)]
+    node.on_message(Pong(sender=RIGHT, nonce=ping.nonce, sent=ping.sent), t + 3.0)
+    assert RIGHT.id in node.leaf and RIGHT.id not in node._departed
