@@ -216,3 +216,28 @@ def test_a_push_that_lists_a_node_we_declared_dead_is_answered_with_our_set_and_
     [ping] = [m for a, m in out.sends if a == RIGHT.addr and isinstance(m, Ping)]
     node.on_message(Pong(sender=RIGHT, nonce=ping.nonce, sent=ping.sent), t + 3.0)
     assert RIGHT.id in node.leaf and RIGHT.id not in node._departed
+
+
+def test_a_member_a_push_lacked_while_heard_from_lately_is_probed_once_it_stays_silent() -> None:
+    """The pushes that spread a death may come while we still count the dead node as heard
+    from (it spoke to us just before it died): we tell the pusher, and probe the node later if
+    it stays silent. Nobody else would: we watch only our nearest larger neighbour."""
+    node = OverlayNode(ME, OverlayParams(leaf_set_size=4), random.Random(1))
+    node.start(0.0)
+    far = Peer(id=3000, addr="far")  # our second larger member: not watched
+    for peer in (LEFT, RIGHT, far):
+        node.on_message(Hello(sender=peer), 0.0)
+    assert far.id in node.leaf
+    node.on_message(Heartbeat(sender=far), 10.0)  # far's last word; it dies now
+    out = node.on_message(LeafSetPush(sender=RIGHT, leaf_set=[ME, LEFT]), 12.0)  # RIGHT: far is gone
+    assert not [m for a, m in out.sends if a == far.addr and isinstance(m, Ping)]  # heard lately
+    pings = []
+    t = 12.0
+    while t < 40.0:
+        for member in (LEFT, RIGHT):
+            node.on_message(Heartbeat(sender=member), t)
+        out = node.on_timer(t)
+        pings += [t for a, m in out.sends if a == far.addr and isinstance(m, Ping)]
+        t += 0.5
+    assert pings and min(pings) >= 10.0 + node.params.leaf_timeout
+    assert far.id not in node.leaf  # its probes went unanswered
