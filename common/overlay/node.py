@@ -17,9 +17,15 @@ arc the pusher's set spans, probes that node in turn (or, if it heard from it la
 pusher about it: the same check repairs leaf sets that missed a join). Routing-table entries are
 probed only where used or suspect: a routed message's hop that does not ack, and entries we send
 application messages to (`send_to_row`, broadcast) that stay silent for `table_probe_interval`;
-measured entries are otherwise left alone. A dead leaf member is replaced from the leaf sets of the
-remaining extreme members (asked again LEAF_REPAIR_RETRIES times, as messages get lost); a dead
-table entry from the same row of another entry (Pastry's repair). Nodes declared dead are not
+measured entries are otherwise left alone, but for one sweep after each death a node learns (at
+most one per `table_probe_interval`): deaths come in waves, and every entry not heard from lately
+is probed then, so that lookups after churn meet repaired slots rather than dead entries, which
+they would route around through far nodes. A dead leaf member is replaced from the leaf sets of
+the remaining extreme members (asked again LEAF_REPAIR_RETRIES times, as messages get lost); a
+dead table entry from the same row of another entry (Pastry's repair) and from our nearest node
+(its nodes are near us too), and row maintenance is brought forward. A leaf-set push that still
+lists a node we declared dead is answered with our set (the sender then probes that node), and
+the node is probed once more (we may be the one that lost probes). Nodes declared dead are not
 re-learned second-hand for `dead_memory` seconds, and a node heard of second-hand enters our leaf
 set or routing table only once it answers a probe: unused entries are never probed, so another
 node's table may still list a dead node, and that must not spread.
