@@ -17,9 +17,15 @@ arc the pusher's set spans, probes that node in turn (or, if it heard from it la
 pusher about it: the same check repairs leaf sets that missed a join). Routing-table entries are
 probed only where used or suspect: a routed message's hop that does not ack, and entries we send
 application messages to (`send_to_row`, broadcast) that stay silent for `table_probe_interval`;
-measured entries are otherwise left alone. A dead leaf member is replaced from the leaf sets of the
-remaining extreme members (asked again LEAF_REPAIR_RETRIES times, as messages get lost); a dead
-table entry from the same row of another entry (Pastry's repair). Nodes declared dead are not
+measured entries are otherwise left alone, but for one sweep after each death a node learns (at
+most one per `table_probe_interval`): deaths come in waves, and every entry not heard from lately
+is probed then, so that lookups after churn meet repaired slots rather than dead entries, which
+they would route around through far nodes. A dead leaf member is replaced from the leaf sets of
+the remaining extreme members (asked again LEAF_REPAIR_RETRIES times, as messages get lost); a
+dead table entry from the same row of another entry (Pastry's repair) and from our nearest node
+(its nodes are near us too), and row maintenance is brought forward. A leaf-set push that still
+lists a node we declared dead is answered with our set (the sender then probes that node), and
+the node is probed once more (we may be the one that lost probes). Nodes declared dead are not
 re-learned second-hand for `dead_memory` seconds, and a node heard of second-hand enters our leaf
 set or routing table only once it answers a probe: unused entries are never probed, so another
 node's table may still list a dead node, and that must not spread.
@@ -168,6 +174,12 @@ SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is decl
 MAX_JOIN_WAITS = 256
 """Forwarded join requests awaiting their hop's ack at once; beyond that (a flood of joiners)
 they are forwarded unwatched, as before acks, so that joiners cannot grow a node's memory."""
+SWEEP_DELAY = 5.0
+"""Seconds from the first death a node learns until it sweeps its routing table (_sweep_table):
+deaths come in waves (a partition, a rack), and those learnt meanwhile share one sweep."""
+SWEEP_QUIET = 30.0
+"""A sweep probes only the table entries we have not heard from for this long: one heard from
+since the wave of deaths began is alive."""
 PRUNE_FACTOR = 1.0
 """A candidate for an occupied table slot is not probed when a lower bound on its round-trip time
 (from the RTTs the node that offered it measured: see _consider_all) is at least this many times
@@ -266,6 +278,8 @@ class OverlayNode:
         self._repairs_left = 0  # leaf-set requests still to send again (_retry_leaf_repair)
         self._backoff: dict[str, tuple[int, int]] = {}  # adaptive timer -> (factor, version seen)
         self._entry_leaves: dict[int, tuple[float, list[Peer]]] = {}  # table entry -> (when, its leaf set)
+        self._last_sweep = -math.inf  # when _sweep_table last ran (at most once per table_probe_interval)
+        self._recheck: dict[int, float] = {}  # leaf member a push lacked -> when we last heard from it then
         self._nonce = 0
         self._bcast_seq = 0
         self._bcast_seen: OrderedDict[tuple[int, int], None] = OrderedDict()
@@ -324,6 +338,9 @@ class OverlayNode:
         self._expire_hops(now)
         t = self._timers
         self._timers_changed = True
+        if t.get("recheck", math.inf) <= now:
+            del t["recheck"]
+            self._recheck_members(now)
         if t.get("leaf_repair", math.inf) <= now:
             del t["leaf_repair"]
             self._retry_leaf_repair(now)
@@ -338,6 +355,9 @@ class OverlayNode:
                 t["heartbeat"] = self._next(now, p.keepalive_interval)
             if t["watch"] <= now:
                 t["watch"] = self._watch(now)
+            if t.get("table_sweep", math.inf) <= now:
+                del t["table_sweep"]
+                self._sweep_table(now)
             if t["table_probe"] <= now:
                 self._probe_used(now)
                 t["table_probe"] = self._next(now, p.table_probe_interval)
@@ -398,11 +418,16 @@ class OverlayNode:
 
     # ------------------------------------------------------------------ queries
 
-    def next_hop(self, key: int, exclude: Collection[int] = (), *, rerouting: bool = False) -> Peer | None:
+    def next_hop(
+        self, key: int, exclude: Collection[int] = (), *, rerouting: bool = False, now: float | None = None
+    ) -> Peer | None:
         """Pastry's routing decision, skipping the nodes in `exclude`; None means we are the root.
         `rerouting`: a hop of this message was silent already, so where the table's slot cannot
-        serve, leaf-set members (watched, and exact once repaired) go before table entries (never
-        probed unless used: after a wave of crashes, several in a row may be dead)."""
+        serve, leaf-set members (watched, and exact once repaired) and the table entries heard
+        from within SWEEP_QUIET before `now` go before other table entries (never probed unless
+        used: after a wave of crashes, several in a row may be dead). A slot's entry that we are
+        probing as a suspect is passed over for the nearest other node that makes progress, if
+        there is one."""
         if self.leaf.covers(key):
             best = self.leaf.closest(key, exclude)
             return None if best.id == self.me.id else best
@@ -411,6 +436,9 @@ class OverlayNode:
         if r >= self.table.rows:
             return None
         entry = self.table.get(r, digit(key, r, b))
+        if entry is not None and entry.id not in exclude and self._suspected(entry.id):
+            instead = self._select_by_proximity(key, r, (*exclude, entry.id), True, now)
+            return entry if instead is None else instead
         if entry is not None and entry.id not in exclude:
             around = self._entry_leaves.get(entry.id)
             if around is not None and _spans(entry.id, around[1], key):
@@ -426,20 +454,40 @@ class OverlayNode:
                 if progress and c < closeness(key, entry.id):
                     return best
             return entry
-        # The slot is empty or its node silent. Proximity route selection: among the known nodes
-        # that make progress (as long a shared prefix and numerically closer than us), those with
-        # the longest prefix, and of these the nearest measured one.
+        return self._select_by_proximity(key, r, exclude, rerouting, now)
+
+    def _suspected(self, pid: int) -> bool:
+        """Whether a probe of `pid` as a suspect is outstanding (it may be dead)."""
+        nonce = self._probing.get(pid)
+        return nonce is not None and self._pending[nonce].kind == SUSPECT
+
+    def _select_by_proximity(
+        self, key: int, r: int, exclude: Collection[int], rerouting: bool, now: float | None
+    ) -> Peer | None:
+        """The slot is empty or its node silent. Proximity route selection: among the known nodes
+        that make progress (as long a shared prefix and numerically closer than us), those with
+        the longest prefix, and of these the nearest measured one. Suspects go last; when
+        `rerouting`, so do the table entries neither in the leaf set nor heard from lately."""
+        b = self.params.b
         mine = closeness(key, self.me.id)
-        best, best_rank = self.me, (2, 0, math.inf, mine)
-        leaf = self.leaf
+        best, best_rank = self.me, (3, 0, math.inf, mine)
+        leaf, heard, probing = self.leaf, self.last_heard, self._probing
+        recent = -math.inf if now is None else now - SWEEP_QUIET
         for p in self._known():
-            if p.id in exclude:
+            pid = p.id
+            if pid in exclude:
                 continue
-            shared = shared_prefix_len(p.id, key, b)
-            c = closeness(key, p.id)
+            shared = shared_prefix_len(pid, key, b)
+            c = closeness(key, pid)
             if shared < r or c >= mine:
                 continue
-            rank = (int(rerouting and p.id not in leaf), -shared, self.rtt.get(p.id, math.inf), c)
+            if pid in probing and self._suspected(pid):
+                trust = 2
+            elif rerouting and pid not in leaf and heard.get(pid, -math.inf) < recent:
+                trust = 1
+            else:
+                trust = 0
+            rank = (trust, -shared, self.rtt.get(pid, math.inf), c)
             if rank < best_rank:
                 best, best_rank = p, rank
         return None if best is self.me else best
@@ -789,14 +837,55 @@ class OverlayNode:
                 self._send(p.addr, self._leaf_push(p))
         where = self.table.remove(peer.id)
         if where is not None:
-            row, _ = where
-            for r in range(row, self.table.rows):
-                others = self.table.row(r)
-                if others:
-                    asked = self.rng.choice(others)
-                    request = RowRequest.built(sender=self.me, row=row, rtt=self._rtt_for(asked))
-                    self._send(asked.addr, request)
-                    break
+            self._repair_slot(where[0], now)
+        # A death is news of churn: others of our table entries may have died with it, and nobody
+        # probes an entry unless it is used. Sweep the table soon (at most once per
+        # table_probe_interval), so that lookups meet repaired slots, not dead entries.
+        t = self._timers
+        quiet = now - self._last_sweep >= self.params.table_probe_interval
+        if self.joined and quiet and "table_sweep" not in t:
+            t["table_sweep"] = now + SWEEP_DELAY
+            self._timers_changed = True
+
+    def _repair_slot(self, row: int, now: float) -> None:
+        """A slot of `row` lost its entry: ask a node of that row (or, if none, of a deeper one)
+        for its nodes that fit the row (Pastry's table repair), and our nearest measured node,
+        whose nodes are near us too, so that the slot is filled by proximity, not by whoever
+        answers first (_on_pong keeps the nearest candidate). Row maintenance, maybe backed off to
+        minutes, is brought forward: the slot's neighbours in the row may have gone with it."""
+        asked: dict[int, Peer] = {}
+        for r in range(row, self.table.rows):
+            others = self.table.row(r)
+            if others:
+                pick = self.rng.choice(others)
+                asked[pick.id] = pick
+                break
+        rtt = self.rtt
+        measured = [p for p in self._known() if p.id in rtt]
+        if measured:
+            nearest = min(measured, key=lambda p: rtt[p.id])
+            asked.setdefault(nearest.id, nearest)
+        for p in asked.values():
+            self._send(p.addr, RowRequest.built(sender=self.me, row=row, rtt=self._rtt_for(p)))
+        t = self._timers
+        due = now + self.params.row_maintenance_interval
+        if self.joined and t.get("row_maintenance", math.inf) > due:
+            t["row_maintenance"] = due
+            self._backoff.pop("row", None)
+            self._timers_changed = True
+
+    def _sweep_table(self, now: float) -> None:
+        """Probe the routing-table entries (leaf members aside: the leaf set watches them) that
+        we have not heard from for SWEEP_QUIET seconds, once, after we learnt a death: each
+        that fails PROBE_ATTEMPTS probes is declared dead and its slot repaired (_repair_slot).
+        Costs nothing while the ring is stable; after a wave of crashes it turns the dead
+        entries that lookups would meet, and route around through far nodes, into repaired
+        slots."""
+        self._last_sweep = now
+        heard, leaf = self.last_heard, self.leaf
+        for peer in self.table.entries():
+            if peer.id not in leaf and now - heard.get(peer.id, -math.inf) >= SWEEP_QUIET:
+                self._probe(peer, now, kind=SUSPECT, attempts=PROBE_ATTEMPTS)
 
     def _ask_for_replacements(self) -> None:
         """Ask the farthest leaf member on each side for its leaf set (Pastry's leaf repair)."""
@@ -859,6 +948,20 @@ class OverlayNode:
         either dead in the sender's eyes or unknown to it: we probe it unless we heard from it
         within `leaf_timeout`, and tell the sender about the ones that are alive."""
         s = sender.id
+        dead, departed = self.dead, self._departed
+        if dead or departed:
+            # The sender still lists a node we declared dead. Either it missed the news (a push
+            # lost, or the node heard from just before it died): our set, which lacks it, makes
+            # the sender probe it (_check_push there); else the node may stay in its set for
+            # good, as nobody watches a leaf member but its smaller neighbour. Or we declared it
+            # dead wrongly (probes lost): probed once more, it is learned anew if it answers;
+            # else it would be refused second-hand for `dead_memory` (one probe per node at a
+            # time, and only nodes we declared dead: a liar cannot make us probe others).
+            listed_dead = [p for p in their if p.id in departed or dead.get(p.id, 0.0) > now]
+            if listed_dead:
+                self._correct(sender, now)
+                for p in listed_dead:
+                    self._probe(p, now, kind=REVIVE)
         ids = [p.id for p in their]
         mine = self.leaf._by_id
         unlisted = mine.keys() - set(ids)
@@ -888,12 +991,41 @@ class OverlayNode:
                 inside = count_ccw < half or ccw < reach_ccw
             if not inside:
                 continue
-            if now - self.last_heard.get(m.id, -math.inf) < timeout:
+            heard = self.last_heard.get(m.id, -math.inf)
+            if now - heard < timeout:
                 tell = True
+                # Maybe it died just after we heard from it, and the sender knows: if it stays
+                # silent, probe it once `leaf_timeout` has passed since (_recheck_members).
+                recheck = self._recheck
+                if m.id not in recheck and len(recheck) < self.params.leaf_set_size:
+                    recheck[m.id] = heard
+                    due = heard + timeout
+                    if self._timers.get("recheck", math.inf) > due:
+                        self._timers["recheck"] = due
+                        self._timers_changed = True
             else:
                 self._probe(m, now, kind=SUSPECT, attempts=SUSPECT_ATTEMPTS, tell=sender)
         if tell:
             self._correct(sender, now)
+
+    def _recheck_members(self, now: float) -> None:
+        """Probe the leaf members a push lacked while we had heard from them lately, if we have
+        not heard from them since, `leaf_timeout` after: a node heard from just before it died
+        is otherwise kept in our set for good, since the pushes that spread its death come
+        while it still counts as heard (seen at 1 % loss: repaired after 300-570 s)."""
+        timeout, heard, leaf = self.params.leaf_timeout, self.last_heard, self.leaf
+        later = math.inf
+        for pid, then in list(self._recheck.items()):
+            if then + timeout > now:
+                later = min(later, then + timeout)
+                continue
+            del self._recheck[pid]
+            member = leaf._by_id.get(pid)
+            if member is not None and heard.get(pid, -math.inf) <= then:
+                self._probe(member, now, kind=SUSPECT, attempts=SUSPECT_ATTEMPTS)
+        if later < math.inf:
+            self._timers["recheck"] = later
+            self._timers_changed = True
 
     def _correct(self, peer: Peer, now: float) -> None:
         """Push our leaf set to a node whose view lacks nodes we know (once per keepalive interval)."""
@@ -1068,7 +1200,7 @@ class OverlayNode:
         if len(tried) > self.params.max_reroutes:
             return
         joiner = msg.joiner.id
-        nxt = self.next_hop(joiner, exclude=tried | {joiner}, rerouting=True)
+        nxt = self.next_hop(joiner, exclude=tried | {joiner}, rerouting=True, now=now)
         if nxt is None:
             self._answer_join(msg, [], root=True)
         else:
@@ -1131,7 +1263,7 @@ class OverlayNode:
 
     def _route(self, msg: Route, now: float, tried: set[int] | None = None) -> None:
         tried = tried or set()
-        nxt = self.next_hop(msg.key, exclude=tried, rerouting=bool(tried))
+        nxt = self.next_hop(msg.key, exclude=tried, rerouting=bool(tried), now=now)
         if nxt is None:
             self._out.events.append(Delivered(msg.key, msg.payload, msg.origin, msg.hops))
             return
@@ -1161,7 +1293,7 @@ class OverlayNode:
             if (
                 wait.resent < HOP_RESENDS
                 and silent != wait.msg.key
-                and self.next_hop(wait.msg.key, exclude=tried, rerouting=True) is None
+                and self.next_hop(wait.msg.key, exclude=tried, rerouting=True, now=now) is None
             ):
                 # Without the silent hop we would be the root. If only its ack was lost, it has
                 # delivered the message already, and delivering here too would deliver it at a

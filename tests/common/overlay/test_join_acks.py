@@ -24,7 +24,7 @@ from common.overlay.messages import (
     RouteAck,
     overlay_codec,
 )
-from common.overlay.node import MAX_JOIN_WAITS, Output, OverlayNode, OverlayParams
+from common.overlay.node import MAX_JOIN_WAITS, SWEEP_QUIET, Output, OverlayNode, OverlayParams
 from common.wire import Message
 
 PARAMS = OverlayParams(leaf_set_size=2)
@@ -67,20 +67,32 @@ def sent_to(out: Output, peer: Peer, kind: type[Message]) -> list[Message]:
 
 def test_a_join_forwarded_to_a_silent_hop_goes_to_the_next_best_hop_and_the_hop_is_probed() -> None:
     node = bootstrap((DEAD, CAPABILITIES), (ALIVE, CAPABILITIES))
-    out = node.on_message(JoinRequest(joiner=JOINER), 1.0)
+    t = SWEEP_QUIET + 1.0  # ALIVE, measured at t = 0, not heard from lately
+    out = node.on_message(JoinRequest(joiner=JOINER), t)
     [info] = sent_to(out, JOINER, JoinInfo)
     assert not info.root
     [first] = sent_to(out, DEAD, JoinRequest)
     assert first.via == ME and first.hop_nonce is not None and first.hops == 1
 
-    later = node.on_timer(1.0 + PARAMS.hop_timeout)  # DEAD never acks
+    later = node.on_timer(t + PARAMS.hop_timeout)  # DEAD never acks
     assert sent_to(later, DEAD, Ping)  # suspected: declared dead if the probes fail too
-    # Around a silent hop, leaf members that make progress (watched) go before table entries:
-    # LEFT (500) is nearer to the joiner than we are (1000), the way round through 0.
+    # Around a silent hop, leaf members that make progress (watched) go before table entries
+    # not heard from lately: LEFT (500) is nearer to the joiner than we are (1000), the way
+    # round through 0.
     [rerouted] = sent_to(later, LEFT, JoinRequest)
     assert rerouted.joiner == JOINER and rerouted.hops == 1 and rerouted.via == ME
-    node.on_message(RouteAck(sender=LEFT, hop_nonce=rerouted.hop_nonce), 1.0 + PARAMS.hop_timeout + 0.02)
+    node.on_message(RouteAck(sender=LEFT, hop_nonce=rerouted.hop_nonce), t + PARAMS.hop_timeout + 0.02)
     assert not node._hops and node._join_waits == 0
+
+
+def test_around_a_silent_hop_a_table_entry_heard_from_lately_counts_as_live() -> None:
+    """ALIVE answered 1 s before: as trusted as a leaf member, and its longer prefix wins."""
+    node = bootstrap((DEAD, CAPABILITIES), (ALIVE, CAPABILITIES))
+    node.on_message(JoinRequest(joiner=JOINER), 1.0)
+    later = node.on_timer(1.0 + PARAMS.hop_timeout)  # DEAD never acks
+    assert sent_to(later, DEAD, Ping) and not sent_to(later, LEFT, JoinRequest)
+    [rerouted] = sent_to(later, ALIVE, JoinRequest)
+    assert rerouted.joiner == JOINER and rerouted.via == ME
 
 
 def test_without_the_silent_hop_the_forwarder_answers_as_the_root() -> None:
