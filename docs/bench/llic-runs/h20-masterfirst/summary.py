@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (a measurement script kept with its results, not product code)
 """Per run: when the agents were matched and the first executed, when the master's process was
 created and when it loaded its state, the first task and the total (seconds from
 master_submitter's start), from analyze.py's text and measure.py's startup.jsonl.
