@@ -10,9 +10,7 @@ re-runs it when it is killed or exits non-zero, and it resumes from STATE_FILE. 
    (`MasterInfo.submit_file`), and resolves the tasks with `$(Cluster)` = `MasterInfo.cluster`.
    An unusable state file or description is one line on stderr and exit status 2, with nothing
    deleted or rewritten (master_submitter's `on_exit_hold` then holds the job, so HTCondor does
-   not re-run a master that cannot start). Given `--cluster` (submitted not held, before
-   master_submitter finished the state file), it first waits until the file names that cluster
-   (`wait_for_state`): START_WAIT seconds at most, then exit status 4 (held likewise).
+   not re-run a master that cannot start).
 2. Opens its TCP server on INITIAL_MASTER_PORT_NUMBER or, if taken, any free port, removes agent
    jobs a previous run may have left (by the `LlicMaster` job attribute: an agent submitted just
    before a crash is in no state file), and starts the core (`MasterCore.start`); it builds the

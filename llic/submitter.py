@@ -9,14 +9,14 @@ For each queue block of the user's submit file:
    written atomically before anything is submitted.
 2. The master's first agents, in one cluster (`MasterCore.prelaunch`: as many as the pool has
    matching slots, MAX_CHEFS_NUMBER at most), submitted not on hold and before the master job,
-   followed at once by the master job (not held, step 3) and then a reschedule: a queue scan,
-   whose reschedule starts a negotiation cycle, and the negotiator starts no other one for
-   NEGOTIATOR_CYCLE_DELAY (whole seconds) after a cycle; a cycle that finds the agents held (as
-   they were, submitted after the held master and released with it) kept them 1-2.4 s from
-   their slots (NegotiatorLog, load ~5). So the agents are idle from the first scan, whose
-   cycle matches them, and the master, idle too, is started by a scan while they claim their
-   slots (MASTERFIRST_SCAN). They know the run's secret (agents.secret, 0600, for the
-   master) and look for their master on the schedd's address, on the PORT_SPAN ports from INITIAL_MASTER_PORT_NUMBER (it
+   with a reschedule: every submission starts a queue scan, whose reschedule starts a
+   negotiation cycle, and the negotiator starts no other one for NEGOTIATOR_CYCLE_DELAY (whole
+   seconds) after a cycle; a cycle that finds the agents held (as they were, submitted after the
+   held master and released with it) kept them 1-2.4 s from their slots (NegotiatorLog, load
+   ~5). So the agents are idle from the first scan, whose cycle matches them; the master starts
+   at the next scan (SCHEDD_MIN_INTERVAL later), while they are claiming their slots and
+   starting. They know the run's secret (agents.secret, 0600, for the master) and look for their
+   master on the schedd's address, on the PORT_SPAN ports from INITIAL_MASTER_PORT_NUMBER (it
    listens on the first free one; they retry until it does); the state file names every one of
    them (saved before the master job exists, so before it can start). Run as root,
    master_submitter first hands the directory to the user the schedd authenticates it as
@@ -27,17 +27,11 @@ For each queue block of the user's submit file:
    INITIAL_MASTER_PORT_NUMBER is 0 (any port: the agents could not find it) or the schedd's
    address is not one execute machines reach; the master then submits its agents itself.
 3. The master job, submitted through the gateway on hold (tasks submitted on hold, `hold =
-   true`, are held in the initial state file), or, when its agents went first, not held and
-   told its own cluster (`--cluster $(ClusterId)`): it then waits at its start, polling the
-   state file (llic/master.py's `start_check`, START_WAIT = 30 s at most, then exit status 4 and
-   held), until master_submitter has written the file's last version, which names that
-   cluster (after the owner check, the submit events, the token and the hand-over to the owner
-   of step 4: so the master starts on a complete directory). Universe scheduler (so HTCondor never
+   true`, are held in the initial state file): universe scheduler (so HTCondor never
    evacuates it, and re-runs it when it fails, seed §3.2), `llic-master STATE_FILE`.
    `on_exit_remove` lets it leave the queue only after exit status 0; killed by a signal or
    exiting with any other status it is run again and resumes from its state file. Exit statuses
-   2 (state file or description unusable), 3 (gave up) and 4 (the state file never named its
-   cluster), and a 20th run, hold it instead, with
+   2 (state file or description unusable) and 3 (gave up), and a 20th run, hold it instead, with
    the reason in HoldReason, so a master that cannot succeed is not restarted forever. Its
    `OtherJobRemoveRequirements` names its agents (`LlicMaster`): removing the master removes
    them, whatever state it is in (before it exists, a failed submission removes them itself).
@@ -45,9 +39,8 @@ For each queue block of the user's submit file:
    condor_submit would give them). The tasks' job event logs get their submit events (000,
    under cluster.process).
 4. The directory is handed to the job's owner when master_submitter runs as root (the sandbox's
-   clients claim to be its unprivileged user: HTCondor runs no job as root); a master not held
-   is then let start (the state file saved with its cluster, handed to the owner); a held master
-   (with its agents when they were held) is released, and the schedd is asked to reschedule, as
+   clients claim to be its unprivileged user: HTCondor runs no job as root), and the master (with
+   its agents when they were held) is released, and the schedd is asked to reschedule, as
    condor_submit does after a submit: a negotiation cycle and a queue scan (which starts
    scheduler-universe jobs) now, not at the next interval; and once more shortly after
    (`_follow_up`), since the first cycle often misses agents released then.
@@ -56,8 +49,8 @@ The submitting user's token for the masters is fetched once from the schedd
 (`condor_token_fetch`, READ and WRITE, MASTER_TOKEN_LIFETIME seconds; in the sandbox a wrapper
 and a chroot, 0.8-1.2 s at load 8-10, the last of master_submitter's look-ups) while the first
 master's agents and the master are submitted, and written into each master's output directory
-(0700/0600) before step 4 releases it (or names its cluster): the master presents it, since a
-job cannot always authenticate as its owner by FS (llic/master_token.py). master_submitter runs
+(0700/0600) before step 4 releases it: the master presents it, since a job cannot always
+authenticate as its owner by FS (llic/master_token.py). master_submitter runs
 HTCondor's tools from PATH, or with the command prefix $LLIC_CONDOR_TOOLS.
 
 Scheduler-universe jobs get no CONDOR_CONFIG from HTCondor (their environment is the job's own
