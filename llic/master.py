@@ -52,7 +52,6 @@ for tests and the dispatch benchmark; no HTCondor is involved then.
 from __future__ import annotations
 
 import argparse
-import enum
 import errno
 import json
 import math
@@ -116,9 +115,6 @@ EXIT_DONE = 0
 EXIT_FAILED = 1  # anything unexpected: HTCondor re-runs the master, which resumes
 EXIT_UNUSABLE = 2  # state file or submit description unusable: held, not re-run
 EXIT_GAVE_UP = 3  # every chef unrecoverable: held, not re-run
-EXIT_NOT_READY = 4  # master_submitter never finished the state file (start_check): held, not re-run
-START_WAIT = 30.0  # seconds a master started before its state file names its cluster waits, at most
-START_POLL = 0.05  # seconds between its looks at the state file meanwhile
 SUBMIT_BACKOFF_MAX = 30.0  # seconds between agent submissions that keep failing, at most
 PUBLISH_INTERVAL = 5.0  # seconds between updates of the progress in the master's job ad, at least
 REQUEST_POLL_INTERVAL = 1.0  # seconds between looks for master_release / master_rm requests
@@ -645,61 +641,6 @@ def _route_address() -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
-# start: a master submitted not held (llic/submitter.py, step 3)
-
-
-class StartCheck(enum.Enum):
-    """What a master told its own cluster (`--cluster`) does with the state file it read."""
-
-    READY = "ready"  # the file names this cluster: master_submitter is done with it
-    WAIT = "wait"  # no cluster yet: master_submitter is still writing it
-    OTHER_CLUSTER = "other cluster"  # names another job's cluster: not this master's file
-    TIMED_OUT = "timed out"  # still no cluster after START_WAIT: master_submitter died
-
-
-def start_check(
-    file_cluster: int, own_cluster: int | None, waited: float, bound: float = START_WAIT
-) -> StartCheck:
-    """Pure: whether a master may start on the state file it read (`file_cluster`: its cluster,
-    0 until master_submitter has finished), having waited `waited` seconds. Without
-    `own_cluster` (held until the file was complete, or run again) the file is used as it is."""
-    if own_cluster is None or file_cluster == own_cluster:
-        return StartCheck.READY
-    if file_cluster:
-        return StartCheck.OTHER_CLUSTER
-    return StartCheck.TIMED_OUT if waited >= bound else StartCheck.WAIT
-
-
-class NotStarted(Exception):
-    """The state file is not this master's to start on (start_check); `check` says why."""
-
-    def __init__(self, check: StartCheck, message: str) -> None:
-        super().__init__(message)
-        self.check = check
-
-
-def wait_for_state(
-    state_path: Path, own_cluster: int | None, *, bound: float = START_WAIT, poll: float = START_POLL
-) -> tuple[MasterState, Plan]:
-    """The state and plan, once the state file names this master's cluster (start_check);
-    NotStarted when it names another or `bound` seconds pass first; StateFileError / PlanError
-    as load_plan raises them. Blocking: run before the master's trio loop exists."""
-    t0 = time.monotonic()
-    while True:
-        state, plan = load_plan(state_path)
-        check = start_check(state.info.cluster, own_cluster, time.monotonic() - t0, bound)
-        if check is StartCheck.READY:
-            return state, plan
-        if check is StartCheck.OTHER_CLUSTER:
-            raise NotStarted(check, f"{state_path}: names cluster {state.info.cluster}, not {own_cluster}")
-        if check is StartCheck.TIMED_OUT:
-            raise NotStarted(
-                check, f"{state_path}: names no cluster after {bound:g} s (master_submitter gone?)"
-            )
-        time.sleep(poll)
-
-
-# --------------------------------------------------------------------------------------------
 # command line
 
 
@@ -721,11 +662,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="run up to N agents as local processes instead of HTCondor jobs (tests, benchmarks)",
-    )
-    parser.add_argument(
-        "--cluster",
-        type=int,
-        help="this master job's cluster ($(ClusterId)): wait until the state file names it (start_check)",
     )
     return parser
 
@@ -763,13 +699,10 @@ def main(argv: list[str] | None = None) -> int:
     from common.logging import configure_logging
 
     try:
-        state, plan = wait_for_state(args.state_file, args.cluster, bound=START_WAIT)
+        state, plan = load_plan(args.state_file)
     except (StateFileError, PlanError) as e:
         print(f"llic-master: error: {e}", file=sys.stderr)
         return EXIT_UNUSABLE
-    except NotStarted as e:
-        print(f"llic-master: error: {e}", file=sys.stderr)
-        return EXIT_NOT_READY if e.check is StartCheck.TIMED_OUT else EXIT_UNUSABLE
     level = "debug" if plan.config.llic_debug else "info"
     configure_logging("llic-master", plan.info.master_id, level=level, json=False)
     try:

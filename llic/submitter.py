@@ -112,7 +112,6 @@ MASTER_ENV = "LLIC_MASTER"
 EXIT_UNUSABLE = 2
 FOLLOW_UP_AFTER = 0.3  # seconds from the release's reschedule to the follow-up (_follow_up)
 EXIT_GAVE_UP = 3
-EXIT_NOT_READY = 4  # llic/master.py: started, but the state file never named its cluster
 # a submit description that uses the cluster ($(Cluster), $(ClusterId), $INT(Cluster)...): its
 # agents wait for the master's (module doc, step 2)
 _CLUSTER = re.compile(r"\$[a-z]*\(\s*cluster", re.IGNORECASE)
@@ -156,18 +155,14 @@ def master_job(
     master: str,
     condor_config: str | None,
     batch_name: str,
-    held: bool = True,
 ) -> dict[str, str]:
-    """The master's submit description (seed §3.6): on hold until its state file is complete, or
-    not (`held` False) and told its own cluster, to wait at its start until the state file
-    names it (module doc, step 3)."""
+    """The master's submit description (seed §3.6)."""
     outdir = state_path.parent
     master_id = state_path.name.removeprefix("master.").removesuffix(".state")
-    args = [str(state_path)] if held else [str(state_path), "--cluster", "$(ClusterId)"]
     desc = {
         "universe": "scheduler",
         "executable": master,
-        "arguments": quote_arguments(args),
+        "arguments": quote_arguments([str(state_path)]),
         "initialdir": str(outdir),
         "output": str(outdir / "master.out"),
         "error": str(outdir / "master.err"),
@@ -178,22 +173,18 @@ def master_job(
         # except the ones that say a re-run cannot help (then: held, with the reason).
         "on_exit_remove": "(ExitBySignal =?= false) && (ExitCode =?= 0)",
         "on_exit_hold": (
-            f"((ExitBySignal =?= false) && (ExitCode =?= {EXIT_UNUSABLE} || ExitCode =?= {EXIT_GAVE_UP}"
-            f" || ExitCode =?= {EXIT_NOT_READY})) || (JobRunCount >= {MASTER_MAX_RUNS})"
+            f"((ExitBySignal =?= false) && (ExitCode =?= {EXIT_UNUSABLE} || ExitCode =?= {EXIT_GAVE_UP}))"
+            f" || (JobRunCount >= {MASTER_MAX_RUNS})"
         ),
         "on_exit_hold_reason": (
             f'ifThenElse(ExitCode =?= {EXIT_UNUSABLE}, "llic master: unusable state file or submit '
             f'description (see master.err)", ifThenElse(ExitCode =?= {EXIT_GAVE_UP}, "llic master gave up: '
-            f'every agent failed (see master.err)", ifThenElse(ExitCode =?= {EXIT_NOT_READY}, "llic master: '
-            f'master_submitter never completed its state file (see master.err)", '
-            f'"llic master failed {MASTER_MAX_RUNS} times")))'
+            f'every agent failed (see master.err)", "llic master failed {MASTER_MAX_RUNS} times"))'
         ),
         "MY.LlicMasterId": json.dumps(master_id),
         # removing the master removes its agents too, also while it is idle or held
         "MY.OtherJobRemoveRequirements": json.dumps(f"{MASTER_ATTR} =?= {json.dumps(master_id)}"),
     }
-    if not held:
-        del desc["hold"]
     if condor_config:
         desc["environment"] = quote_environment({"CONDOR_CONFIG": condor_config})
     return desc
@@ -209,15 +200,6 @@ async def _release(gw: Gateway, schedd: DaemonRef, clusters: list[int]) -> None:
         collector=gw.collector,
     )
     try:  # module doc, step 4; only sooner: the next interval does the same
-        await gw.reschedule(schedd=schedd)
-    except GatewayError:
-        pass
-
-
-async def _reschedule(gw: Gateway, schedd: DaemonRef) -> None:
-    """As condor_submit does after a submit: a queue scan and negotiation cycle now, not at the
-    next interval."""
-    try:
         await gw.reschedule(schedd=schedd)
     except GatewayError:
         pass
@@ -324,7 +306,6 @@ async def _submit_one(
         master=master,
         condor_config=target.condor_config,
         batch_name=f"llic {os.path.basename(submit.path)}#{block.index}",
-        held=not first,
     )
     job_id: str | None = None
     agents = 0
@@ -338,10 +319,7 @@ async def _submit_one(
                 owner_ids=owner_ids,
             )  # fmt: skip
             save_state(state_path, state)  # names the agents before the master job exists
-        # on hold until the state file is complete, or (first) waiting for it at its start
-        result = await gw.submit(desc, schedd=schedd)
-        if first:  # one queue scan for the agents and the master (module doc, step 3)
-            await _reschedule(gw, schedd)
+        result = await gw.submit(desc, schedd=schedd)  # on hold until the state file is complete
         job_id = f"{result.cluster}.{result.first_proc}"
         clusters.append(result.cluster)
         (owner_ad,) = await gw.query_jobs(f"ClusterId == {result.cluster}", ["Owner"], schedd=schedd)
@@ -355,8 +333,7 @@ async def _submit_one(
             )
             if agent_cluster is not None:
                 clusters.append(agent_cluster)
-        if not first:
-            save_state(state_path, state)
+        save_state(state_path, state)
         written = await trio.to_thread.run_sync(_write_submit_events, logs, result.cluster)
         token = await target.token.wait()  # fetched meanwhile: the master cannot run before
         if token is not None:
@@ -368,12 +345,7 @@ async def _submit_one(
             _chown_tree(outdir, pw_uid, pw_gid)
             for path in written:  # the master, running as the owner, appends to them
                 os.chown(path, pw_uid, pw_gid)
-        if first:  # the last step: the waiting master starts once the file names its cluster
-            save_state(state_path, state)
-            if os.geteuid() == 0 and owner != "root":
-                os.chown(state_path, pw_uid, pw_gid)
-        else:
-            await _release(gw, schedd, clusters)
+        await _release(gw, schedd, clusters)
     except BaseException:
         remove_token(outdir)
         with trio.CancelScope(shield=True):
@@ -435,7 +407,11 @@ async def _prelaunch(
     elif owner_ids is not None:  # the shadows read the agents' input files as the owner
         await trio.to_thread.run_sync(_chown_tree, plan.outdir, *owner_ids)
     result = await gw.submit(description, count=len(launches), schedd=schedd)
-    # not held: the caller submits the master and then asks for the reschedule (module doc, step 3)
+    if not held:  # as condor_submit does: a negotiation cycle now, not at the next interval
+        try:
+            await gw.reschedule(schedd=schedd)
+        except GatewayError:
+            pass
     for i, launch in enumerate(launches):
         core.handle(AgentSubmitted(launch.agent, f"{result.cluster}.{result.first_proc + i}"), now)
     extra = dict(state.extra, prelaunch={"host": host, "ports": ports, "cluster": result.cluster})
