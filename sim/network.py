@@ -142,8 +142,9 @@ class SimNetwork:
         self.latency = latency
         # A Placement's latency, computed inline in _apply (a call per message was ~3 % of a run)
         owner = getattr(latency, "__self__", None)
-        inline = isinstance(owner, Placement) and type(owner).latency is Placement.latency
-        self._placement = owner if inline and latency == owner.latency else None
+        self._placement: Placement | None = None
+        if isinstance(owner, Placement) and type(owner).latency is Placement.latency:
+            self._placement = owner if latency == owner.latency else None
         self.seed = seed
         self.params = params or OverlayParams()
         self.loss = loss

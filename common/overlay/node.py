@@ -313,7 +313,7 @@ class OverlayNode:
         kind = type(msg)
         # (getattr of a field a message lacks costs pydantic ~2 us: asked only of unknown types)
         if kind in _WITH_SENDER:
-            sender = msg.sender
+            sender = msg.sender  # type: ignore[attr-defined]  # (every kind in _WITH_SENDER has one)
         else:
             sender = None if kind in _HANDLERS else getattr(msg, "sender", None)
         if isinstance(sender, Peer):
