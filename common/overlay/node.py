@@ -75,7 +75,7 @@ from __future__ import annotations
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -860,13 +860,10 @@ class OverlayNode:
                 pick = self.rng.choice(others)
                 asked[pick.id] = pick
                 break
-        rtt = self.rtt
-        measured = [p for p in self._known() if p.id in rtt]
-        if measured:
-            nearest = min(measured, key=lambda p: rtt[p.id])
+        nearest = self._nearest_measured()
+        if nearest is not None:
             asked.setdefault(nearest.id, nearest)
-        for p in asked.values():
-            self._send(p.addr, RowRequest.built(sender=self.me, row=row, rtt=self._rtt_for(p)))
+        self._request_row(row, asked.values())
         t = self._timers
         due = now + self.params.row_maintenance_interval
         if self.joined and t.get("row_maintenance", math.inf) > due:
@@ -1051,16 +1048,24 @@ class OverlayNode:
                 self._send(peer.addr, LeafSetRequest.built(sender=self.me, rtt=self._rtt_for(peer)))
         for gone in [i for i in held if not self.table.contains(i)]:
             del held[gone]
-        known = self._known()
-        measured = [p for p in known if p.id in self.rtt]
-        nearest = min(measured, key=lambda p: self.rtt[p.id]) if measured else None
+        nearest = self._nearest_measured()
         for row in range(self.table.used_rows()):
             members = self.table.row(row)
             targets = {p.id: p for p in ([self.rng.choice(members)] if members else [])}
             if nearest is not None:
                 targets.setdefault(nearest.id, nearest)
-            for peer in targets.values():
-                self._send(peer.addr, RowRequest.built(sender=self.me, row=row, rtt=self._rtt_for(peer)))
+            self._request_row(row, targets.values())
+
+    def _nearest_measured(self) -> Peer | None:
+        """The known node with the smallest measured round-trip time (its nodes are near us too)."""
+        rtt = self.rtt
+        measured = [p for p in self._known() if p.id in rtt]
+        return min(measured, key=lambda p: rtt[p.id]) if measured else None
+
+    def _request_row(self, row: int, peers: Iterable[Peer]) -> None:
+        """Ask each of `peers` for the nodes it knows that would fit row `row` of our table."""
+        for peer in peers:
+            self._send(peer.addr, RowRequest.built(sender=self.me, row=row, rtt=self._rtt_for(peer)))
 
     def _leaf_exchange(self) -> None:
         """Push our leaf set to one random member, which checks it against its own (_check_push):
