@@ -180,6 +180,21 @@ deaths come in waves (a partition, a rack), and those learnt meanwhile share one
 SWEEP_QUIET = 30.0
 """A sweep probes only the table entries we have not heard from for this long: one heard from
 since the wave of deaths began is alive."""
+STALE_ARC = 1.5
+"""A table entry's leaf set we hold (lookahead) spanning more than this many times the arc our
+own leaf set spans is taken for stale: it was sent while the ring was sparser there (nodes joined
+since), so its member closest to a key is often not the key's root, and a lookahead there costs
+an extra hop. Ids are uniform, so l consecutive nodes span about the same arc anywhere on the ring.
+Such a set is asked for again at the next row maintenance instead of `max_backoff` rounds later;
+it is still used until then (passing it over costs the hop through the entry, as long). Measured
+after the join of 1,000 nodes (docs/bench/overlay_oracle_tables.py): 62 % of the held sets that
+differ from the entry's own span more than 1.5 times our arc, 11 % of the exact ones."""
+ROW0_ASKED, ROW0_POOL = 2, 4
+"""Row maintenance also asks ROW0_ASKED of the ROW0_POOL nearest members of row 0 (at random) for
+their row-0 nodes. Row 0 has the most candidates per slot (N/16) and its hop is the first of
+nearly every lookup, where a far entry costs most; one random member and our nearest node per
+round left a third of its slots without the nearest candidate after the join of 1,000 nodes
+(docs/bench/overlay_oracle_tables.py), and nodes near us know the nodes near them in each column."""
 PRUNE_FACTOR = 1.0
 """A candidate for an occupied table slot is not probed when a lower bound on its round-trip time
 (from the RTTs the node that offered it measured: see _consider_all) is at least this many times
@@ -215,9 +230,9 @@ class _Probe:
 _Waiting = TypeVar("_Waiting", _Probe, _HopWait)
 
 
-def _spans(center: int, members: list[Peer], key: int) -> bool:
-    """Whether `key` lies within the arc a node's leaf set spans (`center` is the node's id, and
-    each member counts on the side it is nearer to)."""
+def _reaches(center: int, members: list[Peer]) -> tuple[int, int]:
+    """How far a node's leaf set reaches clockwise and counter-clockwise from `center` (the
+    node's id; each member counts on the side it is nearer to)."""
     reach_cw = reach_ccw = 0
     for p in members:
         cw = (p.id - center) & ID_MASK
@@ -226,6 +241,13 @@ def _spans(center: int, members: list[Peer], key: int) -> bool:
             reach_cw = max(reach_cw, cw)
         else:
             reach_ccw = max(reach_ccw, ccw)
+    return reach_cw, reach_ccw
+
+
+def _spans(center: int, members: list[Peer], key: int) -> bool:
+    """Whether `key` lies within the arc a node's leaf set spans (`center` is the node's id, and
+    each member counts on the side it is nearer to)."""
+    reach_cw, reach_ccw = _reaches(center, members)
     return (key - center) & ID_MASK <= reach_cw or (center - key) & ID_MASK <= reach_ccw
 
 
@@ -455,6 +477,19 @@ class OverlayNode:
                     return best
             return entry
         return self._select_by_proximity(key, r, exclude, rerouting, now)
+
+    def _stale(self, center: int, members: list[Peer]) -> bool:
+        """Whether a held leaf set of the node `center` looks stale (STALE_ARC): it spans a
+        wider arc than a fresh one would, by our own leaf set's (a small ring: never stale), or
+        holds fewer members than a full set where ours is full. (A liar's set looks whatever it
+        likes: at worst we ask it again each row round, as we ask any entry for its set.)"""
+        own = self.leaf._reach
+        if own is None:
+            return False
+        if len(members) < 2 * self.leaf.half:
+            return True
+        cw, ccw = _reaches(center, members)
+        return cw + ccw > STALE_ARC * (own[0] + own[1])
 
     def _suspected(self, pid: int) -> bool:
         """Whether a probe of `pid` as a suspect is outstanding (it may be dead)."""
@@ -1036,15 +1071,22 @@ class OverlayNode:
 
     def _row_maintenance(self, now: float) -> None:
         """Proximity maintenance: for every row, ask a random member of that row and our nearest
-        known node for the nodes they know that would fit that row of ours. Nodes near us know
+        known node (for row 0 also some of its nearest members: ROW0_ASKED) for the nodes they
+        know that would fit that row of ours. Nodes near us know
         nodes near them, hence near us (the triangle inequality), which is how tables built from
         random join paths become proximity-aware over time. Also asks the entries whose leaf set
-        we do not hold, or have held for `max_backoff` row intervals, for it (lookahead)."""
-        horizon = self.params.row_maintenance_interval * self.params.max_backoff
+        we do not hold, or have held for `max_backoff` row intervals, or that looks stale (_stale)
+        and is at least a row interval old, for it (lookahead)."""
+        interval = self.params.row_maintenance_interval
+        horizon = interval * self.params.max_backoff
         held = self._entry_leaves
         for peer in self.table.cached_entries():
             got = held.get(peer.id)
-            if got is None or now - got[0] >= horizon:
+            if (
+                got is None
+                or now - got[0] >= horizon
+                or (now - got[0] >= interval and self._stale(peer.id, got[1]))
+            ):
                 self._send(peer.addr, LeafSetRequest.built(sender=self.me, rtt=self._rtt_for(peer)))
         for gone in [i for i in held if not self.table.contains(i)]:
             del held[gone]
@@ -1054,6 +1096,11 @@ class OverlayNode:
             targets = {p.id: p for p in ([self.rng.choice(members)] if members else [])}
             if nearest is not None:
                 targets.setdefault(nearest.id, nearest)
+            if row == 0:
+                rtt = self.rtt
+                near = sorted((p for p in members if p.id in rtt), key=lambda p: rtt[p.id])[:ROW0_POOL]
+                for p in self.rng.sample(near, min(ROW0_ASKED, len(near))):
+                    targets.setdefault(p.id, p)
             self._request_row(row, targets.values())
 
     def _nearest_measured(self) -> Peer | None:

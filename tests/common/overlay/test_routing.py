@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from common.overlay.ids import ID_SPACE, closeness, cw_distance, digit, node_id_from_name, shared_prefix_len
 from common.overlay.leafset import LeafSet
-from common.overlay.messages import Peer, Ping, Pong
+from common.overlay.messages import LeafSetRequest, Peer, Ping, Pong, RowRequest
 from common.overlay.node import OverlayNode, OverlayParams
 from common.overlay.table import RoutingTable
 
@@ -116,3 +116,68 @@ def test_used_rows_follows_every_change_of_the_table() -> None:
     assert table.used_rows() == 1
     table.set(0, 1, None)
     assert table.used_rows() == 0
+
+
+def _node_with_held_set(spacing_factor: int) -> tuple[OverlayNode, Peer, int]:
+    """A joined node whose leaf set spans 16 nodes `gap` apart, and one table entry far away
+    whose leaf set it holds (lookahead), that set's nodes `spacing_factor * gap` apart; and a
+    key the held set spans, next to its member entry + 3 * spacing_factor * gap."""
+    gap = 1 << 100
+    me = Peer(id=0x1 << 124, addr="me")
+    node = OverlayNode(me, OverlayParams(), random.Random(0))
+    node.start(0.0)
+    for k in range(1, 9):
+        for pid in (me.id + k * gap, me.id - k * gap):
+            node._consider(Peer(id=pid, addr=f"n{pid:x}"), 0.0, firsthand=True)
+    entry = Peer(id=0x9 << 124, addr="entry")
+    node._consider(entry, 0.0, firsthand=True)
+    step = spacing_factor * gap
+    held = [Peer(id=entry.id + s * k * step, addr=f"h{s * k}") for k in range(1, 9) for s in (1, -1)]
+    node._entry_leaves[entry.id] = (0.0, held)
+    node._flush()
+    return node, entry, entry.id + 3 * step + 1
+
+
+def test_lookahead_goes_to_the_root_through_a_fresh_held_leaf_set() -> None:
+    """A held leaf set that spans the key and about as wide an arc as our own: the lookahead
+    skips the hop through the entry, straight to the set's member closest to the key."""
+    node, entry, key = _node_with_held_set(1)
+    assert node.next_hop(key).addr == "h3"
+    node._row_maintenance(61.0)  # a row interval later: a fresh set is not asked for again
+    assert not [m for a, m in node._flush().sends if a == entry.addr and isinstance(m, LeafSetRequest)]
+
+
+def test_a_held_leaf_set_much_wider_than_ours_is_asked_for_again_a_row_interval_later() -> None:
+    """A held set spanning three times our leaf set's arc was sent while the ring was sparser
+    there (its member closest to a key may not be the root): row maintenance asks the entry for
+    its set again a row interval after it came, not `max_backoff` intervals after. Meanwhile it is
+    still used (its member is at least near the root)."""
+    node, entry, key = _node_with_held_set(3)
+    assert node.next_hop(key).addr == "h3"
+    node._row_maintenance(30.0)
+    assert not [m for a, m in node._flush().sends if a == entry.addr and isinstance(m, LeafSetRequest)]
+    node._row_maintenance(61.0)
+    assert [m for a, m in node._flush().sends if a == entry.addr and isinstance(m, LeafSetRequest)]
+
+
+def test_row_maintenance_asks_near_members_of_row_zero_for_their_row_zero() -> None:
+    """Row 0's slots have the most candidates, and its hop starts nearly every lookup: besides a
+    random member and our nearest node, row maintenance asks two of row 0's four nearest
+    measured members for their row-0 nodes (nodes near us know the nodes near them)."""
+    me = Peer(id=0x1 << 124, addr="me")
+    node = OverlayNode(me, OverlayParams(), random.Random(0))
+    node.start(0.0)
+    row0 = [Peer(id=(c << 124) + 5, addr=f"c{c}") for c in range(2, 16)]
+    for rank, p in enumerate(row0):
+        node._consider(p, 0.0, firsthand=True)
+        node.rtt[p.id] = 0.010 * (rank + 1)  # c2 the nearest, c5 the fourth nearest
+    node._flush()
+    nearest_four = {"c2", "c3", "c4", "c5"}
+    seen: set[str] = set()
+    for _ in range(20):  # rounds: the near members asked vary, always two of the four nearest
+        node._row_maintenance(60.0)
+        asked = {a for a, m in node._flush().sends if isinstance(m, RowRequest) and m.row == 0}
+        assert len(asked & nearest_four) >= 2
+        assert len(asked) <= 4  # two near members, a random one and our nearest node (maybe the same)
+        seen |= asked & nearest_four
+    assert seen == nearest_four
