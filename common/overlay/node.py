@@ -180,15 +180,14 @@ deaths come in waves (a partition, a rack), and those learnt meanwhile share one
 SWEEP_QUIET = 30.0
 """A sweep probes only the table entries we have not heard from for this long: one heard from
 since the wave of deaths began is alive."""
-STALE_ARC = 1.5
-"""A table entry's leaf set we hold (lookahead) spanning more than this many times the arc our
-own leaf set spans is taken for stale: it was sent while the ring was sparser there (nodes joined
-since), so its member closest to a key is often not the key's root, and a lookahead there costs
-an extra hop. Ids are uniform, so l consecutive nodes span about the same arc anywhere on the ring.
-Such a set is asked for again at the next row maintenance instead of `max_backoff` rounds later;
-it is still used until then (passing it over costs the hop through the entry, as long). Measured
-after the join of 1,000 nodes (docs/bench/overlay_oracle_tables.py): 62 % of the held sets that
-differ from the entry's own span more than 1.5 times our arc, 11 % of the exact ones."""
+RING_GROWTH = 1.2
+"""A table entry's leaf set we hold (lookahead) is asked for again at the next row maintenance
+(not `max_backoff` rounds later) once our own leaf set spans this many times less of the ring
+than when the entry's set came: the ring has grown since (ids are uniform, so our arc measures
+the ring's density everywhere), so the entry's set likely misses nodes that joined near it, and
+its member closest to a key is then often not the root: the lookahead costs an extra hop. After
+the join of 2,000 nodes 25 % of the held sets differed from the entry's own
+(docs/bench/overlay_oracle_tables.py). A ring at rest asks nothing more."""
 ROW0_ASKED, ROW0_POOL = 2, 4
 """Row maintenance also asks ROW0_ASKED of the ROW0_POOL nearest members of row 0 (at random) for
 their row-0 nodes. Row 0 has the most candidates per slot (N/16) and its hop is the first of
@@ -230,9 +229,9 @@ class _Probe:
 _Waiting = TypeVar("_Waiting", _Probe, _HopWait)
 
 
-def _reaches(center: int, members: list[Peer]) -> tuple[int, int]:
-    """How far a node's leaf set reaches clockwise and counter-clockwise from `center` (the
-    node's id; each member counts on the side it is nearer to)."""
+def _spans(center: int, members: list[Peer], key: int) -> bool:
+    """Whether `key` lies within the arc a node's leaf set spans (`center` is the node's id, and
+    each member counts on the side it is nearer to)."""
     reach_cw = reach_ccw = 0
     for p in members:
         cw = (p.id - center) & ID_MASK
@@ -241,13 +240,6 @@ def _reaches(center: int, members: list[Peer]) -> tuple[int, int]:
             reach_cw = max(reach_cw, cw)
         else:
             reach_ccw = max(reach_ccw, ccw)
-    return reach_cw, reach_ccw
-
-
-def _spans(center: int, members: list[Peer], key: int) -> bool:
-    """Whether `key` lies within the arc a node's leaf set spans (`center` is the node's id, and
-    each member counts on the side it is nearer to)."""
-    reach_cw, reach_ccw = _reaches(center, members)
     return (key - center) & ID_MASK <= reach_cw or (center - key) & ID_MASK <= reach_ccw
 
 
@@ -299,7 +291,8 @@ class OverlayNode:
         self._leaf_version = 0  # bumped on every leaf-set change
         self._repairs_left = 0  # leaf-set requests still to send again (_retry_leaf_repair)
         self._backoff: dict[str, tuple[int, int]] = {}  # adaptive timer -> (factor, version seen)
-        self._entry_leaves: dict[int, tuple[float, list[Peer]]] = {}  # table entry -> (when, its leaf set)
+        # table entry -> (when, its leaf set, our leaf set's arc then: _own_arc)
+        self._entry_leaves: dict[int, tuple[float, list[Peer], int]] = {}
         self._last_sweep = -math.inf  # when _sweep_table last ran (at most once per table_probe_interval)
         self._recheck: dict[int, float] = {}  # leaf member a push lacked -> when we last heard from it then
         self._nonce = 0
@@ -478,18 +471,16 @@ class OverlayNode:
             return entry
         return self._select_by_proximity(key, r, exclude, rerouting, now)
 
-    def _stale(self, center: int, members: list[Peer]) -> bool:
-        """Whether a held leaf set of the node `center` looks stale (STALE_ARC): it spans a
-        wider arc than a fresh one would, by our own leaf set's (a small ring: never stale), or
-        holds fewer members than a full set where ours is full. (A liar's set looks whatever it
-        likes: at worst we ask it again each row round, as we ask any entry for its set.)"""
-        own = self.leaf._reach
-        if own is None:
-            return False
-        if len(members) < 2 * self.leaf.half:
-            return True
-        cw, ccw = _reaches(center, members)
-        return cw + ccw > STALE_ARC * (own[0] + own[1])
+    def _own_arc(self) -> int:
+        """The arc of the ring our leaf set spans (0 while a side has room: a small ring, or
+        we are joining)."""
+        reach = self.leaf._reach
+        return 0 if reach is None else reach[0] + reach[1]
+
+    def _grown_since(self, arc_then: int) -> bool:
+        """Whether the ring has grown since our leaf set spanned `arc_then` (RING_GROWTH)."""
+        now = self._own_arc()
+        return now > 0 and (arc_then == 0 or now * RING_GROWTH < arc_then)
 
     def _suspected(self, pid: int) -> bool:
         """Whether a probe of `pid` as a suspect is outstanding (it may be dead)."""
@@ -1075,8 +1066,8 @@ class OverlayNode:
         know that would fit that row of ours. Nodes near us know
         nodes near them, hence near us (the triangle inequality), which is how tables built from
         random join paths become proximity-aware over time. Also asks the entries whose leaf set
-        we do not hold, or have held for `max_backoff` row intervals, or that looks stale (_stale)
-        and is at least a row interval old, for it (lookahead)."""
+        we do not hold, or have held for `max_backoff` row intervals, or for at least one if the
+        ring has grown since (RING_GROWTH), for it (lookahead)."""
         interval = self.params.row_maintenance_interval
         horizon = interval * self.params.max_backoff
         held = self._entry_leaves
@@ -1085,7 +1076,7 @@ class OverlayNode:
             if (
                 got is None
                 or now - got[0] >= horizon
-                or (now - got[0] >= interval and self._stale(peer.id, got[1]))
+                or (now - got[0] >= interval and self._grown_since(got[2]))
             ):
                 self._send(peer.addr, LeafSetRequest.built(sender=self.me, rtt=self._rtt_for(peer)))
         for gone in [i for i in held if not self.table.contains(i)]:
@@ -1277,7 +1268,7 @@ class OverlayNode:
 
     def _on_leaf_push(self, msg: LeafSetPush, now: float) -> None:
         if self.table.contains(msg.sender.id):
-            self._entry_leaves[msg.sender.id] = (now, msg.leaf_set)
+            self._entry_leaves[msg.sender.id] = (now, msg.leaf_set, self._own_arc())
         self._consider(msg.sender, now, firsthand=True)
         # A neighbour's set is all candidates for our leaf set and deep rows; a table entry's
         # (asked for lookahead) only fills empty slots: its members would all challenge one slot.
@@ -1339,7 +1330,7 @@ class OverlayNode:
             silent = wait.next_hop.id
             self._probe(wait.next_hop, now, kind=SUSPECT)  # declared dead only if the probes fail too
             held = self._entry_leaves
-            for entry in [e for e, (_, members) in held.items() if any(p.id == silent for p in members)]:
+            for entry in [e for e, (_, members, _) in held.items() if any(p.id == silent for p in members)]:
                 del held[entry]  # a lookahead that led to a silent node: asked for again at row maintenance
             tried = wait.tried | {wait.next_hop.id}
             if (

@@ -125,7 +125,7 @@ def oracle_tables(exp: OverlayExperiment) -> tuple[dict[int, RoutingTable], dict
 
 
 def _clone(
-    core: OverlayNode, table: RoutingTable | None, leaves: dict[int, tuple[float, list[Peer]]] | None
+    core: OverlayNode, table: RoutingTable | None, leaves: dict[int, tuple[float, list[Peer], int]] | None
 ) -> OverlayNode:
     """A shallow copy of a node for offline routing: another table and/or lookahead sets."""
     twin = copy.copy(core)
@@ -137,13 +137,13 @@ def _clone(
     return twin
 
 
-def _fresh_leaves(exp: OverlayExperiment, table: RoutingTable) -> dict[int, tuple[float, list[Peer]]]:
+def _fresh_leaves(exp: OverlayExperiment, table: RoutingTable) -> dict[int, tuple[float, list[Peer], int]]:
     nodes = exp.net.nodes
     out = {}
     for p in table.cached_entries():
         target = nodes[int(p.addr[1:])]
         if target.alive:
-            out[p.id] = (exp.net.now, target.core.leaf.members())
+            out[p.id] = (exp.net.now, target.core.leaf.members(), 0)  # (when, set, arc then)
     return out
 
 
@@ -154,7 +154,8 @@ def _any_lookahead(node: OverlayNode, key: int) -> Peer | None:
     mine = closeness(key, node.me.id)
     r = shared_prefix_len(key, node.me.id, b)
     best, best_c = None, mine
-    for entry, (_, members) in node._entry_leaves.items():
+    for entry, got in node._entry_leaves.items():
+        members = got[1]
         if not _spans(entry, members, key):
             continue
         where = node.table.slot(entry)
@@ -250,7 +251,8 @@ def held_sets(exp: OverlayExperiment) -> dict[str, Any]:
     for n in exp.net.alive():
         core = n.core
         own = _arc(core.me.id, core.leaf.members()) or 1
-        for entry, (when, members) in core._entry_leaves.items():
+        for entry, got in core._entry_leaves.items():
+            when, members = got[0], got[1]
             where = core.table.slot(entry)
             holder = None if where is None else core.table.get(*where)
             if holder is None or holder.id != entry or not nodes[int(holder.addr[1:])].alive:

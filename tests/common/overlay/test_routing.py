@@ -118,10 +118,10 @@ def test_used_rows_follows_every_change_of_the_table() -> None:
     assert table.used_rows() == 0
 
 
-def _node_with_held_set(spacing_factor: int) -> tuple[OverlayNode, Peer, int]:
+def _node_with_held_set(growth: int) -> tuple[OverlayNode, Peer, int]:
     """A joined node whose leaf set spans 16 nodes `gap` apart, and one table entry far away
-    whose leaf set it holds (lookahead), that set's nodes `spacing_factor * gap` apart; and a
-    key the held set spans, next to its member entry + 3 * spacing_factor * gap."""
+    whose leaf set it holds (lookahead), received when our own leaf set spanned `growth` times
+    the arc it spans now; and a key that set spans, next to its member entry + 3 * gap."""
     gap = 1 << 100
     me = Peer(id=0x1 << 124, addr="me")
     node = OverlayNode(me, OverlayParams(), random.Random(0))
@@ -131,33 +131,36 @@ def _node_with_held_set(spacing_factor: int) -> tuple[OverlayNode, Peer, int]:
             node._consider(Peer(id=pid, addr=f"n{pid:x}"), 0.0, firsthand=True)
     entry = Peer(id=0x9 << 124, addr="entry")
     node._consider(entry, 0.0, firsthand=True)
-    step = spacing_factor * gap
-    held = [Peer(id=entry.id + s * k * step, addr=f"h{s * k}") for k in range(1, 9) for s in (1, -1)]
-    node._entry_leaves[entry.id] = (0.0, held)
+    held = [Peer(id=entry.id + s * k * gap, addr=f"h{s * k}") for k in range(1, 9) for s in (1, -1)]
+    node._entry_leaves[entry.id] = (0.0, held, growth * 16 * gap)
     node._flush()
-    return node, entry, entry.id + 3 * step + 1
+    return node, entry, entry.id + 3 * gap + 1
 
 
-def test_lookahead_goes_to_the_root_through_a_fresh_held_leaf_set() -> None:
-    """A held leaf set that spans the key and about as wide an arc as our own: the lookahead
-    skips the hop through the entry, straight to the set's member closest to the key."""
+def _asked_for_leaf_set(node: OverlayNode, entry: Peer, now: float) -> bool:
+    node._row_maintenance(now)
+    return any(a == entry.addr and isinstance(m, LeafSetRequest) for a, m in node._flush().sends)
+
+
+def test_lookahead_goes_to_the_root_through_a_held_leaf_set() -> None:
+    """A held leaf set that spans the key: the lookahead skips the hop through the entry,
+    straight to the set's member closest to the key. While the ring keeps its size, the set is
+    asked for again only `max_backoff` row intervals after it came."""
     node, entry, key = _node_with_held_set(1)
     assert node.next_hop(key).addr == "h3"
-    node._row_maintenance(61.0)  # a row interval later: a fresh set is not asked for again
-    assert not [m for a, m in node._flush().sends if a == entry.addr and isinstance(m, LeafSetRequest)]
+    assert not _asked_for_leaf_set(node, entry, 61.0)
+    assert _asked_for_leaf_set(node, entry, 60.0 * 8)
 
 
-def test_a_held_leaf_set_much_wider_than_ours_is_asked_for_again_a_row_interval_later() -> None:
-    """A held set spanning three times our leaf set's arc was sent while the ring was sparser
-    there (its member closest to a key may not be the root): row maintenance asks the entry for
-    its set again a row interval after it came, not `max_backoff` intervals after. Meanwhile it is
-    still used (its member is at least near the root)."""
-    node, entry, key = _node_with_held_set(3)
+def test_a_held_leaf_set_from_a_sparser_ring_is_asked_for_again_a_row_interval_later() -> None:
+    """A held set that came while our own leaf set spanned twice the arc it spans now: the ring
+    has grown since, and the entry's set likely misses nodes that joined near it (its member
+    closest to a key may not be the root). Row maintenance asks the entry for it again a row
+    interval after it came; meanwhile it is still used (its member is at least near the root)."""
+    node, entry, key = _node_with_held_set(2)
     assert node.next_hop(key).addr == "h3"
-    node._row_maintenance(30.0)
-    assert not [m for a, m in node._flush().sends if a == entry.addr and isinstance(m, LeafSetRequest)]
-    node._row_maintenance(61.0)
-    assert [m for a, m in node._flush().sends if a == entry.addr and isinstance(m, LeafSetRequest)]
+    assert not _asked_for_leaf_set(node, entry, 30.0)
+    assert _asked_for_leaf_set(node, entry, 61.0)
 
 
 def test_row_maintenance_asks_near_members_of_row_zero_for_their_row_zero() -> None:
