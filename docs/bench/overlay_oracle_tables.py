@@ -36,7 +36,7 @@ import numpy as np
 
 from common.overlay.ids import ID_BITS, ID_MASK, closeness, shared_prefix_len
 from common.overlay.messages import Peer
-from common.overlay.node import OverlayNode, _spans
+from common.overlay.node import OverlayNode
 from common.overlay.table import RoutingTable
 from sim.overlay_experiment import ExperimentConfig, OverlayExperiment
 
@@ -125,7 +125,9 @@ def oracle_tables(exp: OverlayExperiment) -> tuple[dict[int, RoutingTable], dict
 
 
 def _clone(
-    core: OverlayNode, table: RoutingTable | None, leaves: dict[int, tuple[float, list[Peer], int]] | None
+    core: OverlayNode,
+    table: RoutingTable | None,
+    leaves: dict[int, tuple[float, list[Peer], int, int, int]] | None,
 ) -> OverlayNode:
     """A shallow copy of a node for offline routing: another table and/or lookahead sets."""
     twin = copy.copy(core)
@@ -137,14 +139,34 @@ def _clone(
     return twin
 
 
-def _fresh_leaves(exp: OverlayExperiment, table: RoutingTable) -> dict[int, tuple[float, list[Peer], int]]:
+def _fresh_leaves(
+    exp: OverlayExperiment, table: RoutingTable
+) -> dict[int, tuple[float, list[Peer], int, int, int]]:
     nodes = exp.net.nodes
     out = {}
     for p in table.cached_entries():
         target = nodes[int(p.addr[1:])]
         if target.alive:
-            out[p.id] = (exp.net.now, target.core.leaf.members(), 0)  # (when, set, arc then)
+            members = target.core.leaf.members()
+            cw = ccw = 0
+            for m in members:
+                a, z = (m.id - p.id) & ID_MASK, (p.id - m.id) & ID_MASK
+                cw, ccw = (max(cw, a), ccw) if a <= z else (cw, max(ccw, z))
+            out[p.id] = (exp.net.now, members, 0, cw, ccw)  # (when, set, arc then, reaches)
     return out
+
+
+def _spans(center: int, members: list[Peer], key: int) -> bool:
+    """Whether `key` lies within the arc a node's leaf set spans (each member counts on the side
+    it is nearer to), as the core's lookahead decides it."""
+    reach_cw = reach_ccw = 0
+    for p in members:
+        cw, ccw = (p.id - center) & ID_MASK, (center - p.id) & ID_MASK
+        if cw <= ccw:
+            reach_cw = max(reach_cw, cw)
+        else:
+            reach_ccw = max(reach_ccw, ccw)
+    return (key - center) & ID_MASK <= reach_cw or (center - key) & ID_MASK <= reach_ccw
 
 
 def _any_lookahead(node: OverlayNode, key: int) -> Peer | None:
@@ -203,7 +225,7 @@ def walk(
                     kind = None
                 elif slot is not None and nxt.id == slot.id:
                     kind = "table"
-                elif slot is not None and slot.id in node._entry_leaves:
+                elif any(nxt.id == m.id for got in node._entry_leaves.values() for m in got[1]):
                     kind = "lookahead"
                 else:
                     kind = "proximity"

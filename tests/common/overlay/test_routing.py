@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from common.overlay.ids import ID_SPACE, closeness, cw_distance, digit, node_id_from_name, shared_prefix_len
 from common.overlay.leafset import LeafSet
-from common.overlay.messages import LeafSetRequest, Peer, Ping, Pong, RowRequest
+from common.overlay.messages import LeafSetPush, LeafSetRequest, Peer, Ping, Pong, RowRequest
 from common.overlay.node import OverlayNode, OverlayParams
 from common.overlay.table import RoutingTable
 
@@ -120,19 +120,25 @@ def test_used_rows_follows_every_change_of_the_table() -> None:
 
 def _node_with_held_set(growth: int) -> tuple[OverlayNode, Peer, int]:
     """A joined node whose leaf set spans 16 nodes `gap` apart, and one table entry far away
-    whose leaf set it holds (lookahead), received when our own leaf set spanned `growth` times
-    the arc it spans now; and a key that set spans, next to its member entry + 3 * gap."""
+    whose leaf set (16 nodes `gap` apart) it holds (lookahead), received when its own leaf set's
+    nodes were `growth` times farther apart (the ring has grown since); and a key that set
+    spans, next to its member entry + 3 * gap."""
     gap = 1 << 100
     me = Peer(id=0x1 << 124, addr="me")
     node = OverlayNode(me, OverlayParams(), random.Random(0))
     node.start(0.0)
-    for k in range(1, 9):
-        for pid in (me.id + k * gap, me.id - k * gap):
-            node._consider(Peer(id=pid, addr=f"n{pid:x}"), 0.0, firsthand=True)
+
+    def neighbours(spacing: int) -> None:
+        for k in range(1, 9):
+            for pid in (me.id + k * spacing, me.id - k * spacing):
+                node._consider(Peer(id=pid, addr=f"n{pid:x}"), 0.0, firsthand=True)
+
+    neighbours(growth * gap)
     entry = Peer(id=0x9 << 124, addr="entry")
     node._consider(entry, 0.0, firsthand=True)
     held = [Peer(id=entry.id + s * k * gap, addr=f"h{s * k}") for k in range(1, 9) for s in (1, -1)]
-    node._entry_leaves[entry.id] = (0.0, held, growth * 16 * gap)
+    node.on_message(LeafSetPush(sender=entry, leaf_set=held), 0.0)
+    neighbours(gap)  # (with growth 1: the same nodes again)
     node._flush()
     return node, entry, entry.id + 3 * gap + 1
 
@@ -184,3 +190,21 @@ def test_row_maintenance_asks_near_members_of_row_zero_for_their_row_zero() -> N
         assert len(asked) <= 4  # two near members, a random one and our nearest node (maybe the same)
         seen |= asked & nearest_four
     assert seen == nearest_four
+
+
+def test_lookahead_uses_any_held_leaf_set_that_spans_the_key() -> None:
+    """The key (column 8 of row 0) sits just below a digit boundary, and the leaf set we hold of
+    our column-9 entry, just above it, spans the key: its member closest to the key is the
+    root, reached in one hop, not through the key's own slot (column 8). A set spanning far more
+    than our own leaf set's arc (stale, or a liar's claim to know every root) is not used."""
+    node, entry, _ = _node_with_held_set(1)
+    gap = 1 << 100
+    slot = Peer(id=(0x8 << 124) + 5, addr="slot")
+    node._consider(slot, 0.0, firsthand=True)
+    node._flush()
+    key = entry.id - 3 * gap - 1
+    assert node.table.get(0, 8) == slot
+    assert node.next_hop(key).addr == "h-3"
+    wide = [Peer(id=entry.id + s * k * (gap << 8), addr=f"w{s * k}") for k in range(1, 9) for s in (1, -1)]
+    node.on_message(LeafSetPush(sender=entry, leaf_set=wide), 2.0)
+    assert node.next_hop(key) == slot
