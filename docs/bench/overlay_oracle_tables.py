@@ -9,16 +9,21 @@ state is changed, the routes are walked offline through `OverlayNode.next_hop`):
    with that prefix nearest by ground-truth latency; per row, the fraction of slots (that have
    any candidate) holding the nearest, one within 1.2x of it, or nothing;
 2. walks the same lookups (random source, random key) with
-   - `ours`: the nodes' own tables, leaf sets and held lookahead leaf sets;
+   - `ours`: the nodes' own tables, leaf sets and held lookahead leaf sets, routed by the core's
+     own next_hop (whatever lookahead the version under test does);
    - `ours_fresh_lookahead`: our tables, every entry's current leaf set held (no stale or
      missing lookahead);
    - `oracle`: the oracle tables, our route selection, every entry's current leaf set held;
    - `ours_any_lookahead` / `oracle_any_lookahead`: as ours / oracle, but a node that holds a
-     leaf set (its own or a table entry's) spanning the key goes straight to that set's member
-     closest to the key (the root, if the set is exact);
+     table entry's leaf set spanning the key goes straight to that set's member closest to the
+     key (the root, if the set is exact), whichever entry's set it is (this script's rule,
+     without the core's bound on a set's arc: what such a lookahead could give);
    and reports, for each, rdp mean/p99, hops, the share of lookups delivered at the true root, and
    the path latency split by hop kind (leaf set, lookahead, table slot, proximity fallback).
-Prints one JSON object.
+Also: the held lookahead sets, how many equal the entry's current set, their age, and their arc
+over the holder's own leaf set's arc (exact against stale ones). Prints one JSON object. The
+script reads the core's private state (`_entry_leaves`, `table`, `leaf`) and works with the
+core of main (49a7954) as well as with later ones.
 """
 
 from __future__ import annotations
