@@ -1090,9 +1090,9 @@ class OverlayNode:
     def _row_maintenance(self, now: float) -> None:
         """Proximity maintenance: for every row, ask a random member of that row and our nearest
         known node (for row 0 also some of its nearest members: ROW0_ASKED) for the nodes they
-        know that would fit that row of ours. Nodes near us know
-        nodes near them, hence near us (the triangle inequality), which is how tables built from
-        random join paths become proximity-aware over time. Also asks the entries whose leaf set
+        know that would fit that row of ours. Nodes near us know nodes near them, hence near us
+        (the triangle inequality), which is how tables built from random join paths become
+        proximity-aware over time. Also asks the entries whose leaf set
         we do not hold, or have held for `max_backoff` row intervals, or for at least one if the
         ring has grown since (RING_GROWTH), for it (lookahead)."""
         interval = self.params.row_maintenance_interval
@@ -1297,12 +1297,8 @@ class OverlayNode:
 
     def _on_leaf_push(self, msg: LeafSetPush, now: float) -> None:
         if self.table.contains(msg.sender.id):
-            self._entry_leaves[msg.sender.id] = (
-                now,
-                msg.leaf_set,
-                self._own_arc(),
-                *_reaches(msg.sender.id, msg.leaf_set),
-            )
+            cw, ccw = _reaches(msg.sender.id, msg.leaf_set)
+            self._entry_leaves[msg.sender.id] = (now, msg.leaf_set, self._own_arc(), cw, ccw)
         self._consider(msg.sender, now, firsthand=True)
         # A neighbour's set is all candidates for our leaf set and deep rows; a table entry's
         # (asked for lookahead) only fills empty slots: its members would all challenge one slot.
