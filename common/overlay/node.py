@@ -187,12 +187,13 @@ SWEEP_DELAY = 5.0
 """Seconds from the first death a node learns until it sweeps its routing table (_sweep_table):
 deaths come in waves (a partition, a rack), and those learnt meanwhile share one sweep."""
 LOOKAHEAD_REFRESH = 60.0
-"""Seconds after a sweep (_sweep_table) at which we ask every table entry again for its leaf set
-(lookahead, next_hop), unless we got it since the sweep (_refresh_lookahead): after a
-wave of deaths the held sets list dead nodes and lack the members that replaced them, so
-lookahead sent lookups to dead nodes or through longer paths for up to `max_backoff` row
-intervals (20 % churn at 1,000 nodes: 31 % of held sets stale after 300 s, rdp 1.216 against
-1.160 with the true sets). By then the entries' own leaf sets are repaired (detection p99 ~30 s)."""
+"""Seconds after a sweep (_sweep_table) at which we ask every table entry for its leaf set again
+(lookahead, next_hop), unless we got it within the last SWEEP_QUIET (_refresh_lookahead): after a
+wave of deaths the held sets list dead nodes and lack the members that replaced them, and so do
+sets got while the entries were still repairing theirs; row maintenance asks again only after
+`max_backoff` row intervals. Lookahead then sent lookups to dead nodes or along longer paths (20 %
+churn at 1,000 nodes: 31 % of the held sets stale 300 s later, rdp 1.216; 1.160 with the true
+sets). By then the entries' own leaf sets are repaired (detection p99 ~30 s)."""
 SWEEP_QUIET = 30.0
 """A sweep probes only the table entries we have not heard from for this long: one heard from
 since the wave of deaths began is alive."""
