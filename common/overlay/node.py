@@ -174,9 +174,10 @@ a hook there may stop a payload, but one it changes fails the next hop's check."
 PROBE_ATTEMPTS = 3  # unanswered probes before a routing-table entry (or a silent hop) is declared dead
 HOP_RESENDS = 2  # a final hop's resends before the message is delivered at the next closest node
 ROUTED_MEMORY = 4.0
-"""Seconds (in hop timeouts) a node remembers the routed messages it forwarded or delivered, by
+"""How long, in hop timeouts, a node remembers the routed messages it forwarded or delivered, by
 (previous hop, hop nonce, key), so that a resend whose first copy arrived (its ack was lost) is
-acked again but not forwarded twice; at most ROUTED_LIMIT of them."""
+acked again but not forwarded twice (a hop resends after one and two hop timeouts); at most
+ROUTED_LIMIT of them."""
 ROUTED_LIMIT = 1024
 LEAF_REPAIR_RETRIES = 3  # leaf-set requests sent again after a leaf member's death
 SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
