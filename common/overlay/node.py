@@ -1144,7 +1144,9 @@ class OverlayNode:
             self._learn_caps(pid, caps)
         if probe.tell is not None:
             self._correct(probe.tell, now)  # it lacked this node, which is alive
-        sample = max(now - msg.sent, 0.0)
+        # From our own record of the ping, not the `sent` the pong echoes: a peer that echoes a
+        # later time would otherwise be stored as nearer than it is, and win table slots.
+        sample = max(now - probe.sent, 0.0)
         rtt = self.rtt
         old = rtt.pop(pid, None)  # to the end: the map is in recency order
         rtt[pid] = sample if old is None else 0.7 * old + 0.3 * sample

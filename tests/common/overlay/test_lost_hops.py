@@ -93,3 +93,14 @@ def test_the_memory_of_forwarded_messages_is_bounded_by_age_and_size() -> None:
     late = Route(key=A.id + 2, origin=LEFT, payload=Note(n=0), hops=1, via=RIGHT, hop_nonce=1)
     node.on_message(late, 60.0)  # long after: the old ones are forgotten
     assert len(node._routed) == 1
+
+
+def test_a_pong_that_echoes_a_later_send_time_does_not_make_its_sender_look_nearer() -> None:
+    """The round-trip time comes from our own record of the ping: a lying peer cannot make us
+    store a false (smaller) RTT and win table slots with it."""
+    node = node_with_table()
+    liar = Peer(id=(0xC << 124) | 5, addr="liar")
+    out = node.on_message(Hello(sender=liar), 40.0)
+    [ping] = [m for a, m in out.sends if a == liar.addr and isinstance(m, Ping)]
+    node.on_message(Pong(sender=liar, nonce=ping.nonce, sent=ping.sent + 0.299), 40.3)
+    assert node.rtt[liar.id] >= 0.299
