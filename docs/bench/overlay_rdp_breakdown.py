@@ -8,10 +8,14 @@ imports. For every lookup phase it reports:
   (lost or sent to a dead node), and rdp over the lookups with neither;
 - routing-table quality against ground truth: for every live node's occupied slot, the holder's
   latency over the nearest live node that fits the slot (mean, p90 of that ratio; the share of
-  slots not held by the nearest), slots held by dead nodes, empty slots a live node could fill.
+  slots not held by the nearest), slots held by dead nodes, empty slots a live node could fill;
+  and the held leaf sets of table entries (lookahead): how many differ from the entry's actual
+  set, how many list a dead node.
+`--leaves truth|clear` (an experiment, not a fix): before the lookups after churn, every node's
+held sets become the entries' actual ones, or none, to see what stale ones cost.
 
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python docs/bench/overlay_rdp_breakdown.py \
-        --nodes 1000 --seed 1 --loss 0.01 [--churn 0.2] [--out FILE.json]
+        --nodes 1000 --seed 1 --loss 0.01 [--churn 0.2] [--leaves kept] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class BreakdownExperiment(OverlayExperiment):
         self._deliveries: dict[int, int] = {}
         self._sent_routes: dict[int, int] = {}
         self._arrived_routes: dict[int, int] = {}
+        self._sources: dict[int, int] = {}  # lookup -> its source node
         counting = self.net.hop_latency
 
         def on_hop(src: int, dst: int, msg: Any, t: float) -> None:
@@ -62,6 +67,14 @@ class BreakdownExperiment(OverlayExperiment):
             apply(node, out)
 
         self.net._apply = counting_apply  # type: ignore[method-assign]
+        route = self.net.route
+
+        def recording_route(src: int, key: int, payload: Any) -> None:
+            if isinstance(payload, LookupProbe):
+                self._sources[payload.n] = src
+            route(src, key, payload)
+
+        self.net.route = recording_route  # type: ignore[method-assign]
 
     def _on_event(self, index: int, event: Event, now: float) -> None:
         if isinstance(event, Delivered) and isinstance(event.payload, LookupProbe):
@@ -140,7 +153,7 @@ class BreakdownExperiment(OverlayExperiment):
             core._entry_leaves = held
 
     def _source(self, n: int) -> int | None:
-        return self._arrive_src.get(n)
+        return self._sources.get(n)
 
     def _table_quality(self) -> dict[str, float]:
         """Each live node's table against ground truth (the nearest live node per slot)."""
@@ -204,19 +217,6 @@ class BreakdownExperiment(OverlayExperiment):
         }
 
 
-def _record_sources(exp: BreakdownExperiment) -> None:
-    """Remember each lookup's source: the benchmark's net.route is wrapped to see it."""
-    exp._arrive_src = {}
-    route = exp.net.route
-
-    def recording_route(src: int, key: int, payload: Any) -> Any:
-        if isinstance(payload, LookupProbe):
-            exp._arrive_src[payload.n] = src
-        return route(src, key, payload)
-
-    exp.net.route = recording_route  # type: ignore[method-assign]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -229,7 +229,6 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ExperimentConfig(nodes=args.nodes, seed=args.seed, loss=args.loss, churn=args.churn)
     exp = BreakdownExperiment(cfg)
     exp.leaves_mode = args.leaves
-    _record_sources(exp)
     result = exp.run()
     out = {"config": vars(args), "phases": exp.phases, "run": result}
     text = json.dumps(out, indent=1)
