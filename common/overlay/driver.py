@@ -117,7 +117,9 @@ class UdpOverlay:
             self.sealer.port = port
             advertise = cfg.advertise or f"{host}:{port}"
             me = Peer(id=cfg.identity(), addr=advertise)
-            self.core = OverlayNode(me, cfg.overlay, random.Random(os.urandom(16)))
+            self.core = OverlayNode(
+                me, cfg.overlay, random.Random(os.urandom(16)), nonce_rng=random.Random(os.urandom(16))
+            )
             self._sock = sock
             log.info("overlay listening", addr=advertise, node_id=id_hex(me.id), bootstrap=cfg.bootstrap)
             async with trio.open_nursery() as nursery:

@@ -41,9 +41,10 @@ again, the message is routed around it. A silent hop is far more often a lost me
 a dead node: routing around a live hop at once sent a second copy to the root along a detour (at
 1 % loss, 3.6 % of lookups were delivered twice or detoured, rdp +3 %). The resend carries the
 same hop nonce, and a hop acks a copy it forwarded (or delivered) already without forwarding it
-twice (`ROUTED_MEMORY`). A message keyed to the silent node's own id (faultD's manager_missing)
-is routed around at once: it must reach the closest live node before any leaf set has noticed
-the death. Where routing around the silent hop would deliver the message here, it is sent to the
+twice (`ROUTED_MEMORY`). A hop already suspected (another message's silence) or declared dead
+is routed around at once, and so is a message keyed to the silent node's own id (faultD's
+manager_missing): it must reach the closest live node before any leaf set has noticed the
+death. Where routing around the silent hop would deliver the message here, it is sent to the
 same hop again up to `HOP_RESENDS` times: a lost ack must not deliver a message at a node that is
 not its root. After a hop failed, the routing table's slot is not trusted alone: leaf-set members
 (watched) are preferred to the other table entries, which nobody probes unless they are used.
@@ -178,7 +179,8 @@ ROUTED_MEMORY = 4.0
 (previous hop, hop nonce, key), so that a resend whose first copy arrived (its ack was lost) is
 acked again but not forwarded twice (a hop resends after one and two hop timeouts); at most
 ROUTED_LIMIT of them."""
-ROUTED_LIMIT = 1024
+ROUTED_LIMIT = 1024  # beyond 1024 / (ROUTED_MEMORY x hop_timeout) messages a second, the oldest go early
+PING_NONCE_RANDOM_BITS = 24  # between the counter's 24 bits and the capabilities (CAPS_SHIFT = 48)
 LEAF_REPAIR_RETRIES = 3  # leaf-set requests sent again after a leaf member's death
 SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
 MAX_JOIN_WAITS = 256
@@ -279,9 +281,21 @@ class OverlayNode:
     """A Pastry node as a pure state machine: entry points take `now` and return an Output."""
 
     def __init__(
-        self, me: Peer, params: OverlayParams, rng: random.Random, *, capabilities: int = CAPABILITIES
+        self,
+        me: Peer,
+        params: OverlayParams,
+        rng: random.Random,
+        *,
+        capabilities: int = CAPABILITIES,
+        nonce_rng: random.Random | None = None,
     ) -> None:
+        """`nonce_rng`: random bits for our ping nonces, so that a peer that has seen some cannot
+        answer our next ping before it arrives and be measured nearer than it is (the driver
+        passes one seeded from os.urandom). A generator apart from `rng`, and none in the
+        simulations (no attacker there): the nonces' bits decide nothing else, and a seed's
+        run stays the same with or without them."""
         self.me = me
+        self._nonce_rng = nonce_rng
         self.capabilities = capabilities  # what we speak (0: only the base format, as before them)
         self.params = params
         self.rng = rng
@@ -504,9 +518,12 @@ class OverlayNode:
         best, best_c = entry, closeness(key, entry.id)
         mine = closeness(key, self.me.id)
         dead = self.dead
+        in_table = self.table.contains
         for center, (_, members, _, cw, ccw) in held.items():
             if cw + ccw > limit or ((key - center) & ID_MASK > cw and (center - key) & ID_MASK > ccw):
                 continue
+            if not in_table(center):
+                continue  # replaced by a nearer node since: its set is no longer refreshed
             for p in members:
                 pid = p.id
                 c = closeness(key, pid)
@@ -861,7 +878,9 @@ class OverlayNode:
                 probe.kind, probe.attempts, probe.tell = kind, attempts, tell
             return
         self._nonce += 1
-        nonce = self._nonce | self._nonce_caps
+        nonce = (self._nonce & 0xFFFFFF) | self._nonce_caps
+        if self._nonce_rng is not None:  # (hop nonces come from the same counter: peers see them)
+            nonce |= self._nonce_rng.getrandbits(PING_NONCE_RANDOM_BITS) << 24
         self._pending[nonce] = _Probe(peer, now, kind, attempt, attempts, tell)
         self._probing[peer.id] = nonce
         self._out.sends.append((peer.addr, Ping.built(sender=self.me, nonce=nonce, sent=float(now))))  # _send
@@ -900,6 +919,7 @@ class OverlayNode:
         self.last_heard.pop(peer.id, None)
         self.caps.pop(peer.id, None)
         self._candidates.pop(peer.id, None)
+        self._entry_leaves.pop(peer.id, None)
         if self.leaf.remove(peer.id):
             self._leaf_did_change(now)
             members = self.leaf.members()
@@ -1116,22 +1136,20 @@ class OverlayNode:
         known node (for row 0 also some of its nearest members: ROW0_ASKED) for the nodes they
         know that would fit that row of ours. Nodes near us know nodes near them, hence near us
         (the triangle inequality), which is how tables built from random join paths become
-        proximity-aware over time. Also asks the entries whose leaf set
-        we do not hold, or have held for `max_backoff` row intervals, or for at least one if the
-        ring has grown since (RING_GROWTH), for it (lookahead)."""
+        proximity-aware over time. Also asks each table entry for its leaf set (lookahead) when
+        we do not hold it, have held it for `max_backoff` row intervals, or for at least one row
+        interval while the ring has grown since it came (RING_GROWTH)."""
         interval = self.params.row_maintenance_interval
         horizon = interval * self.params.max_backoff
         held = self._entry_leaves
         for peer in self.table.cached_entries():
             got = held.get(peer.id)
-            if got is None:
-                self._send(peer.addr, LeafSetRequest.built(sender=self.me, rtt=self._rtt_for(peer)))
-            elif now - got[0] >= horizon or (now - got[0] >= interval and self._grown_since(got[2])):
-                # Asked again in the base format: the entry may have gone down and come back as
-                # an older version (a rollback) since we learnt its version, unnoticed, as nobody
-                # probes a table entry unless it is used; an older version drops an RTT it does
-                # not know (tests/sim/test_mixed_ring.py). (It knows ours from the first request.)
-                self._send(peer.addr, LeafSetRequest.built(sender=self.me))
+            if (
+                got is None
+                or now - got[0] >= horizon
+                or (now - got[0] >= interval and self._grown_since(got[2]))
+            ):
+                self._ask_leaf_set(peer, again=got is not None)
         for gone in [i for i in held if not self.table.contains(i)]:
             del held[gone]
         nearest = self._nearest_measured()
@@ -1156,7 +1174,16 @@ class OverlayNode:
         for peer in self.table.cached_entries():
             got = held.get(peer.id)
             if got is None or got[0] <= since:
-                self._send(peer.addr, LeafSetRequest.built(sender=self.me, rtt=self._rtt_for(peer)))
+                self._ask_leaf_set(peer, again=got is not None)
+
+    def _ask_leaf_set(self, peer: Peer, *, again: bool) -> None:
+        """Ask a table entry for its leaf set (lookahead). Asked `again`, in the base format: the
+        entry may have gone down and come back as an older version (a rollback) since we learnt
+        its version, unnoticed, as nobody probes a table entry unless it is used, and an older
+        version drops a request with an RTT it does not know (tests/sim/test_mixed_ring.py). It
+        knows ours from the first request."""
+        rtt = None if again else self._rtt_for(peer)
+        self._send(peer.addr, LeafSetRequest.built(sender=self.me, rtt=rtt))
 
     def _nearest_measured(self) -> Peer | None:
         """The known node with the smallest measured round-trip time (its nodes are near us too)."""
@@ -1395,15 +1422,20 @@ class OverlayNode:
                 self._join_hop_silent(wait, wait.msg, now)
                 continue
             silent = wait.next_hop.id
+            suspected = self._suspected(silent)  # by another message's silence, or a failed probe
             self._probe(wait.next_hop, now, kind=SUSPECT)  # declared dead only if the probes fail too
             tried = wait.tried | {wait.next_hop.id}
             key = wait.msg.key
-            first_silence = wait.resent == 0 and silent not in self.dead
-            if silent != key and (
-                first_silence
-                or (
-                    wait.resent < HOP_RESENDS
-                    and self.next_hop(key, exclude=tried, rerouting=True, now=now) is None
+            first_silence = wait.resent == 0 and not suspected
+            if (
+                silent != key
+                and silent not in self.dead
+                and (
+                    first_silence
+                    or (
+                        wait.resent < HOP_RESENDS
+                        and self.next_hop(key, exclude=tried, rerouting=True, now=now) is None
+                    )
                 )
             ):
                 # Sent to the same hop again, with the same nonce (it acks a copy it forwarded

@@ -41,7 +41,7 @@ import numpy as np
 
 from common.overlay.ids import ID_BITS, ID_MASK, closeness, shared_prefix_len
 from common.overlay.messages import Peer
-from common.overlay.node import OverlayNode
+from common.overlay.node import OverlayNode, _reaches
 from common.overlay.table import RoutingTable
 from sim.overlay_experiment import ExperimentConfig, OverlayExperiment
 
@@ -153,10 +153,7 @@ def _fresh_leaves(
         target = nodes[int(p.addr[1:])]
         if target.alive:
             members = target.core.leaf.members()
-            cw = ccw = 0
-            for m in members:
-                a, z = (m.id - p.id) & ID_MASK, (p.id - m.id) & ID_MASK
-                cw, ccw = (max(cw, a), ccw) if a <= z else (cw, max(ccw, z))
+            cw, ccw = _reaches(p.id, members)
             out[p.id] = (exp.net.now, members, 0, cw, ccw)  # (when, set, arc then, reaches)
     return out
 
@@ -164,13 +161,7 @@ def _fresh_leaves(
 def _spans(center: int, members: list[Peer], key: int) -> bool:
     """Whether `key` lies within the arc a node's leaf set spans (each member counts on the side
     it is nearer to), as the core's lookahead decides it."""
-    reach_cw = reach_ccw = 0
-    for p in members:
-        cw, ccw = (p.id - center) & ID_MASK, (center - p.id) & ID_MASK
-        if cw <= ccw:
-            reach_cw = max(reach_cw, cw)
-        else:
-            reach_ccw = max(reach_ccw, ccw)
+    reach_cw, reach_ccw = _reaches(center, members)
     return (key - center) & ID_MASK <= reach_cw or (center - key) & ID_MASK <= reach_ccw
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from common.overlay.ids import ID_BITS
 from common.overlay.messages import Route
-from common.overlay.node import Delivered, Event
+from common.overlay.node import Delivered, Event, _reaches
 from sim.overlay_experiment import ExperimentConfig, LookupProbe, OverlayExperiment, _p99
 
 
@@ -149,7 +149,9 @@ class BreakdownExperiment(OverlayExperiment):
             for entry in core.table.entries():
                 other = by_id.get(entry.id)
                 if other is not None:
-                    held[entry.id] = (self.net.now, list(other.core.leaf.members()))
+                    members = list(other.core.leaf.members())
+                    cw, ccw = _reaches(entry.id, members)
+                    held[entry.id] = (self.net.now, members, core._own_arc(), cw, ccw)
             core._entry_leaves = held
 
     def _source(self, n: int) -> int | None:

@@ -104,3 +104,34 @@ def test_a_pong_that_echoes_a_later_send_time_does_not_make_its_sender_look_near
     [ping] = [m for a, m in out.sends if a == liar.addr and isinstance(m, Ping)]
     node.on_message(Pong(sender=liar, nonce=ping.nonce, sent=ping.sent + 0.299), 40.3)
     assert node.rtt[liar.id] >= 0.299
+
+
+def test_pongs_sent_ahead_for_predicted_nonces_do_not_make_their_sender_look_nearer() -> None:
+    """A peer that saw one of our nonces answers the pings that would follow before they exist:
+    none matches (the nonce has random bits, as the UDP driver sets up), and its RTT is the real
+    round trip."""
+    node = node_with_table()
+    node._nonce_rng = random.Random(7)  # (the driver's: OverlayNode's nonce_rng)
+    scout = Peer(id=(0xC << 124) | 5, addr="scout")
+    liar = Peer(id=(0xD << 124) | 5, addr="liar")
+    out = node.on_message(Hello(sender=scout), 40.0)
+    [seen] = [m for a, m in out.sends if a == scout.addr and isinstance(m, Ping)]
+    out = node.on_message(Hello(sender=liar), 41.0)
+    [ping] = [m for a, m in out.sends if a == liar.addr and isinstance(m, Ping)]
+    for ahead in range(1, 64):  # every counter value that could follow, with the seen high bits
+        node.on_message(Pong(sender=liar, nonce=seen.nonce + ahead, sent=ping.sent), 41.001)
+    assert liar.id not in node.rtt
+    node.on_message(Pong(sender=liar, nonce=ping.nonce, sent=ping.sent), 41.3)
+    assert abs(node.rtt[liar.id] - 0.3) < 1e-9
+
+
+def test_a_hop_already_suspected_is_routed_around_at_once() -> None:
+    """A second message silent at the same hop is not sent there again: the first one's silence
+    made it a suspect (probed), and waiting another hop timeout on it would only delay this one."""
+    node = node_with_table()
+    hop = PARAMS.hop_timeout
+    assert [addr for addr, _ in routes(node.route(A.id + 2, Note(n=5), 10.0))] == [A.addr]
+    assert [addr for addr, _ in routes(node.route(A.id + 3, Note(n=6), 10.0))] == [A.addr]
+    sent = {msg.payload.n: addr for addr, msg in routes(node.on_timer(10.0 + hop))}  # type: ignore[attr-defined]
+    assert sent[5] == A.addr  # the first silence: sent to A again
+    assert sent[6] not in (A.addr, None)  # A suspected by then: routed around it

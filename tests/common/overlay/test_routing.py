@@ -151,11 +151,24 @@ def _asked_for_leaf_set(node: OverlayNode, entry: Peer, now: float) -> bool:
 def test_lookahead_goes_to_the_root_through_a_held_leaf_set() -> None:
     """A held leaf set that spans the key: the lookahead skips the hop through the entry,
     straight to the set's member closest to the key. While the ring keeps its size, the set is
-    asked for again only `max_backoff` row intervals after it came."""
+    asked for again only `max_backoff` row intervals after it came. (The key's own slot entry's
+    set: this held before any entry's set was used; here, the control for RING_GROWTH.)"""
     node, entry, key = _node_with_held_set(1)
     assert node.next_hop(key).addr == "h3"
     assert not _asked_for_leaf_set(node, entry, 61.0)
     assert _asked_for_leaf_set(node, entry, 60.0 * 8)
+
+
+def test_a_held_leaf_set_is_not_used_once_its_entry_left_the_table() -> None:
+    """The set of an entry declared dead, or replaced by a nearer node, is no longer refreshed:
+    lookups do not follow it (the key's slot is used instead)."""
+    node, entry, key = _node_with_held_set(1)
+    node.table.remove(entry.id)  # as a nearer node taking its slot does (_on_pong)
+    assert node.next_hop(key).addr != "h3"
+    node, entry, key = _node_with_held_set(1)
+    node._declare_dead(entry, 1.0)
+    assert entry.id not in node._entry_leaves
+    assert node.next_hop(key).addr != "h3"
 
 
 def test_a_held_leaf_set_from_a_sparser_ring_is_asked_for_again_a_row_interval_later() -> None:
