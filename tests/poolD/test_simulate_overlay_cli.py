@@ -25,7 +25,9 @@ def test_summary_keys_and_values(capsys: pytest.CaptureFixture[str]) -> None:
     result = run(capsys, "--nodes", "80", "--seed", "3", "--lookups", "500", "--detect-samples", "10")
     assert KEYS <= result.keys()
     assert result["nodes"] == 80 and result["lookups"] == 500 and result["lookup_success"] == 1.0
-    assert 1.0 <= result["hops_mean"] <= 3 and result["rdp_mean"] >= 1.0
+    # (A lookup from the key's own root takes no hop; at 80 nodes lookahead takes the others
+    # to their root in one.)
+    assert 0.9 <= result["hops_mean"] <= 3 and result["rdp_mean"] >= 1.0
     assert result["maintenance_msgs_per_node_per_min"] > 0 and result["join_msgs_per_node"] > 0
     # Every timed crash was repaired (a crash never repaired would count as the 600 s timeout),
     # and a message is more than a sealed envelope's ~60 bytes.
