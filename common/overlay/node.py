@@ -679,7 +679,9 @@ class OverlayNode:
         `measure`, a node whose round-trip time is unknown only fills an empty slot: it is not
         probed to challenge the entry that holds its slot. `bound`: a lower bound on its
         round-trip time (see _consider_all; a claimed one, never stored): it is not probed to
-        challenge a holder measured at most PRUNE_FACTOR times nearer."""
+        challenge a holder measured at most PRUNE_FACTOR times nearer. A node we hold named at
+        another address moves there if `firsthand` (its own word), else is probed there and
+        moves only if it answers (_on_pong)."""
         pid, me = peer.id, self.me.id
         if pid == me:
             return
@@ -829,7 +831,8 @@ class OverlayNode:
         nothing (already in our leaf set, or outside it, and in their table slot or losing
         to its holder): that case is decided here inline, with _consider's checks in its order,
         and only the others go through _consider. This runs for every peer of every leaf-set
-        push, row reply and join info: most of the simulator's time.
+        push, row reply and join info: most of the simulator's time. A node we hold, named at
+        another address, goes through _consider (which probes the claimed address).
 
         Probe pruning: `rtts` are the sender's measured round-trip times to `peers` (None where
         it has none), `via` our measured one to the sender. By the triangle inequality our RTT to
