@@ -29,11 +29,12 @@ the node is probed once more (we may be the one that lost probes). Nodes declare
 re-learned second-hand for `dead_memory` seconds, and a node heard of second-hand enters our leaf
 set or routing table only once it answers a probe: unused entries are never probed, so another
 node's table may still list a dead node, and that must not spread. Likewise a node we hold
-changes address only in its own word (any message it sends us names it), or once it answers a
-probe at an address someone else claims for it: a push, row reply or join info that names our
-leaf member or table entry at another address is a claim to check (stale, or a liar's, which
-would send the node's traffic elsewhere and, as it stays silent there, get it declared dead),
-and a probe that fails at an address other than our record's says nothing of the node.
+changes address only in its own word (its hello, ping, pong, heartbeat, leaf-set or row
+exchange names it), or once it answers a probe at an address someone else claims for it: a
+push, row reply or join info that names our leaf member or table entry at another address is a
+claim to check (stale, or a liar's, which would send the node's traffic elsewhere and, as it
+stays silent there, get it declared dead), and a probe that fails at an address other than our
+record's says nothing of the node.
 
 Adaptive intervals: the periodic exchanges that only matter while the ring changes (row
 maintenance, leaf-set exchange and the self-lookup) double their interval, up to `max_backoff`
