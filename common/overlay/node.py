@@ -28,7 +28,13 @@ lists a node we declared dead is answered with our set (the sender then probes t
 the node is probed once more (we may be the one that lost probes). Nodes declared dead are not
 re-learned second-hand for `dead_memory` seconds, and a node heard of second-hand enters our leaf
 set or routing table only once it answers a probe: unused entries are never probed, so another
-node's table may still list a dead node, and that must not spread.
+node's table may still list a dead node, and that must not spread. Likewise a node we hold
+changes address only in its own word (its hello, ping, pong, heartbeat, leaf-set or row
+exchange names it), or once it answers a probe at an address someone else claims for it: a
+push, row reply or join info that names our leaf member or table entry at another address is a
+claim to check (stale, or a liar's, which would send the node's traffic elsewhere and, as it
+stays silent there, get it declared dead), and a probe that fails at an address other than our
+record's says nothing of the node.
 
 Adaptive intervals: the periodic exchanges that only matter while the ring changes (row
 maintenance, leaf-set exchange and the self-lookup) double their interval, up to `max_backoff`
@@ -509,7 +515,8 @@ class OverlayNode:
         lookups' rdp from 1.18 to 1.13 on the oracle tables (docs/bench/overlay_oracle_tables.py).
         A set spanning over LOOKAHEAD_ARC times our own leaf set's arc is passed over: stale
         (from a much sparser ring), or a liar's claim to know the root of every key; within the
-        bound, a liar's set reaches only keys a few leaf sets from its own id."""
+        bound, a liar's set reaches only keys a few leaf sets from its own id. A member we know
+        (leaf set or table) is sent to at our own record's address, not the set's."""
         held = self._entry_leaves
         if not held:
             return entry
@@ -535,6 +542,11 @@ class OverlayNode:
                     and shared_prefix_len(pid, key, b) >= r
                 ):
                     best, best_c = p, c
+        if best is not entry:
+            # The set's address for a node is its holder's word: one we know goes to ours.
+            own = self._record(best.id)
+            if own is not None:
+                return own
         return best
 
     def _own_arc(self) -> int:
@@ -668,7 +680,9 @@ class OverlayNode:
         `measure`, a node whose round-trip time is unknown only fills an empty slot: it is not
         probed to challenge the entry that holds its slot. `bound`: a lower bound on its
         round-trip time (see _consider_all; a claimed one, never stored): it is not probed to
-        challenge a holder measured at most PRUNE_FACTOR times nearer."""
+        challenge a holder measured at most PRUNE_FACTOR times nearer. A node we hold named at
+        another address moves there if `firsthand` (its own word), else is probed there and
+        moves only if it answers (_on_pong)."""
         pid, me = peer.id, self.me.id
         if pid == me:
             return
@@ -679,7 +693,13 @@ class OverlayNode:
         reach = leaf._reach
         if held is not None:
             if held.addr != peer.addr:
-                self.leaf.add(peer)  # same node, new address
+                if firsthand:  # same node, new address, in its own word
+                    leaf.add(peer)
+                    self._leaf_did_change(now)
+                else:
+                    # Someone else's word (stale, or a liar's: it would send the node's traffic,
+                    # and our probes, elsewhere): ours stays unless the node answers there.
+                    self._probe(peer, now)
         elif reach is not None and ((pid - me) & ID_MASK) >= reach[0] and ((me - pid) & ID_MASK) >= reach[1]:
             pass  # LeafSet.could_hold, inlined: it cannot enter our leaf set
         elif self.joined and not firsthand:
@@ -707,7 +727,10 @@ class OverlayNode:
                 self._probe(peer, now)
         elif current.id == pid:
             if current.addr != peer.addr:
-                table.set(*where, peer)
+                if firsthand:
+                    table.set(*where, peer)
+                else:
+                    self._probe(peer, now)  # as for a leaf member: taken if it answers (_on_pong)
         elif pid in rtt:
             # Measured before, and nearer than the entry: measured again (it may have died since)
             # and put in the entry's place if it answers (_on_pong).
@@ -809,7 +832,8 @@ class OverlayNode:
         nothing (already in our leaf set, or outside it, and in their table slot or losing
         to its holder): that case is decided here inline, with _consider's checks in its order,
         and only the others go through _consider. This runs for every peer of every leaf-set
-        push, row reply and join info: most of the simulator's time.
+        push, row reply and join info: most of the simulator's time. A node we hold, named at
+        another address, goes through _consider (which probes the claimed address).
 
         Probe pruning: `rtts` are the sender's measured round-trip times to `peers` (None where
         it has none), `via` our measured one to the sender. By the triangle inequality our RTT to
@@ -874,9 +898,17 @@ class OverlayNode:
         nonce = self._probing.get(peer.id)
         if nonce is not None:  # one probe per node at a time; a suspicion takes over a measurement
             probe = self._pending[nonce]
-            if kind > probe.kind:
-                probe.kind, probe.attempts, probe.tell = kind, attempts, tell
-            return
+            if probe.peer.addr == peer.addr:
+                if kind > probe.kind:
+                    probe.kind, probe.attempts, probe.tell = kind, attempts, tell
+                return
+            # Another address than the pending probe's: a probe of our own record's takes over
+            # one of a claimed new address (which must not become a suspicion of the node:
+            # _expire_probes); else the pending probe stands.
+            own = self._record(peer.id)
+            if own is None or own.addr != peer.addr:
+                return
+            del self._pending[nonce]
         self._nonce += 1
         nonce = (self._nonce & 0xFFFFFF) | self._nonce_caps
         if self._nonce_rng is not None:  # (hop nonces come from the same counter: peers see them)
@@ -885,11 +917,29 @@ class OverlayNode:
         self._probing[peer.id] = nonce
         self._out.sends.append((peer.addr, Ping.built(sender=self.me, nonce=nonce, sent=float(now))))  # _send
 
+    def _record(self, pid: int) -> Peer | None:
+        """Our own record of a node (leaf set, else routing table), or None: the address we
+        send it at, changed only by the node's own word (_consider) or its answer there."""
+        held = self.leaf._by_id.get(pid)
+        if held is not None:
+            return held
+        where = self.table.slot(pid)
+        if where is None:
+            return None
+        entry = self.table._rows[where[0]][where[1]]
+        return entry if entry is not None and entry.id == pid else None
+
     def _expire_probes(self, now: float) -> None:
         for probe in _expired(self._pending, self.params.probe_timeout, now):
             pid = probe.peer.id
             self._probing.pop(pid, None)
             if probe.kind == REVIVE:
+                continue
+            own = self._record(pid)
+            if own is not None and own.addr != probe.peer.addr:
+                # Silent at an address someone else claimed (or one it has left, in its own
+                # word): says nothing of the node at ours.
+                self._candidates.pop(pid, None)
                 continue
             in_table = self.table.contains(pid)
             if probe.kind == SUSPECT:
@@ -1248,6 +1298,11 @@ class OverlayNode:
             self._rtt_limit = self._trim_recent(rtt)
         # LeafSet.could_hold, inlined (this runs for every probe answered).
         leaf, me = self.leaf, self.me.id
+        own = self._record(pid)
+        if own is not None and own.addr != sender.addr:
+            # Its own word, in answer to our probe (maybe of a new address someone told us of):
+            # the node is where it says.
+            self._consider(sender, now, firsthand=True)
         if pid in leaf._by_id:
             self._leaf_rtts_version += 1  # a member's RTT: the next leaf push says it (_leaf_push)
         else:
@@ -1265,7 +1320,9 @@ class OverlayNode:
             if current is None or (
                 current.id != candidate.id and rtt[candidate.id] < rtt.get(current.id, float("inf"))
             ):
-                table.set(r, col, candidate)
+                # As the node names itself in its answer: the candidate may since have been
+                # offered again at another, claimed, address while this probe was out.
+                table.set(r, col, sender)
 
     def _on_join(self, msg: JoinRequest, now: float) -> None:
         joiner = msg.joiner
@@ -1331,7 +1388,7 @@ class OverlayNode:
         silent hops, we are (a lost ack then gives the joiner a second root's answer, which it
         merges like any other)."""
         self._join_waits -= 1
-        self._probe(wait.next_hop, now, kind=SUSPECT)
+        self._probe(self._record(wait.next_hop.id) or wait.next_hop, now, kind=SUSPECT)
         tried = wait.tried | {wait.next_hop.id}
         if len(tried) > self.params.max_reroutes:
             return
@@ -1423,8 +1480,11 @@ class OverlayNode:
                 continue
             silent = wait.next_hop.id
             suspected = self._suspected(silent)  # by another message's silence, or a failed probe
-            self._probe(wait.next_hop, now, kind=SUSPECT)  # declared dead only if the probes fail too
-            tried = wait.tried | {wait.next_hop.id}
+            # At our own record's address if we hold the node (the wait's may be a held leaf
+            # set's claim, or one the node has left since): probed and resent there.
+            hop = self._record(silent) or wait.next_hop
+            self._probe(hop, now, kind=SUSPECT)  # declared dead only if the probes fail too
+            tried = wait.tried | {silent}
             key = wait.msg.key
             first_silence = wait.resent == 0 and not suspected
             if (
@@ -1446,8 +1506,8 @@ class OverlayNode:
                 # node's own id: such a message is about that node's absence (faultD's
                 # manager_missing), and the next closest node must have it at once.
                 nonce = wait.msg.hop_nonce
-                self._hops[nonce] = _HopWait(wait.msg, wait.next_hop, now, wait.tried, wait.resent + 1)
-                self._send(wait.next_hop.addr, wait.msg)
+                self._hops[nonce] = _HopWait(wait.msg, hop, now, wait.tried, wait.resent + 1)
+                self._send(hop.addr, wait.msg)
                 continue
             held = self._entry_leaves
             for entry in [e for e, got in held.items() if any(p.id == silent for p in got[1])]:
