@@ -16,7 +16,6 @@ from common.overlay.certs import CertificateAuthority, public_key_of
 from common.overlay.claims import ClaimChecker
 from common.overlay.identity import NodeIdentity, TrustStore
 from common.overlay.messages import (
-    AppMessage,
     Hello,
     JoinInfo,
     LeafSetPush,
@@ -27,21 +26,10 @@ from common.overlay.messages import (
     Route,
     RouteAck,
     RowReply,
-    app_message,
 )
-from common.overlay.node import LeafSetChanged, Output, OverlayNode, OverlayParams
+from common.overlay.node import LeafSetChanged, Output, OverlayNode
+from tests.common.overlay.small_ring import LEFT, ME, PARAMS, RIGHT, Note
 
-
-@app_message
-class Note(AppMessage):
-    TYPE = "test.addrtrust.note"
-    n: int
-
-
-PARAMS = OverlayParams(leaf_set_size=2)
-ME = Peer(id=1000, addr="me")
-LEFT = Peer(id=500, addr="left")
-RIGHT = Peer(id=2000, addr="right")  # our larger neighbour: the node we watch
 TABLE = Peer(id=(0xA << 124) | 5, addr="table")  # a routing-table entry only (row 0, digit A)
 LIAR = Peer(id=(0xC << 124) | 5, addr="liar")  # a ring member with a valid key, and a table entry
 EVIL = "nowhere:1"  # where the liar says the others are: nothing answers there

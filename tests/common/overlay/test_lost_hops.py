@@ -7,20 +7,10 @@ from __future__ import annotations
 
 import random
 
-from common.overlay.messages import AppMessage, Hello, Peer, Ping, Pong, Route, RouteAck, app_message
-from common.overlay.node import ROUTED_LIMIT, Delivered, Output, OverlayNode, OverlayParams
+from common.overlay.messages import Hello, Peer, Ping, Pong, Route, RouteAck
+from common.overlay.node import ROUTED_LIMIT, Delivered, Output, OverlayNode
+from tests.common.overlay.small_ring import LEFT, ME, PARAMS, RIGHT, Note
 
-
-@app_message
-class Note(AppMessage):
-    TYPE = "test.lost_hops.note"
-    n: int
-
-
-PARAMS = OverlayParams(leaf_set_size=2)
-ME = Peer(id=1000, addr="me")
-LEFT = Peer(id=500, addr="left")
-RIGHT = Peer(id=2000, addr="right")
 A = Peer(id=(0xA << 124) | 5, addr="a")  # row 0 of ME's table
 B = Peer(id=(0xB << 124) | 5, addr="b")  # row 0 too, and nearer to A's keys than ME
 

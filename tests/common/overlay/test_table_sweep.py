@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 
 from common.overlay.messages import (
-    AppMessage,
     Heartbeat,
     Hello,
     LeafSetPush,
@@ -20,7 +19,6 @@ from common.overlay.messages import (
     RouteAck,
     RowReply,
     RowRequest,
-    app_message,
 )
 from common.overlay.node import (
     LOOKAHEAD_REFRESH,
@@ -32,18 +30,7 @@ from common.overlay.node import (
     OverlayNode,
     OverlayParams,
 )
-
-
-@app_message
-class Note(AppMessage):
-    TYPE = "test.sweep.note"
-    n: int
-
-
-PARAMS = OverlayParams(leaf_set_size=2)
-ME = Peer(id=1000, addr="me")
-LEFT = Peer(id=500, addr="left")
-RIGHT = Peer(id=2000, addr="right")
+from tests.common.overlay.small_ring import LEFT, ME, PARAMS, RIGHT, Note
 
 
 def row0(digit: int, low: int, name: str) -> Peer:
