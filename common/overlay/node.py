@@ -920,14 +920,7 @@ class OverlayNode:
     def _record(self, pid: int) -> Peer | None:
         """Our own record of a node (leaf set, else routing table), or None: the address we
         send it at, changed only by the node's own word (_consider) or its answer there."""
-        held = self.leaf._by_id.get(pid)
-        if held is not None:
-            return held
-        where = self.table.slot(pid)
-        if where is None:
-            return None
-        entry = self.table._rows[where[0]][where[1]]
-        return entry if entry is not None and entry.id == pid else None
+        return self.leaf.get(pid) or self.table.entry(pid)
 
     def _expire_probes(self, now: float) -> None:
         for probe in _expired(self._pending, self.params.probe_timeout, now):

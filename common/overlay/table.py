@@ -73,13 +73,17 @@ class RoutingTable:
             return where
         return None
 
-    def contains(self, node_id: int) -> bool:
-        """Whether the node is in the table (it can only be in its own slot)."""
+    def entry(self, node_id: int) -> Peer | None:
+        """The node's entry, if it is in the table (it can only be in its own slot)."""
         where = self.slot(node_id)
         if where is None:
-            return False
+            return None
         current = self._rows[where[0]][where[1]]
-        return current is not None and current.id == node_id
+        return current if current is not None and current.id == node_id else None
+
+    def contains(self, node_id: int) -> bool:
+        """Whether the node is in the table."""
+        return self.entry(node_id) is not None
 
     def used_rows(self) -> int:
         """Index one past the deepest non-empty row (counted again only after a change: discovery
