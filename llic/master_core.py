@@ -370,13 +370,8 @@ class MasterCore:
                     self._connected(event.agent, now)
                 case ConnectionBroken():
                     self._net.forget(event.agent, now)
-                case ResultReceived(process=process, result=result):
-                    self._net.release(process)  # its inputs arrived, or it never started
-                    self._net.bulk_done(event.agent, process, now)
-                    if result.ok:
-                        total, n = self._run_time
-                        self._run_time = (total + max(0.0, result.run_time), n + 1)
-                    self._window.saw(result.run_time)
+                case ResultReceived():
+                    self._account_result(chef, event, now)
             out.extend(self._to_chef(chef, event, now))
             out.extend(self._balance(now))
         if isinstance(event, AgentSubmitted):
@@ -398,12 +393,7 @@ class MasterCore:
             if chef is None or not current:
                 out.extend(self._stale(chef, event))
                 continue
-            self._net.release(event.process)
-            self._net.bulk_done(event.agent, event.process, now)
-            if event.result.ok:
-                total, n = self._run_time
-                self._run_time = (total + max(0.0, event.result.run_time), n + 1)
-            self._window.saw(event.result.run_time)
+            self._account_result(chef, event, now)
             out.extend(chef.handle(event, now, self.book, self._accepting, refill=False))
             refill[chef.index] = chef
         # each agent's window refilled once for its results: one SendTasks (one message) for
@@ -413,6 +403,22 @@ class MasterCore:
             chef.fill(self.book, self._accepting, out)
         out.extend(self._balance(now))
         return self._done(out, now)
+
+    def _account_result(self, chef: Chef, event: ResultReceived, now: float) -> None:
+        """What a result tells the master beside its record, before its chef takes it: its large
+        return is over; and, only if it is the running attempt's own (not a duplicate or a stale
+        attempt's), its inputs' reservation ends and its run time counts for the mean and the
+        window. A repeated result counted twice grew the window (and refilled the agent past
+        what it was sent) and could free the reservation of the task's next attempt."""
+        self._net.bulk_done(event.agent, event.process, now)
+        result = event.result
+        if chef.state is not ChefState.RUNNING or self.book.check(chef.index, *result.key) is not None:
+            return
+        self._net.release(event.process)  # its inputs arrived, or it never started
+        if result.ok:
+            total, n = self._run_time
+            self._run_time = (total + max(0.0, result.run_time), n + 1)
+        self._window.saw(result.run_time)
 
     def on_timer(self, now: float) -> Output:
         """The wakeup came: a save that is due, a negotiation cycle while agents wait for slots,

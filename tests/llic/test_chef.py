@@ -39,6 +39,7 @@ from llic.events import (
     WelcomeAgent,
 )
 from llic.master_core import AGENT_EXIT_GRACE, AGENT_STARTUP_GUESS, MasterCore, MasterStatus
+from llic.netadmit import Capacity, NetAdmit
 from llic.state import MasterInfo, restore, snapshot
 from llic.task import TaskResult
 from llic.taskbook import Assignment, TaskState
@@ -737,6 +738,32 @@ def test_short_tasks_fill_agents_to_the_grown_window_and_every_result_counts_onc
     # every task ran once, and each result was recorded once
     assert sorted(recorded) == list(range(400))
     assert all(r.state is TaskState.DONE and r.recorded == 1 for r in core.book.records())
+
+
+def test_a_repeated_or_stale_result_moves_neither_the_window_nor_the_next_attempts_reservation() -> None:
+    """A result counts for the window and ends its inputs' reservation once, and only as the
+    running attempt's own. Hypothesis found the repeat: a duplicate counted as a second short
+    run grew the window, and the agent was sent a task no result had made room for."""
+    core, [sub] = started(3, 1, window_size=1, max_window_size=2)
+    core.handle(AgentConnected(sub.agent), 1.0)
+    first = TaskResult(0, 1, "ok", exit_code=0, host="n1", run_time=0.001)
+    out = core.handle(ResultReceived(sub.agent, first), 2.0)
+    assert tasks_sent(out, sub.agent) == [Assignment(1, 1)]  # one short run seen: window still 1
+    before = core.book.counts()
+    out = core.handle(ResultReceived(sub.agent, first), 3.0)
+    assert not tasks_sent(out, sub.agent) and core.book.counts() == before
+
+    net = NetAdmit(Capacity.parse("10.1.0.0/16:100Mbps"), sizes=dict.fromkeys(range(2), 10))
+    core = MasterCore.new(range(2), LlicConfig(window_size=1, max_task_failures=3), net)
+    [a, b] = of(core.start(2, now=0.0), SubmitAgent)
+    core.handle(AgentConnected(a.agent, "10.1.0.5"), 1.0)
+    assert 0 in net.reservations  # process 0's inputs are on their way to a
+    core.handle(ResultReceived(a.agent, bad_result(0, 1)), 2.0)  # failed: queued again
+    out = core.handle(AgentConnected(b.agent, "10.1.0.6"), 3.0)
+    assert (b.agent, 0, 2) in {(x.agent, t.process, t.attempt) for x in of(out, SendTasks) for t in x.tasks}
+    assert 0 in net.reservations  # the second attempt's inputs, to b
+    core.handle(ResultReceived(a.agent, bad_result(0, 1)), 4.0)  # the first attempt's, again
+    assert 0 in net.reservations
 
 
 def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered() -> None:
