@@ -178,6 +178,32 @@ class MixedRing:
 
         core._declare_dead = declare_dead  # type: ignore[method-assign]
 
+    def stale_slots(
+        self, *, dead_old: bool | None = None, bootstrap_old: bool = False
+    ) -> list[tuple[int, int, int]]:
+        """Every (joiner, bootstrap, hop): a live bootstrap (of this version, or old) whose next
+        hop towards the joiner's id is a routing-table entry outside its leaf set (old or not,
+        as asked; None: either): crash the hop and the joiner, and restart the joiner through
+        the bootstrap, to see a join meet a dead table entry."""
+        found = []
+        for bootstrap, node in sorted(self.net.nodes.items()):
+            if not node.alive or (bootstrap in self.old) != bootstrap_old:
+                continue
+            core = node.core
+            for joiner, key in enumerate(self.ids):
+                hop = core.next_hop(key, exclude=(key,))
+                if (
+                    hop is None
+                    or joiner == bootstrap
+                    or hop.id in core.leaf
+                    or not core.table.contains(hop.id)
+                ):
+                    continue
+                dead = int(hop.addr[1:])
+                if dead != joiner and (dead_old is None or (dead in self.old) == dead_old):
+                    found.append((joiner, bootstrap, dead))
+        return found
+
     # ------------------------------------------------------------------ checks
 
     def _on_event(self, index: int, event: Event, now: float) -> None:

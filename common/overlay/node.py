@@ -192,6 +192,10 @@ SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is decl
 MAX_JOIN_WAITS = 256
 """Forwarded join requests awaiting their hop's ack at once; beyond that (a flood of joiners)
 they are forwarded unwatched, as before acks, so that joiners cannot grow a node's memory."""
+JOIN_TRIES_EACH = 2
+"""Join retries a node other than the bootstrap gets before the next one (_join_target): its first
+may be lost at a dead hop it only then probes (a hop that does not ack joins), its second then
+goes around."""
 SWEEP_DELAY = 5.0
 """Seconds from the first death a node learns until it sweeps its routing table (_sweep_table):
 deaths come in waves (a partition, a rack), and those learnt meanwhile share one sweep."""
@@ -316,6 +320,7 @@ class OverlayNode:
         self._caps_limit = 2 * params.recent_peers
         self._nonce_caps = capabilities << CAPS_SHIFT  # announced in every ping's nonce
         self._join_attempts = 0
+        self._join_tried: dict[int, int] = {}  # node -> join retries sent to it (_join_target)
         self.dead: dict[int, float] = {}
         self.joined = False
         self.bootstrap: str | None = None
@@ -403,7 +408,11 @@ class OverlayNode:
             del t["leaf_repair"]
             self._retry_leaf_repair(now)
         if not self.joined and t.get("join", float("inf")) <= now and self.bootstrap:
-            self._send(self.bootstrap, self._join_request())
+            target = self._join_target()
+            if target is None:
+                self._send(self.bootstrap, self._join_request())
+            else:
+                self._send(target.addr, self._join_request(self._speaks(target.id, CAP_TOLERANT)))
             t["join"] = now + self.params.join_retry
         if self.joined:
             p = self.params
@@ -651,6 +660,7 @@ class OverlayNode:
 
     def _become_joined(self, now: float) -> None:
         self.joined = True
+        self._join_tried.clear()
         self._timers.pop("join", None)
         self._timers_changed = True
         p = self.params
@@ -792,15 +802,46 @@ class OverlayNode:
             if len(known) > self._caps_limit:
                 self._caps_limit = self._trim_recent(known)
 
-    def _join_request(self) -> JoinRequest:
-        """Our join request to the bootstrap, whose version we do not know: every other attempt
-        announces our capabilities (hops that take them answer with RTTs), the others do not, so
-        that a bootstrap of a version before them (which drops the announcing request) lets us in
-        one join_retry later."""
+    def _join_request(self, announce: bool | None = None) -> JoinRequest:
+        """Our join request. `announce`: whether it announces our capabilities (hops that take
+        them answer with RTTs; a node of a version before them drops such a request). None, to
+        the bootstrap, whose version we do not know: every other attempt announces them, so
+        that an older bootstrap lets us in one join_retry later."""
         self._join_attempts += 1
-        if self._join_attempts % 2 and self.capabilities:
+        if announce is None:
+            announce = self._join_attempts % 2 == 1
+        if announce and self.capabilities:
             return JoinRequest.built(joiner=self.me, caps=self.capabilities)
         return JoinRequest.built(joiner=self.me)
+
+    def _join_target(self) -> Peer | None:
+        """Where a join retry goes (None: the bootstrap). The first two attempts (one in each
+        format) and every other later one go to the bootstrap; the others, JOIN_TRIES_EACH each,
+        to the nodes that answered us this incarnation (a hop's answer, a pong): those that ack
+        joins first (they probe a silent next hop and route around it), nearest our id first.
+        Why: a hop on the bootstrap's route that loses our requests loses every retry sent the
+        same way, e.g. an older bootstrap or forwarder whose table slot towards our id holds a
+        node that crashed (it does not ack joins and never probes an entry it only forwards them
+        to); a route from a node nearer our id shares little of that one. Only nodes we heard
+        from this incarnation: a hop that lies about others cannot send our retries to them,
+        nor a stale set to the dead. (One still joining does not answer a retry as its root:
+        _on_join.)"""
+        attempt = self._join_attempts + 1
+        if attempt < 3 or attempt % 2 == 0:
+            return None
+        heard, tried = self.last_heard, self._join_tried
+        answered = [p for p in self._known() if p.id in heard and p.addr != self.bootstrap]
+        if not answered:
+            return None
+        if all(tried.get(p.id, 0) >= JOIN_TRIES_EACH for p in answered):
+            tried.clear()  # every one had its tries: round again
+        me = self.me.id
+        target = min(
+            (p for p in answered if tried.get(p.id, 0) < JOIN_TRIES_EACH),
+            key=lambda p: (not self._speaks(p.id, CAP_JOIN_ACK), closeness(me, p.id)),
+        )
+        tried[target.id] = tried.get(target.id, 0) + 1
+        return target
 
     def _trim_recent(self, peers: dict[int, float] | dict[int, int], *, by_value: bool = False) -> int:
         """Bound a per-peer map (rtt, last_heard, caps): keep the entries of the leaf set's and routing
@@ -1326,6 +1367,13 @@ class OverlayNode:
             return
         nxt = self.next_hop(joiner.id, exclude=(joiner.id,))
         root = nxt is None
+        if root and not self.joined and msg.hops == 0 and joiner.addr != self.bootstrap:
+            # Asked straight by the joiner while still joining ourselves (its bootstrap, or a
+            # retry's target: _join_target): we know too little of the ring to be its root, and
+            # the two would make a ring apart. Routed to us by a joined node, we may be (joins
+            # at once, close in id, get in through each other so); and asked by the node we
+            # join through (two nodes each other's bootstrap: the first asked founds the ring).
+            return
         if root or not msg.refresh:
             upto = min(shared_prefix_len(self.me.id, joiner.id, self.params.b), self.table.rows - 1)
             rows = (

@@ -156,3 +156,68 @@ def test_refreshes_are_not_acked_and_waiting_joins_are_bounded() -> None:
     node.on_timer(1.0 + PARAMS.hop_timeout)
     assert node._join_waits == len(node._hops)  # rerouted ones wait again, never more than the bound
     assert node._join_waits <= MAX_JOIN_WAITS
+
+
+# ----------------------------------------------------------------------------- the joiner's retries
+
+BOOT = Peer(id=(0x3 << 124), addr="boot")
+NEAR_OLD = Peer(id=(0xA << 124) | 7, addr="near-old")  # nearest our id, of a version before acks
+NEAR = Peer(id=(0xA << 124) | 11, addr="near")  # next nearest, acks joins
+SILENT = Peer(id=(0xA << 124) | 6, addr="silent")  # named by the bootstrap, never answers
+
+
+def joining() -> OverlayNode:
+    """JOINER, joining through BOOT, which answered as a hop (naming NEAR_OLD, NEAR and SILENT)
+    and forwarded the request to where it was lost; NEAR_OLD and NEAR answered our probes."""
+    node = OverlayNode(JOINER, PARAMS, random.Random(1))
+    [first] = [m for addr, m in node.start(0.0, bootstrap="boot").sends if addr == "boot"]
+    assert isinstance(first, JoinRequest) and first.caps == CAPABILITIES
+    out = node.on_message(JoinInfo(sender=BOOT, candidates=[NEAR_OLD, NEAR, SILENT]), 0.1)
+    for peer, caps in ((NEAR_OLD, 0), (NEAR, CAPABILITIES)):
+        [ping] = sent_to(out, peer, Ping)
+        node.on_message(Pong(sender=peer, nonce=ping.nonce, sent=ping.sent, caps=caps or None), 0.2)
+    assert sent_to(out, SILENT, Ping) and not node.joined
+    return node
+
+
+def test_a_joiner_sends_every_other_retry_past_its_bootstrap_to_the_nodes_that_answered_it() -> None:
+    """A bootstrap of a version before join acks, whose table slot towards the joiner's id holds
+    a crashed node, loses every request it forwards (it never probes the entry); so the joiner's
+    retries from the third on alternate with nodes it heard from (those that ack joins first,
+    nearest its id first, two tries each), in the format each speaks."""
+    node = joining()
+    targets = []
+    for k in range(1, 12):
+        out = node.on_timer(k * PARAMS.join_retry)
+        [(addr, request)] = [(a, m) for a, m in out.sends if isinstance(m, JoinRequest)]
+        targets.append(addr)
+        if addr == NEAR_OLD.addr:
+            assert request.caps is None  # it would drop a request that announces them
+        elif addr == NEAR.addr:
+            assert request.caps == CAPABILITIES
+    assert targets == [
+        "boot", "near", "boot", "near", "boot", "near-old", "boot", "near-old", "boot", "near", "boot"
+    ]  # fmt: skip
+    node.on_message(JoinInfo(sender=NEAR, candidates=[], root=True, leaf_set=[NEAR_OLD]), 60.0)
+    assert node.joined and not node._join_tried
+
+
+def test_a_node_still_joining_answers_as_the_root_only_a_join_routed_to_it_or_its_bootstraps() -> None:
+    """Asked straight (as a bootstrap or a retry's target) it knows too little to be the root,
+    and the two would make a ring apart; routed to it by a joined node, it answers, so that
+    nodes joining at once close in id get in through each other; and two nodes started each
+    as the other's bootstrap make a ring of two."""
+    node = OverlayNode(ME, PARAMS, random.Random(1))
+    node.start(0.0, bootstrap="boot")
+    assert not sent_to(node.on_message(JoinRequest(joiner=JOINER), 1.0), JOINER, JoinInfo)
+    [info] = sent_to(node.on_message(JoinRequest(joiner=JOINER, hops=1), 1.0), JOINER, JoinInfo)
+    assert info.root
+    a, b = OverlayNode(ME, PARAMS, random.Random(1)), OverlayNode(JOINER, PARAMS, random.Random(2))
+    [(_, a_asks)] = a.start(0.0, bootstrap=JOINER.addr).sends
+    [(_, b_asks)] = b.start(0.0, bootstrap=ME.addr).sends
+    [b_answers] = sent_to(b.on_message(a_asks, 0.1), ME, JoinInfo)
+    a.on_message(b_answers, 0.2)
+    [a_answers] = sent_to(a.on_message(b_asks, 0.3), JOINER, JoinInfo)
+    b.on_message(a_answers, 0.4)
+    assert b_answers.root and a_answers.root and a.joined and b.joined
+    assert [p.id for p in a.leaf.members()] == [JOINER.id] and [p.id for p in b.leaf.members()] == [ME.id]
