@@ -829,10 +829,12 @@ class OverlayNode:
         attempt = self._join_attempts + 1
         if attempt < 3 or attempt % 2 == 0:
             return None
-        heard, tried = self.last_heard, self._join_tried
+        heard = self.last_heard
         answered = [p for p in self._known() if p.id in heard and p.addr != self.bootstrap]
         if not answered:
             return None
+        # only nodes still known (bounded as the table and leaf set are)
+        tried = self._join_tried = {p.id: n for p in answered if (n := self._join_tried.get(p.id, 0))}
         if all(tried.get(p.id, 0) >= JOIN_TRIES_EACH for p in answered):
             tried.clear()  # every one had its tries: round again
         me = self.me.id

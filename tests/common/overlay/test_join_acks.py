@@ -191,6 +191,7 @@ def test_a_joiner_sends_every_other_retry_past_its_bootstrap_to_the_nodes_that_a
         out = node.on_timer(k * PARAMS.join_retry)
         [(addr, request)] = [(a, m) for a, m in out.sends if isinstance(m, JoinRequest)]
         targets.append(addr)
+        assert set(node._join_tried) <= {NEAR.id, NEAR_OLD.id}  # never SILENT, never more than known
         if addr == NEAR_OLD.addr:
             assert request.caps is None  # it would drop a request that announces them
         elif addr == NEAR.addr:
