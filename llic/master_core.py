@@ -406,15 +406,26 @@ class MasterCore:
 
     def _account_result(self, chef: Chef, event: ResultReceived, now: float) -> None:
         """What a result tells the master beside its record, before its chef takes it: its large
-        return is over; and, only if it is the running attempt's own (not a duplicate or a stale
-        attempt's), its inputs' reservation ends and its run time counts for the mean and the
-        window. A repeated result counted twice grew the window (and refilled the agent past
-        what it was sent) and could free the reservation of the task's next attempt."""
+        return is over; the input reservation its agent holds for the process ends, unless the
+        process runs again there under a later attempt (whose inputs it is for): a result comes
+        back for a run cancelled meanwhile (held, removed) too; and only if it is the running
+        attempt's own (not a duplicate or a stale attempt's), its run time counts for the mean
+        and the window. A repeated result counted twice grew the window (and refilled the agent
+        past what it was sent), and one of another agent's could free the reservation of the
+        task's next attempt."""
         self._net.bulk_done(event.agent, event.process, now)
-        result = event.result
-        if chef.state is not ChefState.RUNNING or self.book.check(chef.index, *result.key) is not None:
+        result, book = event.result, self.book
+        current = book[event.process] if event.process in book else None
+        rerun_here = (
+            current is not None
+            and current.state is TaskState.RUNNING
+            and current.chef == chef.index
+            and current.attempt != result.attempt
+        )
+        if not rerun_here:
+            self._net.release(event.process, agent=event.agent)  # its inputs arrived, or never will
+        if chef.state is not ChefState.RUNNING or book.check(chef.index, *result.key) is not None:
             return
-        self._net.release(event.process)  # its inputs arrived, or it never started
         if result.ok:
             total, n = self._run_time
             self._run_time = (total + max(0.0, result.run_time), n + 1)

@@ -679,9 +679,12 @@ class NetAdmit:
         self.held.add(process)
         return Verdict.HELD
 
-    def release(self, process: int) -> None:
-        """A task's input transfer is over: its reservation ends."""
-        self.reservations.pop(process, None)
+    def release(self, process: int, agent: str | None = None) -> None:
+        """A task's input transfer is over: its reservation ends (only if `agent` holds it,
+        when given: a result of another agent's says nothing of this transfer)."""
+        held = self.reservations.get(process)
+        if held is not None and (agent is None or held.agent == agent):
+            del self.reservations[process]
 
     def settle(self, queued: Iterable[int]) -> None:
         """Drop heads that are no longer queued (taken elsewhere, failed for good)."""

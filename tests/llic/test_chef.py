@@ -36,6 +36,7 @@ from llic.events import (
     SlotsCounted,
     SubmitAgent,
     SubmitFailed,
+    UserRequest,
     WelcomeAgent,
 )
 from llic.master_core import AGENT_EXIT_GRACE, AGENT_STARTUP_GUESS, MasterCore, MasterStatus
@@ -764,6 +765,21 @@ def test_a_repeated_or_stale_result_moves_neither_the_window_nor_the_next_attemp
     assert 0 in net.reservations  # the second attempt's inputs, to b
     core.handle(ResultReceived(a.agent, bad_result(0, 1)), 4.0)  # the first attempt's, again
     assert 0 in net.reservations
+
+
+def test_the_result_of_a_run_cancelled_meanwhile_ends_its_input_reservation() -> None:
+    """A task held while its inputs were on their way (none had arrived: no transfer ended):
+    the agent's result for the cancelled run is stale, yet the reservation is its, and would
+    keep the agent's one paced transfer busy for good, its other tasks waiting."""
+    net = NetAdmit(Capacity.parse("10.1.0.0/16:100Mbps"), sizes=dict.fromkeys(range(3), 10))
+    core = MasterCore.new(range(3), LlicConfig(window_size=1), net)
+    [a] = of(core.start(1, now=0.0), SubmitAgent)
+    core.handle(AgentConnected(a.agent, "10.1.0.5"), 1.0)
+    assert 0 in net.reservations
+    core.handle(UserRequest("hold", (0,), "user"), 2.0)
+    cancelled = TaskResult(0, 1, "prepare_failed", error="cancelled", host="n1")
+    out = core.handle(ResultReceived(a.agent, cancelled), 3.0)
+    assert 0 not in net.reservations and tasks_sent(out, a.agent) == [Assignment(1, 1)]
 
 
 def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered() -> None:
