@@ -189,6 +189,11 @@ ROUTED_LIMIT = 1024  # beyond 1024 / (ROUTED_MEMORY x hop_timeout) messages a se
 PING_NONCE_RANDOM_BITS = 24  # between the counter's 24 bits and the capabilities (CAPS_SHIFT = 48)
 LEAF_REPAIR_RETRIES = 3  # leaf-set requests sent again after a leaf member's death
 SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
+JOINING_ROOT_AFTER = 4
+"""Join attempts of our own after which, still not joined, we answer a joiner that asks us
+straight as its root (_on_join): no node we can reach may be joined (a whole pool restarting
+with bootstraps in a cycle, a bootstrap that is gone), and a ring of the nodes that can reach
+each other is better than none."""
 MAX_JOIN_WAITS = 256
 """Forwarded join requests awaiting their hop's ack at once; beyond that (a flood of joiners)
 they are forwarded unwatched, as before acks, so that joiners cannot grow a node's memory."""
@@ -320,6 +325,7 @@ class OverlayNode:
         self._caps_limit = 2 * params.recent_peers
         self._nonce_caps = capabilities << CAPS_SHIFT  # announced in every ping's nonce
         self._join_attempts = 0
+        self._bootstrap_asks = 0  # how many of them went to the bootstrap (_join_request)
         self._join_tried: dict[int, int] = {}  # node -> join retries sent to it (_join_target)
         self.dead: dict[int, float] = {}
         self.joined = False
@@ -805,11 +811,12 @@ class OverlayNode:
     def _join_request(self, announce: bool | None = None) -> JoinRequest:
         """Our join request. `announce`: whether it announces our capabilities (hops that take
         them answer with RTTs; a node of a version before them drops such a request). None, to
-        the bootstrap, whose version we do not know: every other attempt announces them, so
-        that an older bootstrap lets us in one join_retry later."""
+        the bootstrap, whose version we do not know: every other request to it announces them,
+        so that an older bootstrap lets us in one of its retries later."""
         self._join_attempts += 1
         if announce is None:
-            announce = self._join_attempts % 2 == 1
+            self._bootstrap_asks += 1
+            announce = self._bootstrap_asks % 2 == 1
         if announce and self.capabilities:
             return JoinRequest.built(joiner=self.me, caps=self.capabilities)
         return JoinRequest.built(joiner=self.me)
@@ -1369,12 +1376,20 @@ class OverlayNode:
             return
         nxt = self.next_hop(joiner.id, exclude=(joiner.id,))
         root = nxt is None
-        if root and not self.joined and msg.hops == 0 and joiner.addr != self.bootstrap:
-            # Asked straight by the joiner while still joining ourselves (its bootstrap, or a
-            # retry's target: _join_target): we know too little of the ring to be its root, and
-            # the two would make a ring apart. Routed to us by a joined node, we may be (joins
-            # at once, close in id, get in through each other so); and asked by the node we
-            # join through (two nodes each other's bootstrap: the first asked founds the ring).
+        if (
+            root
+            and not self.joined
+            and msg.hops == 0
+            and joiner.addr != self.bootstrap
+            and self._join_attempts < JOINING_ROOT_AFTER
+        ):
+            # Asked straight by the joiner while still joining ourselves (as its bootstrap, or
+            # a retry's target: _join_target): we know too little of the ring to be its root,
+            # and the two would make a ring apart. Routed to us (hops > 0: a node took us for
+            # its next hop), we may be: nodes that join at once, close in id, get in through
+            # each other so. Asked by the node we join through (two nodes each other's
+            # bootstrap), or once our own join has gone unanswered JOINING_ROOT_AFTER times
+            # (bootstraps in a cycle, or through a node that is gone), we answer as before.
             return
         if root or not msg.refresh:
             upto = min(shared_prefix_len(self.me.id, joiner.id, self.params.b), self.table.rows - 1)

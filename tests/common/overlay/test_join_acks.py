@@ -186,7 +186,7 @@ def test_a_joiner_sends_every_other_retry_past_its_bootstrap_to_the_nodes_that_a
     retries from the third on alternate with nodes it heard from (those that ack joins first,
     nearest its id first, two tries each), in the format each speaks."""
     node = joining()
-    targets = []
+    targets, boot_formats = [], []
     for k in range(1, 12):
         out = node.on_timer(k * PARAMS.join_retry)
         [(addr, request)] = [(a, m) for a, m in out.sends if isinstance(m, JoinRequest)]
@@ -196,9 +196,12 @@ def test_a_joiner_sends_every_other_retry_past_its_bootstrap_to_the_nodes_that_a
             assert request.caps is None  # it would drop a request that announces them
         elif addr == NEAR.addr:
             assert request.caps == CAPABILITIES
+        else:  # the bootstrap, of a version we do not know: every other request announces them
+            boot_formats.append(request.caps)
     assert targets == [
         "boot", "near", "boot", "near", "boot", "near-old", "boot", "near-old", "boot", "near", "boot"
     ]  # fmt: skip
+    assert boot_formats == [None, CAPABILITIES, None, CAPABILITIES, None, CAPABILITIES]  # the 1st: caps
     node.on_message(JoinInfo(sender=NEAR, candidates=[], root=True, leaf_set=[NEAR_OLD]), 60.0)
     assert node.joined and not node._join_tried
 
@@ -222,3 +225,41 @@ def test_a_node_still_joining_answers_as_the_root_only_a_join_routed_to_it_or_it
     b.on_message(a_answers, 0.4)
     assert b_answers.root and a_answers.root and a.joined and b.joined
     assert [p.id for p in a.leaf.members()] == [JOINER.id] and [p.id for p in b.leaf.members()] == [ME.id]
+
+
+def ring_of(bootstraps: dict[str, str | None], gone: frozenset[str] = frozenset()) -> dict[str, OverlayNode]:
+    """Nodes started at once, each through its bootstrap (None: founds), messages delivered at
+    once (to a `gone` address: lost), timers every half second for ten minutes."""
+    rng = random.Random(1)
+    nodes = {
+        name: OverlayNode(Peer(id=rng.getrandbits(128), addr=name), OverlayParams(), random.Random(i))
+        for i, name in enumerate(bootstraps)
+    }
+    queue = [s for name, node in nodes.items() for s in node.start(0.0, bootstrap=bootstraps[name]).sends]
+    t = 0.0
+    while t < 600.0:
+        while queue:
+            addr, msg = queue.pop(0)
+            if addr in nodes and addr not in gone:
+                queue += nodes[addr].on_message(msg, t).sends
+        t += 0.5
+        for node in nodes.values():
+            queue += node.on_timer(t).sends
+    return nodes
+
+
+def test_nodes_whose_bootstraps_are_all_still_joining_make_one_ring() -> None:
+    """No node founds the ring: bootstraps in a cycle (a whole federation restarted), each
+    other's (one under another name than it advertises), or through a node that is gone.
+    Nodes still joining refuse to be a straight asker's root only for their first
+    JOINING_ROOT_AFTER attempts."""
+    for bootstraps, gone in (
+        ({"a": "b", "b": "c", "c": "a"}, frozenset()),
+        ({"a": "b", "b": "a"}, frozenset()),
+        ({"a": "b", "b": "a-alias"}, frozenset()),
+        ({"b": "x", "c": "b", "d": "b"}, frozenset({"x"})),
+    ):
+        nodes = ring_of(bootstraps, gone)
+        for name, node in nodes.items():
+            assert node.joined, (bootstraps, name)
+            assert {p.addr for p in node.leaf.members()} == set(nodes) - {name}, (bootstraps, name)
