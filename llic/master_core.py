@@ -413,8 +413,8 @@ class MasterCore:
         and the window. A repeated result counted twice grew the window (and refilled the agent
         past what it was sent), and one of another agent's could free the reservation of the
         task's next attempt."""
-        self._net.bulk_done(event.agent, event.process, now)
         result, book = event.result, self.book
+        self._net.bulk_done(event.agent, event.process, now, result.attempt)
         current = book[event.process] if event.process in book else None
         rerun_here = (
             current is not None

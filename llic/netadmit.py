@@ -399,9 +399,11 @@ class BulkReturns:
         self.waiting.setdefault(req.subnet, deque()).append(req)
         self._grant(req.subnet, now)
 
-    def done(self, agent: str, process: int, now: float) -> None:
-        """`agent`'s result for `process` arrived (or will never come): its turn ends."""
-        self._end(lambda r: r.agent == agent and r.process == process, now)
+    def done(self, agent: str, process: int, now: float, attempt: int | None = None) -> None:
+        """`agent`'s result for `process` (run `attempt`, if known) arrived (or will never come):
+        its turn ends. With the attempt, a late copy of an earlier run's result does not end
+        the turn of the process's next run on the same agent (whose return would wait for good)."""
+        self._end(lambda r: r.agent == agent and r.process == process and attempt in (None, r.attempt), now)
 
     def forget(self, agent: str, now: float) -> None:
         """The agent is gone: its requests are dropped and its grant, if any, passes on."""
@@ -570,9 +572,9 @@ class NetAdmit:
         subnet = self.agents.get(agent) or self.stats.agent_subnet.get(agent, UNKNOWN_SUBNET)
         self.bulk.request(BulkRequest(agent, process, attempt, nbytes, subnet, now), now)
 
-    def bulk_done(self, agent: str, process: int, now: float) -> None:
+    def bulk_done(self, agent: str, process: int, now: float, attempt: int | None = None) -> None:
         """A large result has arrived (or its agent is gone): the next one on its subnet may go."""
-        self.bulk.done(agent, process, now)
+        self.bulk.done(agent, process, now, attempt)
 
     # ------------------------------------------------------------------ figures
 

@@ -18,6 +18,7 @@ from llic.events import (
     Action,
     AgentConnected,
     AgentSubmitted,
+    BulkReady,
     CloseConnection,
     ConnectionBroken,
     CountSlots,
@@ -765,6 +766,19 @@ def test_a_repeated_or_stale_result_moves_neither_the_window_nor_the_next_attemp
     assert 0 in net.reservations  # the second attempt's inputs, to b
     core.handle(ResultReceived(a.agent, bad_result(0, 1)), 4.0)  # the first attempt's, again
     assert 0 in net.reservations
+
+
+def test_a_late_copy_of_an_earlier_runs_result_leaves_the_next_runs_large_return_its_turn() -> None:
+    net = NetAdmit(Capacity.parse("10.1.0.0/16:100Mbps"), sizes=dict.fromkeys(range(2), 0))
+    core = MasterCore.new(range(2), LlicConfig(window_size=1, max_task_failures=3), net)
+    [a] = of(core.start(1, now=0.0), SubmitAgent)
+    core.handle(AgentConnected(a.agent, "10.1.0.5"), 1.0)
+    out = core.handle(ResultReceived(a.agent, bad_result(0, 1)), 2.0)
+    assert tasks_sent(out, a.agent) == [Assignment(0, 2)]  # failed: run again, on the same agent
+    core.handle(BulkReady(a.agent, 0, 2, 50_000_000), 3.0)
+    assert (net.bulk.granted["10.1.0.0/16"].process, net.bulk.granted["10.1.0.0/16"].attempt) == (0, 2)
+    core.handle(ResultReceived(a.agent, bad_result(0, 1)), 4.0)  # the first run's, again
+    assert "10.1.0.0/16" in net.bulk.granted
 
 
 def test_the_result_of_a_run_cancelled_meanwhile_ends_its_input_reservation() -> None:

@@ -390,7 +390,9 @@ def test_bulk_returns_one_per_subnet_fifo_and_released_on_done_or_loss() -> None
     bulk.forget("b", 6.0)  # b crashed while sending: its turn passes on, nothing leaks
     assert [(g.agent, g.process) for g in bulk.take_grants()] == [("c", 3)]
     bulk.forget("c", 7.0)
-    bulk.done("d", 4, 7.0)
+    bulk.done("d", 4, 7.0, attempt=1)  # a late copy of another run's result: d's turn goes on
+    assert bulk.granted["s2"].process == 4
+    bulk.done("d", 4, 7.0, attempt=0)
     assert not bulk.granted and not bulk.waiting and not bulk.take_grants()
     snap = bulk.snapshot()
     assert snap["grants"] == 4 and snap["waiting"] == {} and snap["active"] == {}
