@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 import sim.legacy_overlay_wire as legacy
 from common.overlay.messages import (
     CAP_RTT,
@@ -263,3 +266,38 @@ def test_nodes_whose_bootstraps_are_all_still_joining_make_one_ring() -> None:
         for name, node in nodes.items():
             assert node.joined, (bootstraps, name)
             assert {p.addr for p in node.leaf.members()} == set(nodes) - {name}, (bootstraps, name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-2, 7), min_size=2, max_size=8))
+def test_any_bootstrap_graph_ends_as_one_ring_per_group_of_nodes_that_name_each_other(
+    choices: list[int],
+) -> None:
+    """Every node names one bootstrap: another node (an index), none (it founds a ring: -1) or
+    an address nobody answers (-2). Each group of nodes linked by their bootstraps (each group
+    has one founder or one cycle, or a gone address, at its end) ends as one ring, every node
+    of it joined with the group's other nodes as its leaf set (l = 16 holds them all); only a
+    node alone (none names it, its own bootstrap is gone) stays out."""
+    n = len(choices)
+    names = [f"n{i}" for i in range(n)]
+    bootstraps: dict[str, str | None] = {}
+    for i, c in enumerate(choices):
+        if c == -1:
+            bootstraps[names[i]] = None
+        elif c == -2 or c % n == i:
+            bootstraps[names[i]] = f"gone{i}"
+        else:
+            bootstraps[names[i]] = names[c % n]
+    group = {name: {name} for name in names}  # union of the bootstrap links, either way
+    for name, boot in bootstraps.items():
+        if boot in group and group[boot] is not group[name]:
+            merged = group[name] | group[boot]
+            for member in merged:
+                group[member] = merged
+    nodes = ring_of(bootstraps, frozenset(f"gone{i}" for i in range(n)))
+    for name, node in nodes.items():
+        if len(group[name]) == 1 and bootstraps[name] is not None:
+            assert not node.joined
+            continue
+        assert node.joined, (bootstraps, name)
+        assert {p.addr for p in node.leaf.members()} == group[name] - {name}, (bootstraps, name)
