@@ -456,7 +456,7 @@ class Connections:
             frames: list[bytes] = []
             batch: list[dict[str, Any]] = []  # tasks' wire maps
             inputs, reserved = await self._read_ahead(actions)
-            sent: list[tuple[int, int]] = []  # (process, bytes) of inputs in `frames`
+            sent: list[tuple[int, int, int]] = []  # (process, attempt, bytes) of inputs in `frames`
             started = time.time()
             try:
                 for action in actions:
@@ -480,7 +480,7 @@ class Connections:
                             if read is not None:
                                 nbytes = self._encode_with_inputs(conn, assignment, read, frames)
                                 if nbytes is not None:  # files on their way: a transfer, once written
-                                    sent.append((assignment.process, nbytes))
+                                    sent.append((assignment.process, assignment.attempt, nbytes))
                                 continue
                             started = await self._flush(conn, frames, sent, started)
                             await self._send_task(conn, assignment, pace)
@@ -569,15 +569,15 @@ class Connections:
         return sum(e["size"] for e in entries) if entries else None
 
     async def _flush(
-        self, conn: AgentConnection, frames: list[bytes], sent: list[tuple[int, int]], started: float
+        self, conn: AgentConnection, frames: list[bytes], sent: list[tuple[int, int, int]], started: float
     ) -> float:
         """Write `frames`, then account the inputs they carried (`sent`, emptied) as transfers
         that began at `started`; when the next part of the turn begins."""
         await self._write(conn, frames)
         if sent:
             end = time.time()
-            for process, nbytes in sent:
-                self.feed(TransferDone(conn.agent, process, IN, nbytes, started, end))
+            for process, attempt, nbytes in sent:
+                self.feed(TransferDone(conn.agent, process, IN, nbytes, started, end, attempt))
             sent.clear()
         return time.time()
 
@@ -661,7 +661,8 @@ class Connections:
             # only a transfer that was written whole counts (a broken one ends with its agent)
             if entries and written[0]:
                 nbytes = sum(e["size"] for e in entries)
-                self.feed(TransferDone(conn.agent, assignment.process, IN, nbytes, start, time.time()))
+                process, attempt, end = assignment.process, assignment.attempt, time.time()
+                self.feed(TransferDone(conn.agent, process, IN, nbytes, start, end, attempt))
 
     async def _send_paced(
         self, stream: trio.SocketStream, frames: list[bytes], pace: float, start: float, written: list[bool]
@@ -738,7 +739,8 @@ class Connections:
             results.append(result)
             if msg.files:
                 nbytes = sum(e["size"] for e in msg.files)
-                self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, time.time()))
+                end = time.time()
+                self.feed(TransferDone(conn.agent, result.process, OUT, nbytes, started, end, result.attempt))
             self.counters["results"] += 1
             key = (result.process, result.attempt)
             current = key not in seen and self.wants_result(conn.agent, result.process, result.attempt)

@@ -110,6 +110,7 @@ class TransferDone:
     nbytes: int
     start: float
     end: float
+    attempt: int | None = None  # the run the files are of (None: unknown)
 
 
 @dataclass(frozen=True)

@@ -415,21 +415,31 @@ class MasterCore:
         task's next attempt."""
         result, book = event.result, self.book
         self._net.bulk_done(event.agent, event.process, now, result.attempt)
-        current = book[event.process] if event.process in book else None
-        rerun_here = (
-            current is not None
-            and current.state is TaskState.RUNNING
-            and current.chef == chef.index
-            and current.attempt != result.attempt
-        )
-        if not rerun_here:
-            self._net.release(event.process, agent=event.agent)  # its inputs arrived, or never will
+        self._end_reservation(event.agent, event.process, result.attempt)  # its inputs arrived, or never will
         if chef.state is not ChefState.RUNNING or book.check(chef.index, *result.key) is not None:
             return
         if result.ok:
             total, n = self._run_time
             self._run_time = (total + max(0.0, result.run_time), n + 1)
         self._window.saw(result.run_time)
+
+    def _end_reservation(self, agent: str, process: int, attempt: int | None) -> None:
+        """The input reservation `agent` holds for `process` ends (its transfer is over, or a
+        result of its run came back), unless the process runs on that agent again under
+        another attempt than `attempt` (None: not known), whose inputs it is for."""
+        chef, current = self._chef_of(agent)
+        rec = self.book[process] if process in self.book else None
+        if (
+            attempt is not None
+            and chef is not None
+            and current
+            and rec is not None
+            and rec.state is TaskState.RUNNING
+            and rec.chef == chef.index
+            and rec.attempt != attempt
+        ):
+            return
+        self._net.release(process, agent=agent)
 
     def on_timer(self, now: float) -> Output:
         """The wakeup came: a save that is due, a negotiation cycle while agents wait for slots,
@@ -645,11 +655,12 @@ class MasterCore:
         net = self._net
         subnet = net.agents.get(event.agent) or net.stats.agent_subnet.get(event.agent, "unknown")
         transfer = Transfer(event.agent, subnet, event.direction, event.nbytes, event.start, event.end)
-        net.transfer_done(transfer, event.process if event.direction == IN else None)
+        net.transfer_done(transfer, None)
         self._dirty = True
         if event.direction == IN:
+            self._end_reservation(event.agent, event.process, event.attempt)
             return self._balance(now)  # its reservation ended: room for inputs or a large return
-        net.bulk_done(event.agent, event.process, now)  # its result is in: the next one's turn
+        net.bulk_done(event.agent, event.process, now, event.attempt)  # its result is in: the next one's turn
         return self._grants(Output(), now)
 
     def _queue_read(self, event: QueueSnapshot | QueuePollFailed, now: float) -> Output:

@@ -37,11 +37,12 @@ from llic.events import (
     SlotsCounted,
     SubmitAgent,
     SubmitFailed,
+    TransferDone,
     UserRequest,
     WelcomeAgent,
 )
 from llic.master_core import AGENT_EXIT_GRACE, AGENT_STARTUP_GUESS, MasterCore, MasterStatus
-from llic.netadmit import Capacity, NetAdmit
+from llic.netadmit import IN, OUT, Capacity, NetAdmit
 from llic.state import MasterInfo, restore, snapshot
 from llic.task import TaskResult
 from llic.taskbook import Assignment, TaskState
@@ -779,6 +780,45 @@ def test_a_late_copy_of_an_earlier_runs_result_leaves_the_next_runs_large_return
     assert (net.bulk.granted["10.1.0.0/16"].process, net.bulk.granted["10.1.0.0/16"].attempt) == (0, 2)
     core.handle(ResultReceived(a.agent, bad_result(0, 1)), 4.0)  # the first run's, again
     assert "10.1.0.0/16" in net.bulk.granted
+
+
+def test_what_an_earlier_run_of_a_task_sends_leaves_its_rerun_on_the_same_agent_alone() -> None:
+    """Held while its inputs travelled, released, and sent to the same agent again as run 2:
+    run 1's cancelled result, and the end of run 1's input transfer, leave run 2's reservation
+    (as the attempt says); run 1's large result, when its turn comes, leaves run 2's waiting
+    request in line, which is granted next (else its agent would keep the result for good)."""
+    net = NetAdmit(Capacity.parse("10.1.0.0/16:100Mbps"), sizes=dict.fromkeys(range(3), 10))
+    core = MasterCore.new(range(3), LlicConfig(window_size=1), net)
+    [a] = of(core.start(1, now=0.0), SubmitAgent)
+    core.handle(AgentConnected(a.agent, "10.1.0.5"), 1.0)
+    core.handle(UserRequest("hold", (0,), "user"), 2.0)
+    core.handle(UserRequest("release", (0,), "user"), 2.1)
+    assert (core.book[0].state, core.book[0].attempt) == (TaskState.RUNNING, 2) and 0 in net.reservations
+    cancelled = TaskResult(0, 1, "prepare_failed", error="cancelled", host="n1")
+    core.handle(ResultReceived(a.agent, cancelled), 3.0)
+    core.handle(TransferDone(a.agent, 0, IN, 10, 1.0, 3.1, attempt=1), 3.1)
+    assert net.reservations[0].since == 2.1  # run 2's
+    core.handle(TransferDone(a.agent, 0, IN, 10, 2.1, 3.2, attempt=2), 3.2)
+    assert 0 not in net.reservations
+
+    net = NetAdmit(Capacity.parse("10.1.0.0/16:100Mbps"), sizes=dict.fromkeys(range(3), 0))
+    core = MasterCore.new(range(3), LlicConfig(window_size=1), net)
+    a, b = of(core.start(2, now=0.0), SubmitAgent)
+    core.handle(AgentConnected(a.agent, "10.1.0.5"), 1.0)
+    core.handle(AgentConnected(b.agent, "10.1.0.6"), 1.0)
+    core.handle(BulkReady(b.agent, 1, 1, 50_000_000), 2.0)  # b's return has the subnet's turn
+    core.handle(BulkReady(a.agent, 0, 1, 50_000_000), 2.1)  # a's run 1 waits
+    core.handle(UserRequest("hold", (0,), "user"), 2.2)
+    core.handle(UserRequest("release", (0,), "user"), 2.3)
+    out = core.handle(ResultReceived(a.agent, ok_result(2, 1)), 2.4)
+    assert tasks_sent(out, a.agent) == [Assignment(0, 2)]
+    core.handle(BulkReady(a.agent, 0, 2, 50_000_000), 3.0)  # run 2's waits too
+    core.handle(TransferDone(b.agent, 1, OUT, 50_000_000, 3.0, 4.0, attempt=1), 4.0)
+    core.handle(ResultReceived(b.agent, ok_result(1, 1)), 4.0)
+    core.handle(TransferDone(a.agent, 0, OUT, 50_000_000, 4.0, 5.0, attempt=1), 5.0)  # run 1's, in
+    core.handle(ResultReceived(a.agent, ok_result(0, 1)), 5.0)
+    granted = net.bulk.granted["10.1.0.0/16"]
+    assert (granted.agent, granted.process, granted.attempt) == (a.agent, 0, 2)
 
 
 def test_the_result_of_a_run_cancelled_meanwhile_ends_its_input_reservation() -> None:
