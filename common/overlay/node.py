@@ -189,11 +189,13 @@ ROUTED_LIMIT = 1024  # beyond 1024 / (ROUTED_MEMORY x hop_timeout) messages a se
 PING_NONCE_RANDOM_BITS = 24  # between the counter's 24 bits and the capabilities (CAPS_SHIFT = 48)
 LEAF_REPAIR_RETRIES = 3  # leaf-set requests sent again after a leaf member's death
 SUSPECT_ATTEMPTS = 2  # unanswered probes before a suspected leaf member is declared dead
-JOINING_ROOT_AFTER = 4
-"""Join attempts of our own after which, still not joined, we answer a joiner that asks us
-straight as its root (_on_join): no node we can reach may be joined (a whole pool restarting
-with bootstraps in a cycle, a bootstrap that is gone), and a ring of the nodes that can reach
-each other is better than none."""
+JOINING_ROOT_AFTER = 120.0
+"""Seconds after which a node still not joined answers a joiner that asks it straight as its
+root (_on_join): no node it can reach may be joined (bootstraps in a cycle, a bootstrap that is
+gone), and a ring of the nodes that can reach each other is better than none. Well above the
+slowest joins seen (51 s behind an older bootstrap, docs/results.md): sooner, nodes joining
+slowly at once under loss (a whole pool restarting) answered each other and made rings apart
+(after 4 attempts, 15 s: 34-134 of 150 leaf sets wrong at 5 % loss)."""
 MAX_JOIN_WAITS = 256
 """Forwarded join requests awaiting their hop's ack at once; beyond that (a flood of joiners)
 they are forwarded unwatched, as before acks, so that joiners cannot grow a node's memory."""
@@ -325,6 +327,7 @@ class OverlayNode:
         self._caps_limit = 2 * params.recent_peers
         self._nonce_caps = capabilities << CAPS_SHIFT  # announced in every ping's nonce
         self._join_attempts = 0
+        self._join_started = 0.0  # when start() began our join
         self._bootstrap_asks = 0  # how many of them went to the bootstrap (_join_request)
         self._join_tried: dict[int, int] = {}  # node -> join retries sent to it (_join_target)
         self.dead: dict[int, float] = {}
@@ -368,7 +371,10 @@ class OverlayNode:
 
     def start(self, now: float, bootstrap: str | None = None) -> Output:
         """Found a ring (no bootstrap) or join one through the node at `bootstrap`."""
-        self.bootstrap = bootstrap
+        # A node named as its own bootstrap (every machine given the same seed address, the
+        # seed's own included) founds the ring: it would never get an answer.
+        self.bootstrap = bootstrap = None if bootstrap == self.me.addr else bootstrap
+        self._join_started = now
         if bootstrap is None:
             self._become_joined(now)
         else:
@@ -1381,15 +1387,15 @@ class OverlayNode:
             and not self.joined
             and msg.hops == 0
             and joiner.addr != self.bootstrap
-            and self._join_attempts < JOINING_ROOT_AFTER
+            and now - self._join_started < JOINING_ROOT_AFTER
         ):
             # Asked straight by the joiner while still joining ourselves (as its bootstrap, or
             # a retry's target: _join_target): we know too little of the ring to be its root,
             # and the two would make a ring apart. Routed to us (hops > 0: a node took us for
             # its next hop), we may be: nodes that join at once, close in id, get in through
             # each other so. Asked by the node we join through (two nodes each other's
-            # bootstrap), or once our own join has gone unanswered JOINING_ROOT_AFTER times
-            # (bootstraps in a cycle, or through a node that is gone), we answer as before.
+            # bootstrap), or once our own join has gone unanswered for JOINING_ROOT_AFTER
+            # seconds (bootstraps in a cycle, or through a node that is gone), we answer.
             return
         if root or not msg.refresh:
             upto = min(shared_prefix_len(self.me.id, joiner.id, self.params.b), self.table.rows - 1)

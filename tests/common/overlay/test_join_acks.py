@@ -27,7 +27,14 @@ from common.overlay.messages import (
     RouteAck,
     overlay_codec,
 )
-from common.overlay.node import MAX_JOIN_WAITS, SWEEP_QUIET, Output, OverlayNode, OverlayParams
+from common.overlay.node import (
+    JOINING_ROOT_AFTER,
+    MAX_JOIN_WAITS,
+    SWEEP_QUIET,
+    Output,
+    OverlayNode,
+    OverlayParams,
+)
 from common.wire import Message
 
 PARAMS = OverlayParams(leaf_set_size=2)
@@ -230,6 +237,24 @@ def test_a_node_still_joining_answers_as_the_root_only_a_join_routed_to_it_or_it
     assert [p.id for p in a.leaf.members()] == [JOINER.id] and [p.id for p in b.leaf.members()] == [ME.id]
 
 
+def test_a_node_still_joining_answers_a_straight_asker_as_its_root_only_after_a_while() -> None:
+    node = OverlayNode(ME, PARAMS, random.Random(1))
+    node.start(10.0, bootstrap="gone")
+    late = 10.0 + JOINING_ROOT_AFTER
+    assert not sent_to(node.on_message(JoinRequest(joiner=JOINER), late - 0.5), JOINER, JoinInfo)
+    [info] = sent_to(node.on_message(JoinRequest(joiner=JOINER), late), JOINER, JoinInfo)
+    assert info.root and not node.joined  # it lets the joiner in; its own join goes on
+
+
+def test_a_node_named_as_its_own_bootstrap_founds_the_ring() -> None:
+    """Every machine given the same seed address, the seed's own included."""
+    node = OverlayNode(ME, PARAMS, random.Random(1))
+    out = node.start(0.0, bootstrap=ME.addr)
+    assert (
+        node.joined and node.bootstrap is None and not [m for _, m in out.sends if isinstance(m, JoinRequest)]
+    )
+
+
 def ring_of(bootstraps: dict[str, str | None], gone: frozenset[str] = frozenset()) -> dict[str, OverlayNode]:
     """Nodes started at once, each through its bootstrap (None: founds), messages delivered at
     once (to a `gone` address: lost), timers every half second for ten minutes."""
@@ -255,7 +280,7 @@ def test_nodes_whose_bootstraps_are_all_still_joining_make_one_ring() -> None:
     """No node founds the ring: bootstraps in a cycle (a whole federation restarted), each
     other's (one under another name than it advertises), or through a node that is gone.
     Nodes still joining refuse to be a straight asker's root only for their first
-    JOINING_ROOT_AFTER attempts."""
+    JOINING_ROOT_AFTER seconds."""
     for bootstraps, gone in (
         ({"a": "b", "b": "c", "c": "a"}, frozenset()),
         ({"a": "b", "b": "a"}, frozenset()),
