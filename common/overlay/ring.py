@@ -28,7 +28,10 @@ class RingConfig(StrictModel):
     bind: str = "0.0.0.0"
     port: int = Field(7640, ge=0, lt=65536)
     advertise: str | None = Field(None, description="host:port others reach us at; default bind:port")
-    bootstrap: str | None = Field(None, description="host:port of any ring member; none founds a ring")
+    bootstrap: str | None = Field(
+        None,
+        description="host:port of any ring member; none (or our own advertised address) founds a ring",
+    )
     key_file: Path = Field(description="the ring's shared key (hex), readable only by the daemon's user")
     node_key_file: Path | None = Field(
         None, description="this node's private key; default node.key beside key_file"
