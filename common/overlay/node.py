@@ -837,8 +837,8 @@ class OverlayNode:
         node that crashed (it does not ack joins and never probes an entry it only forwards them
         to); a route from a node nearer our id shares little of that one. Only nodes we heard
         from this incarnation: a hop that lies about others cannot send our retries to them,
-        nor a stale set to the dead. (One still joining does not answer a retry as its root:
-        _on_join.)"""
+        nor a stale set to the dead. (One still joining answers a retry as its root only once
+        JOINING_ROOT_AFTER has passed: _on_join.)"""
         attempt = self._join_attempts + 1
         if attempt < 3 or attempt % 2 == 0:
             return None
