@@ -269,6 +269,17 @@ class _Probe:
 _Waiting = TypeVar("_Waiting", _Probe, _HopWait)
 
 
+def _same_addr(a: str, b: str) -> bool:
+    """Two spellings of one host:port as far as they can be told apart without resolving names:
+    case and a trailing dot of the host do not count."""
+    return a == b or _addr_key(a) == _addr_key(b)
+
+
+def _addr_key(addr: str) -> str:
+    host, sep, port = addr.rpartition(":")
+    return f"{host.rstrip('.').lower()}{sep}{port}" if sep else addr.rstrip(".").lower()
+
+
 def _reaches(center: int, members: list[Peer]) -> tuple[int, int]:
     """How far a node's leaf set reaches clockwise and counter-clockwise from `center` (the
     node's id; each member counts on the side it is nearer to)."""
@@ -327,7 +338,8 @@ class OverlayNode:
         self._caps_limit = 2 * params.recent_peers
         self._nonce_caps = capabilities << CAPS_SHIFT  # announced in every ping's nonce
         self._join_attempts = 0
-        self._join_started = 0.0  # when start() began our join
+        self._join_started = math.inf  # when start() began our join (not yet: never a root)
+        self._bootstrap_answered = False  # our bootstrap answered our join (_bootstrap_watch)
         self._bootstrap_asks = 0  # how many of them went to the bootstrap (_join_request)
         self._join_tried: dict[int, int] = {}  # node -> join retries sent to it (_join_target)
         self.dead: dict[int, float] = {}
@@ -373,7 +385,7 @@ class OverlayNode:
         """Found a ring (no bootstrap) or join one through the node at `bootstrap`."""
         # A node named as its own bootstrap (every machine given the same seed address, the
         # seed's own included) founds the ring: it would never get an answer.
-        self.bootstrap = bootstrap = None if bootstrap == self.me.addr else bootstrap
+        self.bootstrap = bootstrap = None if bootstrap and _same_addr(bootstrap, self.me.addr) else bootstrap
         self._join_started = now
         if bootstrap is None:
             self._become_joined(now)
@@ -434,6 +446,9 @@ class OverlayNode:
                 t["heartbeat"] = self._next(now, p.keepalive_interval)
             if t["watch"] <= now:
                 t["watch"] = self._watch(now)
+            if t.get("bootstrap_watch", math.inf) <= now:
+                del t["bootstrap_watch"]
+                self._bootstrap_watch(now)
             if t.get("table_sweep", math.inf) <= now:
                 del t["table_sweep"]
                 self._sweep_table(now)
@@ -673,6 +688,8 @@ class OverlayNode:
     def _become_joined(self, now: float) -> None:
         self.joined = True
         self._join_tried.clear()
+        if self.bootstrap and not self._bootstrap_answered:
+            self._timers["bootstrap_watch"] = now + self.params.revive_interval
         self._timers.pop("join", None)
         self._timers_changed = True
         p = self.params
@@ -857,6 +874,17 @@ class OverlayNode:
         )
         tried[target.id] = tried.get(target.id, 0) + 1
         return target
+
+    def _bootstrap_watch(self, now: float) -> None:
+        """We joined through others' answers (_join_target, or a node that answered as a root
+        after JOINING_ROOT_AFTER) and never heard our bootstrap: its ring may be another one
+        (it was down, e.g. a founder that started last). A join request to it, every
+        revive_interval until it answers, merges the two: its hops and root answer with their
+        rows and leaf set, which we take in like any other."""
+        if self._bootstrap_answered or not self.bootstrap:
+            return
+        self._send(self.bootstrap, JoinRequest.built(joiner=self.me))
+        self._timers["bootstrap_watch"] = now + self.params.revive_interval
 
     def _trim_recent(self, peers: dict[int, float] | dict[int, int], *, by_value: bool = False) -> int:
         """Bound a per-peer map (rtt, last_heard, caps): keep the entries of the leaf set's and routing
@@ -1465,6 +1493,8 @@ class OverlayNode:
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
+        if not self._bootstrap_answered and self.bootstrap and _same_addr(msg.sender.addr, self.bootstrap):
+            self._bootstrap_answered = True
         via = self.rtt.get(msg.sender.id)
         self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via)
         self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via)

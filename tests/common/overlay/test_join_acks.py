@@ -244,36 +244,62 @@ def test_a_node_still_joining_answers_a_straight_asker_as_its_root_only_after_a_
     assert not sent_to(node.on_message(JoinRequest(joiner=JOINER), late - 0.5), JOINER, JoinInfo)
     [info] = sent_to(node.on_message(JoinRequest(joiner=JOINER), late), JOINER, JoinInfo)
     assert info.root and not node.joined  # it lets the joiner in; its own join goes on
+    unstarted = OverlayNode(ME, PARAMS, random.Random(1))  # (a simulator may deliver before start)
+    assert not unstarted.on_message(JoinRequest(joiner=JOINER), 10 * JOINING_ROOT_AFTER).sends
 
 
 def test_a_node_named_as_its_own_bootstrap_founds_the_ring() -> None:
     """Every machine given the same seed address, the seed's own included."""
-    node = OverlayNode(ME, PARAMS, random.Random(1))
-    out = node.start(0.0, bootstrap=ME.addr)
-    assert (
-        node.joined and node.bootstrap is None and not [m for _, m in out.sends if isinstance(m, JoinRequest)]
-    )
+    for spelling in (ME.addr, ME.addr.upper() + "."):  # case and a trailing dot do not count
+        node = OverlayNode(ME, PARAMS, random.Random(1))
+        out = node.start(0.0, bootstrap=spelling)
+        assert node.joined and node.bootstrap is None
+        assert not [m for _, m in out.sends if isinstance(m, JoinRequest)]
 
 
-def ring_of(bootstraps: dict[str, str | None], gone: frozenset[str] = frozenset()) -> dict[str, OverlayNode]:
-    """Nodes started at once, each through its bootstrap (None: founds), messages delivered at
-    once (to a `gone` address: lost), timers every half second for ten minutes."""
+def ring_of(
+    bootstraps: dict[str, str | None],
+    gone: frozenset[str] = frozenset(),
+    starts: dict[str, float] | None = None,
+    until: float = 600.0,
+) -> dict[str, OverlayNode]:
+    """Nodes started at once (or at their `starts`), each through its bootstrap (None: founds),
+    messages delivered at once (to a `gone` address or a node not started yet: lost), timers
+    every half second until `until`."""
     rng = random.Random(1)
     nodes = {
         name: OverlayNode(Peer(id=rng.getrandbits(128), addr=name), OverlayParams(), random.Random(i))
         for i, name in enumerate(bootstraps)
     }
-    queue = [s for name, node in nodes.items() for s in node.start(0.0, bootstrap=bootstraps[name]).sends]
+    starts = starts or {}
+    started: set[str] = set()
+    queue: list[tuple[str, Message]] = []
     t = 0.0
-    while t < 600.0:
+    while t < until:
+        for name, node in nodes.items():
+            if name not in started and starts.get(name, 0.0) <= t:
+                started.add(name)
+                queue += node.start(t, bootstrap=bootstraps[name]).sends
         while queue:
             addr, msg = queue.pop(0)
-            if addr in nodes and addr not in gone:
+            if addr in started and addr not in gone:
                 queue += nodes[addr].on_message(msg, t).sends
         t += 0.5
-        for node in nodes.values():
-            queue += node.on_timer(t).sends
+        for name in started:
+            queue += nodes[name].on_timer(t).sends
     return nodes
+
+
+def test_nodes_up_long_before_their_founder_join_its_ring_when_it_comes() -> None:
+    """A chain of bootstraps whose founder starts last, 200 s after the others (a central
+    manager that boots slowly): meanwhile they make a ring of their own (JOINING_ROOT_AFTER);
+    when it comes, the node that names it is heard by it at last (_bootstrap_watch) and the
+    two rings become one."""
+    bootstraps: dict[str, str | None] = {"f": None, "a": "f", "b": "a", "c": "b", "d": "c"}
+    nodes = ring_of(bootstraps, starts={"f": 200.0}, until=400.0)
+    for name, node in nodes.items():
+        assert node.joined, name
+        assert {p.addr for p in node.leaf.members()} == set(nodes) - {name}, name
 
 
 def test_nodes_whose_bootstraps_are_all_still_joining_make_one_ring() -> None:
