@@ -642,6 +642,7 @@ master_events = st.one_of(
         nbytes=small,
         start=st.floats(0, 100),
         end=st.floats(0, 100),
+        attempt=st.none() | st.integers(0, 5),
     ),
 )
 

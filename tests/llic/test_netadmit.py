@@ -279,7 +279,8 @@ class Sim:
         self.now = when
         if kind == "arrived":
             start = self.starts[process]
-            out = self.core.handle(TransferDone(agent, process, IN, self.sizes[process], start, when), when)
+            arrived = TransferDone(agent, process, IN, self.sizes[process], start, when, attempt)
+            out = self.core.handle(arrived, when)
             self.act(out)
             self.push(when + self.run_times[process % len(self.run_times)], "ran", agent, process, attempt)
         else:
@@ -570,7 +571,8 @@ class BulkSim:
         elif kind == "arrived":
             size = self.net.sizes[process]
             start = self.in_starts[process]
-            self.act(self.core.handle(TransferDone(agent, process, IN, size, start, self.now), self.now))
+            arrived = TransferDone(agent, process, IN, size, start, self.now, attempt)
+            self.act(self.core.handle(arrived, self.now))
             self.push(self.run_times[process % len(self.run_times)], "ran", agent, process, attempt)
         elif kind == "ran":
             size = self.out_sizes[process]
@@ -587,7 +589,8 @@ class BulkSim:
 
     def finish(self, agent: str, process: int, attempt: int, size: int, start: float) -> None:
         if size:
-            self.act(self.core.handle(TransferDone(agent, process, OUT, size, start, self.now), self.now))
+            returned = TransferDone(agent, process, OUT, size, start, self.now, attempt)
+            self.act(self.core.handle(returned, self.now))
         self.act(self.core.handle(ResultReceived(agent, ok_result(process, attempt)), self.now))
 
 
