@@ -655,7 +655,7 @@ class MasterCore:
         net = self._net
         subnet = net.agents.get(event.agent) or net.stats.agent_subnet.get(event.agent, "unknown")
         transfer = Transfer(event.agent, subnet, event.direction, event.nbytes, event.start, event.end)
-        net.transfer_done(transfer, None)
+        net.transfer_done(transfer)
         self._dirty = True
         if event.direction == IN:
             self._end_reservation(event.agent, event.process, event.attempt)

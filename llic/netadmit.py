@@ -694,8 +694,7 @@ class NetAdmit:
         for subnet in [s for s, p in self.heads.items() if p not in waiting]:
             del self.heads[subnet]
 
-    def transfer_done(self, t: Transfer, process: int | None) -> None:
-        """A transfer ended: record it; an input transfer frees its reservation."""
+    def transfer_done(self, t: Transfer) -> None:
+        """A transfer ended: record it (the master core ends an input's reservation with
+        `release`, knowing which run it was for)."""
         self.stats.record(t)
-        if t.direction == IN and process is not None:
-            self.release(process)

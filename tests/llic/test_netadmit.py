@@ -147,7 +147,8 @@ def test_admission_basics() -> None:
     assert net.admit("a", 3, 0.0) == Verdict.ADMITTED  # nothing travels: never held
     assert net.admit("b", 2, 0.0) == Verdict.ADMITTED and net.pace(2) is None  # other subnet: free
     assert net.reserved("10.1.0.0/16") == 100e6
-    net.transfer_done(Transfer("a", "10.1.0.0/16", IN, 10, 0.0, 1.0), 0)
+    net.transfer_done(Transfer("a", "10.1.0.0/16", IN, 10, 0.0, 1.0))
+    net.release(0, agent="a")
     assert net.reserved("10.1.0.0/16") == 50e6
     net.forget("a2")
     assert net.reserved("10.1.0.0/16") == 0
@@ -167,7 +168,8 @@ def test_one_paced_transfer_per_agent() -> None:
     assert net.admit("c", 1, 0.0) == Verdict.ADMITTED
     assert net.admit("free", 2, 0.0) == Verdict.ADMITTED
     assert net.admit("free", 3, 0.0) == Verdict.ADMITTED  # unlimited: not paced, never held
-    net.transfer_done(Transfer("a", "10.1.0.0/16", IN, 10, 0.0, 1.0), 0)
+    net.transfer_done(Transfer("a", "10.1.0.0/16", IN, 10, 0.0, 1.0))
+    net.release(0, agent="a")
     assert net.admit("a", 4, 1.0) == Verdict.ADMITTED
 
 
