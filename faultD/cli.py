@@ -42,7 +42,7 @@ def _describe(config: FaultdConfig) -> str:
     return (
         f"node {config.ring.node_name} on port {config.ring.port}, "
         f"{'original manager' if f.original_manager else 'listener'}, collector {f.collector}, "
-        f"bootstrap {config.ring.bootstrap or 'none: founds the ring'}, role file "
+        f"bootstrap {', '.join(config.ring.seeds()) or 'none: founds the ring'}, role file "
         f"{config.condor.config_dir / config.condor.role_file}, LOG {config.condor.log_dir}, "
         f"SPOOL {config.condor.spool_dir}"
     )

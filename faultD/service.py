@@ -392,7 +392,7 @@ class FaultDaemon:
         """One line for systemd's STATUS=: this machine's role, or what faultd waits for."""
         role = self.role
         if role is None:
-            via = f" via {self.config.ring.bootstrap}" if self.config.ring.bootstrap else ""
+            via = f" via {', '.join(self.config.ring.seeds())}" if self.config.ring.bootstrap else ""
             return f"joining the pool's ring{via}"
         if self.condor_error:
             return f"{role.role.value} (epoch {role.best[0]}); waiting for HTCondor: {self.condor_error}"

@@ -129,7 +129,7 @@ def _describe(config: PooldConfig) -> str:
     ring = config.ring
     return (
         f"pool {config.pool.name}, ring {ring.node_name} on port {ring.port}, "
-        f"bootstrap {ring.bootstrap or 'none: founds a ring'}, policy {policy}"
+        f"bootstrap {', '.join(ring.seeds()) or 'none: founds a ring'}, policy {policy}"
     )
 
 

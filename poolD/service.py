@@ -571,7 +571,7 @@ class PoolDaemon:
             why = self.gate.problem or "this machine does not hold the pool's manager role"
             return f"standby: {why}"
         if node is None or core is None or not node.joined:
-            via = f" via {cfg.ring.bootstrap}" if cfg.ring.bootstrap else ""
+            via = f" via {', '.join(cfg.ring.seeds())}" if cfg.ring.bootstrap else ""
             return f"joining the ring of central managers{via}"
         if core.load_error:
             return f"waiting for the pool's collector {cfg.pool.collector}: {core.load_error}"

@@ -121,10 +121,11 @@ class UdpOverlay:
                 me, cfg.overlay, random.Random(os.urandom(16)), nonce_rng=random.Random(os.urandom(16))
             )
             self._sock = sock
-            log.info("overlay listening", addr=advertise, node_id=id_hex(me.id), bootstrap=cfg.bootstrap)
+            seeds = [advertise if await names_this_node(seed, host, port) else seed for seed in cfg.seeds()]
+            log.info("overlay listening", addr=advertise, node_id=id_hex(me.id), seeds=seeds)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._wakeup.run, self._on_timer)
-                await self._apply(self.core.start(trio.current_time(), cfg.bootstrap))
+                await self._apply(self.core.start(trio.current_time(), seeds))
                 task_status.started()
                 await self._receive_loop()
 
@@ -219,3 +220,33 @@ class UdpOverlay:
     async def broadcast(self, payload: Message) -> None:
         """Reach every node of the ring once; see OverlayNode.broadcast."""
         await self._apply(self._core().broadcast(self._endorse(payload)))
+
+
+async def names_this_node(seed: str, bound_host: str, bound_port: int) -> bool:
+    """Whether a seed address is this node under another spelling than its advertised address
+    (an IP, another name, localhost): our port, at an address of this machine (one a socket can
+    bind; only the one we are bound to if it is not the wildcard). Such a seed is given to the
+    core as our advertised address: it makes us a seed (OverlayNode.start), where we would
+    otherwise send our join to ourselves. A name that does not resolve now is not us."""
+    host, port = parse_address(seed)
+    if port != bound_port:
+        return False
+    try:
+        infos = await trio.socket.getaddrinfo(
+            host, port, family=trio.socket.AF_INET, type=trio.socket.SOCK_DGRAM
+        )
+    except OSError:
+        return False
+    for *_, sockaddr in infos:
+        ip = sockaddr[0]
+        if bound_host != "0.0.0.0":
+            if ip == bound_host:
+                return True
+            continue
+        with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as probe:
+            try:
+                await probe.bind((ip, 0))
+            except OSError:
+                continue
+            return True
+    return False

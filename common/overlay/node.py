@@ -200,7 +200,7 @@ MAX_JOIN_WAITS = 256
 """Forwarded join requests awaiting their hop's ack at once; beyond that (a flood of joiners)
 they are forwarded unwatched, as before acks, so that joiners cannot grow a node's memory."""
 JOIN_TRIES_EACH = 2
-"""Join retries a node other than the bootstrap gets before the next one (_join_target): its first
+"""Join retries a node other than a seed gets before the next one (_join_target): its first
 may be lost at a dead hop it only then probes (a hop that does not ack joins), its second then
 goes around."""
 SWEEP_DELAY = 5.0
@@ -339,12 +339,16 @@ class OverlayNode:
         self._nonce_caps = capabilities << CAPS_SHIFT  # announced in every ping's nonce
         self._join_attempts = 0
         self._join_started = math.inf  # when start() began our join (not yet: never a root)
-        self._bootstrap_answered = False  # our bootstrap answered our join (_bootstrap_watch)
-        self._bootstrap_asks = 0  # how many of them went to the bootstrap (_join_request)
+        # The seeds we join through (start), our own address left out, and their _addr_key.
+        self.seeds: tuple[str, ...] = ()
+        self._seed_keys: frozenset[str] = frozenset()
+        self._named_self = False  # we are a seed ourselves: we found the ring if none answers
+        self._seeds_answered: set[str] = set()  # keys of the seeds that answered a join (_seed_watch)
+        self._seed_asks: dict[str, int] = {}  # seed -> join requests sent it (_seed_request)
+        self._seed_turn = 0  # requests that went to a seed in turn (_next_seed)
         self._join_tried: dict[int, int] = {}  # node -> join retries sent to it (_join_target)
         self.dead: dict[int, float] = {}
         self.joined = False
-        self.bootstrap: str | None = None
         self.forward_hook: ForwardHook | None = None
         self._pending: dict[int, _Probe] = {}  # insertion order = deadline order
         self._hops: dict[int, _HopWait] = {}  # routed messages awaiting their hop's ack, same order
@@ -381,16 +385,31 @@ class OverlayNode:
 
     # ------------------------------------------------------------------ entry points
 
-    def start(self, now: float, bootstrap: str | None = None) -> Output:
-        """Found a ring (no bootstrap) or join one through the node at `bootstrap`."""
-        # A node named as its own bootstrap (every machine given the same seed address, the
-        # seed's own included) founds the ring: it would never get an answer.
-        self.bootstrap = bootstrap = None if bootstrap and _same_addr(bootstrap, self.me.addr) else bootstrap
+    def start(self, now: float, bootstrap: str | Iterable[str] | None = None) -> Output:
+        """Found a ring (no bootstrap) or join one through the node at `bootstrap`, or through
+        any of several seeds (tried in turn, one per join_retry, so that a dead seed costs a
+        joiner one retry). Our own address among them (every machine given the same seeds, the
+        seeds' own included) is left out, and makes us a seed: we ask every other seed at once,
+        again one join_retry later in the other format (an older seed drops one of them), and
+        found the ring if none has answered after two (the first seed up; a seed that answers
+        later merges its ring with ours: _seed_watch)."""
+        named = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap or ())
+        others = {_addr_key(seed): seed for seed in reversed(named) if not _same_addr(seed, self.me.addr)}
+        self.seeds = tuple(reversed(others.values()))  # each once, in the order given
+        self._seed_keys = frozenset(others)
+        self._named_self = len(others) < len(named)
         self._join_started = now
-        if bootstrap is None:
+        if not self.seeds:
             self._become_joined(now)
+        elif self._named_self:
+            for seed in self.seeds:
+                self._send(seed, self._seed_request(seed))
+            self._timers["join"] = now + self.params.join_retry
+            self._timers["found"] = now + 2 * self.params.join_retry
+            self._timers_changed = True
         else:
-            self._send(bootstrap, self._join_request())
+            seed = self._next_seed()
+            self._send(seed, self._seed_request(seed))
             self._timers["join"] = now + self.params.join_retry
             self._timers_changed = True
         return self._flush()
@@ -431,10 +450,18 @@ class OverlayNode:
         if t.get("leaf_repair", math.inf) <= now:
             del t["leaf_repair"]
             self._retry_leaf_repair(now)
-        if not self.joined and t.get("join", float("inf")) <= now and self.bootstrap:
+        if not self.joined and t.get("found", math.inf) <= now:
+            del t["found"]
+            self._become_joined(now)  # a seed none of the others answered: the first one up
+        if not self.joined and t.get("join", math.inf) <= now and self._named_self:
+            del t["join"]
+            for seed in self.seeds:  # in the other format; then we found the ring ("found")
+                self._send(seed, self._seed_request(seed))
+        if not self.joined and t.get("join", math.inf) <= now and self.seeds:
             target = self._join_target()
             if target is None:
-                self._send(self.bootstrap, self._join_request())
+                seed = self._next_seed()
+                self._send(seed, self._seed_request(seed))
             else:
                 self._send(target.addr, self._join_request(self._speaks(target.id, CAP_TOLERANT)))
             t["join"] = now + self.params.join_retry
@@ -446,9 +473,9 @@ class OverlayNode:
                 t["heartbeat"] = self._next(now, p.keepalive_interval)
             if t["watch"] <= now:
                 t["watch"] = self._watch(now)
-            if t.get("bootstrap_watch", math.inf) <= now:
-                del t["bootstrap_watch"]
-                self._bootstrap_watch(now)
+            if t.get("seed_watch", math.inf) <= now:
+                del t["seed_watch"]
+                self._seed_watch(now)
             if t.get("table_sweep", math.inf) <= now:
                 del t["table_sweep"]
                 self._sweep_table(now)
@@ -688,9 +715,10 @@ class OverlayNode:
     def _become_joined(self, now: float) -> None:
         self.joined = True
         self._join_tried.clear()
-        if self.bootstrap and not self._bootstrap_answered:
-            self._timers["bootstrap_watch"] = now + self.params.revive_interval
+        if self._seeds_unheard():
+            self._timers["seed_watch"] = now + self.params.revive_interval
         self._timers.pop("join", None)
+        self._timers.pop("found", None)
         self._timers_changed = True
         p = self.params
         self._timers.update(
@@ -831,22 +859,29 @@ class OverlayNode:
             if len(known) > self._caps_limit:
                 self._caps_limit = self._trim_recent(known)
 
-    def _join_request(self, announce: bool | None = None) -> JoinRequest:
+    def _next_seed(self) -> str:
+        """The seed whose turn it is (round robin over `seeds`)."""
+        seed = self.seeds[self._seed_turn % len(self.seeds)]
+        self._seed_turn += 1
+        return seed
+
+    def _seed_request(self, seed: str) -> JoinRequest:
+        """Our join request to a seed, whose version we do not know: every other request to it
+        announces our capabilities, so that an older seed lets us in one of its retries later."""
+        asks = self._seed_asks[seed] = self._seed_asks.get(seed, 0) + 1
+        return self._join_request(asks % 2 == 1)
+
+    def _join_request(self, announce: bool) -> JoinRequest:
         """Our join request. `announce`: whether it announces our capabilities (hops that take
-        them answer with RTTs; a node of a version before them drops such a request). None, to
-        the bootstrap, whose version we do not know: every other request to it announces them,
-        so that an older bootstrap lets us in one of its retries later."""
+        them answer with RTTs; a node of a version before them drops such a request)."""
         self._join_attempts += 1
-        if announce is None:
-            self._bootstrap_asks += 1
-            announce = self._bootstrap_asks % 2 == 1
         if announce and self.capabilities:
             return JoinRequest.built(joiner=self.me, caps=self.capabilities)
         return JoinRequest.built(joiner=self.me)
 
     def _join_target(self) -> Peer | None:
-        """Where a join retry goes (None: the bootstrap). The first two attempts (one in each
-        format) and every other later one go to the bootstrap; the others, JOIN_TRIES_EACH each,
+        """Where a join retry goes (None: the next seed). The first two attempts (one in each
+        format, to one seed) and every other later one go to the seeds; the others, JOIN_TRIES_EACH each,
         to the nodes that answered us this incarnation (a hop's answer, a pong): those that ack
         joins first (they probe a silent next hop and route around it), nearest our id first.
         Why: a hop on the bootstrap's route that loses our requests loses every retry sent the
@@ -860,7 +895,7 @@ class OverlayNode:
         if attempt < 3 or attempt % 2 == 0:
             return None
         heard = self.last_heard
-        answered = [p for p in self._known() if p.id in heard and p.addr != self.bootstrap]
+        answered = [p for p in self._known() if p.id in heard and not self._is_seed(p.addr)]
         if not answered:
             return None
         # only nodes still known (bounded as the table and leaf set are)
@@ -875,16 +910,31 @@ class OverlayNode:
         tried[target.id] = tried.get(target.id, 0) + 1
         return target
 
-    def _bootstrap_watch(self, now: float) -> None:
-        """We joined through others' answers (_join_target, or a node that answered as a root
-        after JOINING_ROOT_AFTER) and never heard our bootstrap: its ring may be another one
-        (it was down, e.g. a founder that started last). A join request to it, every
-        revive_interval until it answers, merges the two: its hops and root answer with their
-        rows and leaf set, which we take in like any other."""
-        if self._bootstrap_answered or not self.bootstrap:
+    def _is_seed(self, addr: str) -> bool:
+        return bool(self._seed_keys) and _addr_key(addr) in self._seed_keys
+
+    def _seeds_unheard(self) -> list[str]:
+        """The seeds whose ring may not be ours: none answered us (we joined through others'
+        answers, _join_target, or a node that answered as a root after JOINING_ROOT_AFTER; or
+        we founded the ring as a seed). A seed that answered is in our ring; a seed ourselves,
+        we wait for every other one (each may have founded a ring of its own meanwhile)."""
+        answered = self._seeds_answered
+        if not self._named_self and answered:
+            return []
+        return [seed for seed in self.seeds if _addr_key(seed) not in answered]
+
+    def _seed_watch(self, now: float) -> None:
+        """Merge our ring with the seeds' (one may have been down, e.g. a founder that started
+        last, or have founded its own): a join request, every revive_interval until it answers,
+        to the next seed in turn (a seed ourselves: to every other one). Its hops and root
+        answer with their rows and leaf set, which we take in like any other."""
+        unheard = self._seeds_unheard()
+        if not unheard:
             return
-        self._send(self.bootstrap, JoinRequest.built(joiner=self.me))
-        self._timers["bootstrap_watch"] = now + self.params.revive_interval
+        for seed in unheard if self._named_self else [unheard[self._seed_turn % len(unheard)]]:
+            self._send(seed, JoinRequest.built(joiner=self.me))
+        self._seed_turn += 1
+        self._timers["seed_watch"] = now + self.params.revive_interval
 
     def _trim_recent(self, peers: dict[int, float] | dict[int, int], *, by_value: bool = False) -> int:
         """Bound a per-peer map (rtt, last_heard, caps): keep the entries of the leaf set's and routing
@@ -1414,15 +1464,15 @@ class OverlayNode:
             root
             and not self.joined
             and msg.hops == 0
-            and joiner.addr != self.bootstrap
+            and not self._is_seed(joiner.addr)
             and now - self._join_started < JOINING_ROOT_AFTER
         ):
             # Asked straight by the joiner while still joining ourselves (as its bootstrap, or
             # a retry's target: _join_target): we know too little of the ring to be its root,
             # and the two would make a ring apart. Routed to us (hops > 0: a node took us for
             # its next hop), we may be: nodes that join at once, close in id, get in through
-            # each other so. Asked by the node we join through (two nodes each other's
-            # bootstrap), or once our own join has gone unanswered for JOINING_ROOT_AFTER
+            # each other so. Asked by a seed of ours (two nodes each other's bootstrap, seeds
+            # that start at once), or once our own join has gone unanswered for JOINING_ROOT_AFTER
             # seconds (bootstraps in a cycle, or through a node that is gone), we answer.
             return
         if root or not msg.refresh:
@@ -1493,8 +1543,8 @@ class OverlayNode:
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
-        if not self._bootstrap_answered and self.bootstrap and _same_addr(msg.sender.addr, self.bootstrap):
-            self._bootstrap_answered = True
+        if self._is_seed(msg.sender.addr):
+            self._seeds_answered.add(_addr_key(msg.sender.addr))
         via = self.rtt.get(msg.sender.id)
         self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via)
         self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via)

@@ -17,6 +17,10 @@ from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
 from common.overlay.ids import id_hex, node_id_from_name, parse_id
 from common.overlay.node import OverlayParams
 
+MAX_SEEDS = 32
+"""Seeds a node may name: a handful of long-lived members (central managers) is what seeds are;
+each costs a joiner one join retry while it is down."""
+
 
 class RingConfig(StrictModel):
     """How a daemon joins its ring: the `[ring]` section of poolD's and faultD's config."""
@@ -28,9 +32,12 @@ class RingConfig(StrictModel):
     bind: str = "0.0.0.0"
     port: int = Field(7640, ge=0, lt=65536)
     advertise: str | None = Field(None, description="host:port others reach us at; default bind:port")
-    bootstrap: str | None = Field(
+    bootstrap: list[str] | None = Field(
         None,
-        description="host:port of any ring member; none (or our own advertised address) founds a ring",
+        description=(
+            "host:port of any ring member, or a list of them (seeds, tried in turn); none, or only "
+            "our own advertised address, founds a ring"
+        ),
     )
     key_file: Path = Field(description="the ring's shared key (hex), readable only by the daemon's user")
     node_key_file: Path | None = Field(
@@ -51,12 +58,34 @@ class RingConfig(StrictModel):
             parse_id(value)
         return value
 
-    @field_validator("advertise", "bootstrap")
+    @field_validator("advertise")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
             parse_address(value)
         return value
+
+    @field_validator("bootstrap", mode="before")
+    @classmethod
+    def _one_seed(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value  # `bootstrap = "host:port"`
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _seeds(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not 0 < len(value) <= MAX_SEEDS:
+                raise ValueError(f"give 1 to {MAX_SEEDS} seeds, not {len(value)}")
+            for i, seed in enumerate(value):
+                try:
+                    parse_address(seed)
+                except ValueError as e:
+                    raise ValueError(f"seed {i + 1}: {e}" if len(value) > 1 else str(e)) from None
+        return value
+
+    def seeds(self) -> list[str]:
+        """The addresses `bootstrap` names, in order (none: this node founds a ring)."""
+        return list(self.bootstrap or ())
 
     def identity(self) -> int:
         """This node's 128-bit id: `node_id` if given, else derived from `node_name`."""

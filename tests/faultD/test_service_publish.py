@@ -105,7 +105,7 @@ async def test_reload_applies_what_it_can_and_names_the_rest(tmp_path: Path) -> 
 async def test_status_line_and_figures_before_the_ring_is_joined(tmp_path: Path) -> None:
     config = with_condor_values(faultd_config(tmp_path, extra=""), VALUES, "faultd.toml")
     config = config.model_copy(
-        update={"ring": config.ring.model_copy(update={"bootstrap": "10.0.0.20:7641"})}
+        update={"ring": config.ring.model_copy(update={"bootstrap": ["10.0.0.20:7641"]})}
     )
     d = FaultDaemon(config)
     assert d.describe() == "joining the pool's ring via 10.0.0.20:7641"

@@ -8,6 +8,7 @@ was lost: nobody probes a table entry unless it is used, so the joiner never joi
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -253,40 +254,43 @@ def test_a_node_named_as_its_own_bootstrap_founds_the_ring() -> None:
     for spelling in (ME.addr, ME.addr.upper() + "."):  # case and a trailing dot do not count
         node = OverlayNode(ME, PARAMS, random.Random(1))
         out = node.start(0.0, bootstrap=spelling)
-        assert node.joined and node.bootstrap is None
+        assert node.joined and node.seeds == ()
         assert not [m for _, m in out.sends if isinstance(m, JoinRequest)]
 
 
 def ring_of(
-    bootstraps: dict[str, str | None],
+    bootstraps: Mapping[str, str | list[str] | None],
     gone: frozenset[str] = frozenset(),
     starts: dict[str, float] | None = None,
     until: float = 600.0,
+    apart: tuple[frozenset[str], float] = (frozenset(), 0.0),
 ) -> dict[str, OverlayNode]:
-    """Nodes started at once (or at their `starts`), each through its bootstrap (None: founds),
-    messages delivered at once (to a `gone` address or a node not started yet: lost), timers
-    every half second until `until`."""
+    """Nodes started at once (or at their `starts`), each through its bootstrap or seeds
+    (None: founds), messages delivered at once (to a `gone` address or a node not started yet:
+    lost; between the nodes of `apart[0]` and the others: lost until `apart[1]`), timers every
+    half second until `until`."""
     rng = random.Random(1)
     nodes = {
         name: OverlayNode(Peer(id=rng.getrandbits(128), addr=name), OverlayParams(), random.Random(i))
         for i, name in enumerate(bootstraps)
     }
     starts = starts or {}
+    side, joined_at = apart
     started: set[str] = set()
-    queue: list[tuple[str, Message]] = []
+    queue: list[tuple[str, str, Message]] = []
     t = 0.0
     while t < until:
         for name, node in nodes.items():
             if name not in started and starts.get(name, 0.0) <= t:
                 started.add(name)
-                queue += node.start(t, bootstrap=bootstraps[name]).sends
+                queue += [(name, a, m) for a, m in node.start(t, bootstrap=bootstraps[name]).sends]
         while queue:
-            addr, msg = queue.pop(0)
-            if addr in started and addr not in gone:
-                queue += nodes[addr].on_message(msg, t).sends
+            src, addr, msg = queue.pop(0)
+            if addr in started and addr not in gone and (t >= joined_at or (src in side) == (addr in side)):
+                queue += [(addr, a, m) for a, m in nodes[addr].on_message(msg, t).sends]
         t += 0.5
         for name in started:
-            queue += nodes[name].on_timer(t).sends
+            queue += [(name, a, m) for a, m in nodes[name].on_timer(t).sends]
     return nodes
 
 

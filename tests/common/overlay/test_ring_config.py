@@ -25,10 +25,22 @@ def test_identity_from_name_or_explicit_id() -> None:
     assert cfg.identity() == 1 and cfg.overlay.keepalive_interval == 1.5
 
 
+def test_bootstrap_names_one_seed_or_several() -> None:
+    base = 'node_name = "a"\nkey_file = "k"\n'
+    one = parse_config(base + 'bootstrap = "cm1:7640"\n', RingConfig, source="p.toml")
+    several = parse_config(base + 'bootstrap = ["cm1:7640", "cm2:7640"]\n', RingConfig, source="p.toml")
+    none = parse_config(base, RingConfig, source="p.toml")
+    assert (one.seeds(), several.seeds(), none.seeds()) == (["cm1:7640"], ["cm1:7640", "cm2:7640"], [])
+
+
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
         ('bootstrap = "poolB"', "key 'bootstrap': Value error, 'poolB' is not host:port"),
+        ('bootstrap = ["cm1:7640", "cm2"]', "key 'bootstrap': Value error, seed 2: 'cm2' is not host:port"),
+        ('bootstrap = ["cm1:7640", 7640]', "key 'bootstrap.1': Input should be a valid string"),
+        ("bootstrap = []", "key 'bootstrap': Value error, give 1 to 32 seeds, not 0"),
+        (f"bootstrap = {[f'cm{i}:7640' for i in range(33)]}", "give 1 to 32 seeds, not 33"),
         ('node_id = "xyz"', "key 'node_id'"),
         ("port = 70000", "key 'port'"),
         ("[overlay]\nleaf_set_size = 0", "key 'overlay.leaf_set_size'"),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
 import trio
 
 from common.overlay.auth import load_ring_key
-from common.overlay.driver import RingConfig, UdpOverlay, parse_address
+from common.overlay.driver import RingConfig, UdpOverlay, names_this_node, parse_address
 from common.overlay.envelope import SignedSealer
 from common.overlay.ids import closeness, node_id_from_name
 from common.overlay.messages import AppMessage, Ping, app_message, overlay_codec
@@ -39,10 +40,15 @@ class Ring:
         self.nodes: list[UdpOverlay] = []
         self.delivered: dict[int, str] = {}
 
-    async def add(self, nursery: trio.Nursery, name: str) -> UdpOverlay:
-        bootstrap = self.nodes[0].address if self.nodes else None
-        self.keys.node(name, hosts=["127.0.0.1"], pool="test")
-        cfg = RingConfig(node_name=name, bind="127.0.0.1", port=0, bootstrap=bootstrap,
+    async def add(
+        self, nursery: trio.Nursery, name: str, *, port: int = 0, seeds: list[str] | None = None
+    ) -> UdpOverlay:
+        """A node bound to 127.0.0.1 (certified for it and for localhost), joining through
+        `seeds` (default: the first node)."""
+        if seeds is None:
+            seeds = [self.nodes[0].address] if self.nodes else None
+        self.keys.node(name, hosts=["127.0.0.1", "localhost"], pool="test")
+        cfg = RingConfig(node_name=name, bind="127.0.0.1", port=port, bootstrap=seeds,
                          overlay=FAST, **self.keys.ring_fields(name))  # fmt: skip
         node: UdpOverlay
 
@@ -82,6 +88,40 @@ async def test_five_nodes_form_a_ring_and_route_to_the_closest(tmp_path: Path) -
         for k, key in enumerate(keys):
             assert ring.delivered[k] == by_id[min(by_id, key=lambda i: closeness(key, i))]
         assert all(n.core and n.core.rtt for n in ring.nodes)  # RTTs measured from real probes
+        assert not any(n.drops for n in ring.nodes)
+        nursery.cancel_scope.cancel()
+
+
+def free_udp_ports(n: int) -> list[int]:
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
+async def test_nodes_given_the_same_seeds_under_another_name_make_one_ring(tmp_path: Path) -> None:
+    """Every node's file names the same two seeds as localhost:PORT, while nodes advertise
+    127.0.0.1:PORT. The first seed, up alone, finds itself among them (names_this_node), so
+    it founds the ring instead of asking itself; a plain node gets in through it although
+    the other seed is down; the other seed, up last, joins their ring."""
+    ports = free_udp_ports(2)
+    seeds = [f"localhost:{port}" for port in ports]
+    assert await names_this_node(seeds[0], "127.0.0.1", ports[0])
+    assert not await names_this_node(seeds[1], "127.0.0.1", ports[0])  # another port
+    assert not await names_this_node(f"127.0.0.2:{ports[0]}", "127.0.0.1", ports[0])  # not our address
+    assert await names_this_node(f"127.0.0.1:{ports[0]}", "0.0.0.0", ports[0])  # bound to all
+    assert not await names_this_node(f"no-such-host.invalid:{ports[0]}", "0.0.0.0", ports[0])
+    ring = Ring(ring_keys(tmp_path))
+    async with trio.open_nursery() as nursery:
+        first = await ring.add(nursery, "seed-0", port=ports[0], seeds=seeds)
+        assert first.core is not None and first.core.seeds == (seeds[1],)
+        await ring.add(nursery, "plain", seeds=seeds)
+        await ring.converge()
+        await ring.add(nursery, "seed-1", port=ports[1], seeds=seeds)
+        await ring.converge()
         assert not any(n.drops for n in ring.nodes)
         nursery.cancel_scope.cancel()
 
