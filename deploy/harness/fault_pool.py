@@ -7,11 +7,12 @@ sandbox root. Host 0 is the original central manager.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,7 +73,9 @@ class FaultPool:
 
     def config_file(self, j: int) -> Path:
         local = self.local_dir(j)
-        bootstrap = "" if j == 0 else f'bootstrap = "{self.address(0)}:{PORT}"'
+        # Every machine names the same seeds, as docs/admin.md advises: the central manager and
+        # the next two machines (the seeds among them find themselves in the list).
+        seeds = ", ".join(f'"{self.address(k)}:{PORT}"' for k in range(min(3, self.nhosts)))
         token_dir = self.pool.token_dir("faultd")
         node = str(self.host(j)["name"])
         self.keys.node(node, hosts=[self.address(j)], pool=self.name)
@@ -96,7 +99,7 @@ spool_dir = "{local / "spool"}"
 node_name = "{self.host(j)["name"]}"
 bind = "{self.address(j)}"
 port = {PORT}
-{bootstrap}
+bootstrap = [{seeds}]
 {self.keys.toml(node)}
 [ring.overlay]
 keepalive_interval = 2.0
@@ -121,14 +124,16 @@ log_level = "info"
         netns = str(self.host(j)["netns"])
         self.procs[j] = start_in_netns(netns, "faultD", self.config_file(j), self.log_file(j))
 
-    def start_all(self) -> None:
+    def start_all(self, hosts: int | None = None) -> None:
+        """faultd on the first `hosts` hosts (default: all), host 0 first."""
+        hosts = self.nhosts if hosts is None else hosts
         self.start(0)
-        # Host 0 founds the ring before the others ask to join it: its control socket answers
-        # once its overlay listens.
-        self.wait("host 0's faultd founded the ring", lambda: self.status(0)["overlay"])
-        for j in range(1, self.nhosts):
+        # Host 0 first (a seed: it founds the ring if the other seeds, not up yet, do not answer
+        # it, else the seeds make one ring): its control socket answers once its overlay listens.
+        self.wait("host 0's faultd listens", lambda: self.status(0)["overlay"])
+        for j in range(1, hosts):
             self.start(j)
-        self.wait("host 0 manages and every host follows it", lambda: self.follow_count(0) == self.nhosts)
+        self.wait("host 0 manages and every host follows it", lambda: self.follow_count(0) == hosts)
 
     def stop_all(self) -> None:
         """SIGTERM every faultd still running; one whose stop hangs or fails is reported
@@ -195,3 +200,16 @@ log_level = "info"
         logs = [self.log_file(j) for j in range(self.nhosts)]
         logs += [self.local_dir(j) / "log" / "MasterLog" for j in range(self.nhosts)]
         return poll_until(what, predicate, timeout=timeout, poll=poll, logs=logs)
+
+
+@contextlib.contextmanager
+def fault_pool(sandbox: Sandbox, workdir: Path, name: str, *, hosts: int, slots: int) -> Iterator[FaultPool]:
+    """A FaultPool for one test: its faultds stopped and its sandbox pool taken down after."""
+    fp = FaultPool(sandbox, workdir, name, hosts=hosts, slots=slots)
+    try:
+        yield fp
+    finally:
+        try:
+            fp.stop_all()
+        finally:
+            sandbox.down(name)

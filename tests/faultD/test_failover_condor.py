@@ -12,6 +12,7 @@ import pytest
 
 from common.condor import CondorError, Gateway
 from deploy.harness.fault_pool import FaultPool
+from deploy.harness.fault_pool import fault_pool as harness_pool
 from deploy.harness.sandbox import Sandbox, poll_until_async
 
 pytestmark = pytest.mark.htcondor
@@ -22,14 +23,8 @@ SUBMIT_HOST = 1  # a submit/execute node: its schedd (the job queue) outlives th
 
 @pytest.fixture
 def fault_pool(sandbox: Sandbox, tmp_path: Path) -> Iterator[FaultPool]:
-    fp = FaultPool(sandbox, tmp_path, "fdp", hosts=4, slots=2)
-    try:
+    with harness_pool(sandbox, tmp_path, "fdp", hosts=4, slots=2) as fp:
         yield fp
-    finally:
-        try:
-            fp.stop_all()
-        finally:
-            sandbox.down("fdp")
 
 
 def names(fp: FaultPool, host: int, *args: str, attr: str = "Name") -> list[str]:
