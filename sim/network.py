@@ -176,8 +176,11 @@ class SimNetwork:
         """A simulated node's address: 'n' and its index."""
         return f"n{index}"
 
-    def add_node(self, index: int, node_id: int, *, bootstrap: int | None, at: float | None = None) -> None:
-        """Create a node at topology position `index`; it starts (joins) at time `at`."""
+    def add_node(
+        self, index: int, node_id: int, *, bootstrap: int | list[int] | None, at: float | None = None
+    ) -> None:
+        """Create a node at topology position `index`; it starts (joins) at time `at`, through
+        the node at `bootstrap` or the seeds listed (OverlayNode.start)."""
         if index in self.nodes and self.nodes[index].alive:
             raise ValueError(f"node {index} already exists")
         me = Peer(id=node_id, addr=self.addr(index))
@@ -185,12 +188,19 @@ class SimNetwork:
         self.nodes[index] = SimNode(index, node_id, core)
         self._push(self.now if at is None else at, _START, index, bootstrap, None)
 
+    def _seeds(self, bootstrap: int | list[int] | None) -> str | list[str] | None:
+        if bootstrap is None:
+            return None
+        if isinstance(bootstrap, int):
+            return self.addr(bootstrap)
+        return [self.addr(i) for i in bootstrap]
+
     def crash(self, index: int) -> None:
         """The node stops at once; messages to it are lost."""
         self.nodes[index].alive = False
         self.nodes[index].timer_at = None
 
-    def restart(self, index: int, *, bootstrap: int | None, at: float | None = None) -> None:
+    def restart(self, index: int, *, bootstrap: int | list[int] | None, at: float | None = None) -> None:
         """A crashed node comes back with the same id and empty state, and joins again."""
         old = self.nodes[index]
         if old.alive:
@@ -309,7 +319,7 @@ class SimNetwork:
             elif kind == _START:
                 node = self.nodes[a]
                 if node.alive:
-                    self._apply(node, node.core.start(t, None if b is None else self.addr(b)))
+                    self._apply(node, node.core.start(t, self._seeds(b)))
             else:
                 a()
         self.now = max(self.now, t_end)
