@@ -121,11 +121,10 @@ class UdpOverlay:
                 me, cfg.overlay, random.Random(os.urandom(16)), nonce_rng=random.Random(os.urandom(16))
             )
             self._sock = sock
-            seeds = [advertise if await names_this_node(seed, host, port) else seed for seed in cfg.seeds()]
-            log.info("overlay listening", addr=advertise, node_id=id_hex(me.id), seeds=seeds)
+            log.info("overlay listening", addr=advertise, node_id=id_hex(me.id), seeds=cfg.seeds())
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._wakeup.run, self._on_timer)
-                await self._apply(self.core.start(trio.current_time(), seeds))
+                await self._apply(self.core.start(trio.current_time(), cfg.seeds()))
                 task_status.started()
                 await self._receive_loop()
 
@@ -141,6 +140,9 @@ class UdpOverlay:
             opened = self.sealer.open(data, now, (source[0], source[1]))
             if opened is None:
                 continue
+            if opened.sender.node_id == self.core.me.id:
+                await self._own_datagram(opened.recipient)
+                continue
             msg = self.codec.decode_datagram(opened.body, opened.peer)
             if msg is None or not self.claims.accept(msg, opened.sender, now, opened.peer):
                 continue
@@ -149,6 +151,16 @@ class UdpOverlay:
                 await self._apply(self.core.on_message(msg, trio.current_time()))
             except Exception as e:  # a bug the message found must cost that message, not the node
                 self._error("handler_error", opened.peer, f"{msg.TYPE}: {type(e).__name__}: {e}")
+
+    async def _own_datagram(self, recipient: str) -> None:
+        """A datagram we signed came back to us: the address we sent it to is ours, under
+        another spelling than the one we advertise (an IP, another name). If it is one of our
+        seeds, the core learns it is a seed itself (OverlayNode.seed_is_self); nothing else of
+        ours is for us (a node never sends to itself)."""
+        assert self.core is not None
+        if self.core.is_seed(recipient):
+            log.info("seed is this node", seed=recipient)
+            await self._apply(self.core.seed_is_self(recipient, trio.current_time()))
 
     def _error(self, reason: str, peer: str, detail: str) -> None:
         self.errors[reason] += 1
@@ -220,33 +232,3 @@ class UdpOverlay:
     async def broadcast(self, payload: Message) -> None:
         """Reach every node of the ring once; see OverlayNode.broadcast."""
         await self._apply(self._core().broadcast(self._endorse(payload)))
-
-
-async def names_this_node(seed: str, bound_host: str, bound_port: int) -> bool:
-    """Whether a seed address is this node under another spelling than its advertised address
-    (an IP, another name, localhost): our port, at an address of this machine (one a socket can
-    bind; only the one we are bound to if it is not the wildcard). Such a seed is given to the
-    core as our advertised address: it makes us a seed (OverlayNode.start), where we would
-    otherwise send our join to ourselves. A name that does not resolve now is not us."""
-    host, port = parse_address(seed)
-    if port != bound_port:
-        return False
-    try:
-        infos = await trio.socket.getaddrinfo(
-            host, port, family=trio.socket.AF_INET, type=trio.socket.SOCK_DGRAM
-        )
-    except OSError:
-        return False
-    for *_, sockaddr in infos:
-        ip = sockaddr[0]
-        if bound_host != "0.0.0.0":
-            if ip == bound_host:
-                return True
-            continue
-        with trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM) as probe:
-            try:
-                await probe.bind((ip, 0))
-            except OSError:
-                continue
-            return True
-    return False

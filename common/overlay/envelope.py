@@ -37,6 +37,7 @@ class Opened:
     body: bytes
     sender: NodeCertificate
     peer: str
+    recipient: str = ""  # the host:port the sender addressed (signed)
 
 
 class SignedSealer:
@@ -125,4 +126,4 @@ class SignedSealer:
             self.drop(IdentityDrop.BAD_SIGNATURE, peer, f"not signed by {verdict.cert.node_name!r}'s key")
             return None
         self.sealer.remember(timestamp, nonce)
-        return Opened(body, verdict.cert, peer)
+        return Opened(body, verdict.cert, peer, recipient)

@@ -394,19 +394,18 @@ class OverlayNode:
         found the ring if none has answered after two (the first seed up; a seed that answers
         later merges its ring with ours: _seed_watch)."""
         named = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap or ())
-        others = {_addr_key(seed): seed for seed in reversed(named) if not _same_addr(seed, self.me.addr)}
-        self.seeds = tuple(reversed(others.values()))  # each once, in the order given
+        others: dict[str, str] = {}
+        for seed in named:
+            if not _same_addr(seed, self.me.addr):
+                others.setdefault(_addr_key(seed), seed)  # each once, in the order given
+        self.seeds = tuple(others.values())
         self._seed_keys = frozenset(others)
-        self._named_self = len(others) < len(named)
+        self._named_self = any(_same_addr(seed, self.me.addr) for seed in named)
         self._join_started = now
         if not self.seeds:
             self._become_joined(now)
         elif self._named_self:
-            for seed in self.seeds:
-                self._send(seed, self._seed_request(seed))
-            self._timers["join"] = now + self.params.join_retry
-            self._timers["found"] = now + 2 * self.params.join_retry
-            self._timers_changed = True
+            self._ask_every_seed(now)
         else:
             seed = self._next_seed()
             self._send(seed, self._seed_request(seed))
@@ -859,6 +858,40 @@ class OverlayNode:
             if len(known) > self._caps_limit:
                 self._caps_limit = self._trim_recent(known)
 
+    def is_seed(self, addr: str) -> bool:
+        """Whether `addr` is one of our seeds, as written (case and a trailing dot aside)."""
+        return bool(self._seed_keys) and _addr_key(addr) in self._seed_keys
+
+    def seed_is_self(self, addr: str, now: float) -> Output:
+        """The seed at `addr` is this node under another spelling (the driver saw our own
+        datagram, sent there, come back): it leaves the seeds, and we are a seed ourselves, as
+        if our own address had been listed (start)."""
+        key = _addr_key(addr)
+        if key in self._seed_keys:
+            self.seeds = tuple(seed for seed in self.seeds if _addr_key(seed) != key)
+            self._seed_keys = self._seed_keys - {key}
+            self._seed_asks.pop(addr, None)
+            if not self._named_self:
+                self._named_self = True
+                if not self.joined:
+                    if self.seeds:
+                        self._ask_every_seed(now)
+                    else:
+                        self._become_joined(now)
+                elif self._seeds_unheard() and "seed_watch" not in self._timers:
+                    self._timers["seed_watch"] = now + self.params.revive_interval
+                    self._timers_changed = True
+        return self._flush()
+
+    def _ask_every_seed(self, now: float) -> None:
+        """As a seed ourselves: a join request to every other seed, again in the other format one
+        join_retry later (on_timer), and we found the ring one more join_retry on."""
+        for seed in self.seeds:
+            self._send(seed, self._seed_request(seed))
+        self._timers["join"] = now + self.params.join_retry
+        self._timers["found"] = now + 2 * self.params.join_retry
+        self._timers_changed = True
+
     def _next_seed(self) -> str:
         """The seed whose turn it is (round robin over `seeds`)."""
         seed = self.seeds[self._seed_turn % len(self.seeds)]
@@ -895,7 +928,7 @@ class OverlayNode:
         if attempt < 3 or attempt % 2 == 0:
             return None
         heard = self.last_heard
-        answered = [p for p in self._known() if p.id in heard and not self._is_seed(p.addr)]
+        answered = [p for p in self._known() if p.id in heard and not self.is_seed(p.addr)]
         if not answered:
             return None
         # only nodes still known (bounded as the table and leaf set are)
@@ -909,9 +942,6 @@ class OverlayNode:
         )
         tried[target.id] = tried.get(target.id, 0) + 1
         return target
-
-    def _is_seed(self, addr: str) -> bool:
-        return bool(self._seed_keys) and _addr_key(addr) in self._seed_keys
 
     def _seeds_unheard(self) -> list[str]:
         """The seeds whose ring may not be ours: none answered us (we joined through others'
@@ -1464,7 +1494,7 @@ class OverlayNode:
             root
             and not self.joined
             and msg.hops == 0
-            and not self._is_seed(joiner.addr)
+            and not self.is_seed(joiner.addr)
             and now - self._join_started < JOINING_ROOT_AFTER
         ):
             # Asked straight by the joiner while still joining ourselves (as its bootstrap, or
@@ -1543,7 +1573,7 @@ class OverlayNode:
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
-        if self._is_seed(msg.sender.addr):
+        if self.is_seed(msg.sender.addr):
             self._seeds_answered.add(_addr_key(msg.sender.addr))
         via = self.rtt.get(msg.sender.id)
         self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via)

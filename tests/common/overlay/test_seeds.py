@@ -112,3 +112,32 @@ def test_one_seed_named_by_the_node_at_another_spelling_is_the_node_itself() -> 
     node = OverlayNode(Peer(id=1, addr="cm.example:7640"), PARAMS, random.Random(1))
     node.start(0.0, bootstrap=["CM.example.:7640"])
     assert node.joined and node.seeds == ()
+
+
+def test_a_seed_listed_twice_is_asked_once_and_does_not_make_us_a_seed() -> None:
+    node = OverlayNode(Peer(id=1, addr="x:1"), PARAMS, random.Random(1))
+    out = node.start(0.0, bootstrap=["cm1:7640", "cm2:7640", "CM1.:7640"])
+    assert node.seeds == ("cm1:7640", "cm2:7640") and not node._named_self
+    assert asked_to_join(out) == ["cm1:7640"]
+    for k in range(1, 5):  # the seeds are down: it waits for them, it does not found a ring
+        node.on_timer(k * PARAMS.join_retry)
+    assert not node.joined
+
+
+def test_a_seed_found_to_be_ourselves_makes_us_a_seed() -> None:
+    """The driver saw our own datagram, sent to the seed at "alias", come back: "alias" is us."""
+    node = OverlayNode(Peer(id=1, addr="10.0.0.1:7641"), PARAMS, random.Random(1))
+    node.start(0.0, bootstrap=["alias:7641", "b:7641"])
+    assert not node._named_self
+    assert not node.seed_is_self("other:7641", 0.1).sends  # not a seed of ours: nothing
+    out = node.seed_is_self("ALIAS.:7641", 0.1)
+    assert node.seeds == ("b:7641",) and node._named_self and not node.joined
+    assert asked_to_join(out) == ["b:7641"]
+    assert asked_to_join(node.on_timer(0.1 + PARAMS.join_retry)) == ["b:7641"]  # the other format
+    node.on_timer(0.1 + 2 * PARAMS.join_retry)
+    assert node.joined  # none answered: it founds the ring, and watches b
+    assert asked_to_join(node.on_timer(0.1 + 2 * PARAMS.join_retry + PARAMS.revive_interval)) == ["b:7641"]
+    alone = OverlayNode(Peer(id=1, addr="10.0.0.1:7641"), PARAMS, random.Random(1))
+    alone.start(0.0, bootstrap="alias:7641")
+    alone.seed_is_self("alias:7641", 0.1)
+    assert alone.joined and alone.seeds == ()  # its only seed: it founds the ring at once
