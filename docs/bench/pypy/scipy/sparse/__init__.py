@@ -1,0 +1,2 @@
+def coo_matrix(*a, **k):
+    raise RuntimeError("scipy stub")

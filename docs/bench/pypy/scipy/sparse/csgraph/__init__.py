@@ -1,0 +1,2 @@
+def shortest_path(*a, **k):
+    raise RuntimeError("scipy stub")
