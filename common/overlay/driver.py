@@ -20,6 +20,7 @@ logged (rate-limited): one datagram must never stop the node.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import random
 import time
@@ -32,11 +33,12 @@ import trio
 from common.droplog import DropLog
 from common.hostport import parse_address
 from common.overlay.auth import load_ring_key
+from common.overlay.certs import NodeCertificate
 from common.overlay.claims import ClaimChecker, endorse
 from common.overlay.envelope import SignedSealer
 from common.overlay.identity import NodeIdentity
 from common.overlay.ids import id_hex
-from common.overlay.messages import AppMessage, Peer, overlay_codec
+from common.overlay.messages import AppMessage, JoinRequest, Peer, overlay_codec
 from common.overlay.node import Event, Output, OverlayNode
 from common.overlay.ratelimit import PeerRateLimiter
 from common.overlay.ring import RingConfig
@@ -88,6 +90,7 @@ class UdpOverlay:
         self.error_log = DropLog("overlay.errors")
         self.sent = 0
         self.received = 0
+        self._unmatched_seeds: dict[str, tuple[str, int]] = {}  # seed -> (host, port), see _match_seed
 
     @property
     def address(self) -> str:
@@ -125,6 +128,7 @@ class UdpOverlay:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._wakeup.run, self._on_timer)
                 await self._apply(self.core.start(trio.current_time(), cfg.seeds()))
+                self._unmatched_seeds = {seed: parse_address(seed) for seed in self.core.seeds}
                 task_status.started()
                 await self._receive_loop()
 
@@ -147,6 +151,8 @@ class UdpOverlay:
             if msg is None or not self.claims.accept(msg, opened.sender, now, opened.peer):
                 continue
             self.received += 1
+            if self._unmatched_seeds:
+                self._match_seed(msg, opened.sender, source[0], source[1])
             try:
                 await self._apply(self.core.on_message(msg, trio.current_time()))
             except Exception as e:  # a bug the message found must cost that message, not the node
@@ -158,9 +164,29 @@ class UdpOverlay:
         seeds, the core learns it is a seed itself (OverlayNode.seed_is_self); nothing else of
         ours is for us (a node never sends to itself)."""
         assert self.core is not None
+        self._unmatched_seeds.pop(recipient, None)
         if self.core.is_seed(recipient):
             log.info("seed is this node", seed=recipient)
             await self._apply(self.core.seed_is_self(recipient, trio.current_time()))
+
+    def _match_seed(self, msg: Message, signer: NodeCertificate, host: str, port: int) -> None:
+        """Tell the core which node a seed written otherwise than that node advertises itself is
+        (a name where it advertises its address, or the reverse): a datagram signed by the node
+        itself (a join request's joiner, a message's sender), from the seed's port and, for a
+        seed written as an address, from that address; for a name, from a node whose
+        certificate lists it (we can only reach a seed by a name its certificate lists: the
+        envelope's recipient check)."""
+        assert self.core is not None
+        peer = msg.joiner if isinstance(msg, JoinRequest) else getattr(msg, "sender", None)
+        if not isinstance(peer, Peer) or peer.id != signer.node_id:
+            return
+        names = {h.lower() for h in signer.hosts}
+        for seed, (seed_host, seed_port) in list(self._unmatched_seeds.items()):
+            if seed_port != port:
+                continue
+            if seed_host == host if _is_address(seed_host) else seed_host.lower() in names:
+                del self._unmatched_seeds[seed]
+                self.core.seed_alias(seed, peer.addr)
 
     def _error(self, reason: str, peer: str, detail: str) -> None:
         self.errors[reason] += 1
@@ -232,3 +258,11 @@ class UdpOverlay:
     async def broadcast(self, payload: Message) -> None:
         """Reach every node of the ring once; see OverlayNode.broadcast."""
         await self._apply(self._core().broadcast(self._endorse(payload)))
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

@@ -339,9 +339,10 @@ class OverlayNode:
         self._nonce_caps = capabilities << CAPS_SHIFT  # announced in every ping's nonce
         self._join_attempts = 0
         self._join_started = math.inf  # when start() began our join (not yet: never a root)
-        # The seeds we join through (start), our own address left out, and their _addr_key.
+        # The seeds we join through (start), our own address left out; the _addr_key of each, and
+        # of the address its node advertises if written otherwise (seed_alias) -> the seed's key.
         self.seeds: tuple[str, ...] = ()
-        self._seed_keys: frozenset[str] = frozenset()
+        self._seed_keys: dict[str, str] = {}
         self._named_self = False  # we are a seed ourselves: we found the ring if none answers
         self._seeds_answered: set[str] = set()  # keys of the seeds that answered a join (_seed_watch)
         self._seed_asks: dict[str, int] = {}  # seed -> join requests sent it (_seed_request)
@@ -399,7 +400,7 @@ class OverlayNode:
             if not _same_addr(seed, self.me.addr):
                 others.setdefault(_addr_key(seed), seed)  # each once, in the order given
         self.seeds = tuple(others.values())
-        self._seed_keys = frozenset(others)
+        self._seed_keys = {key: key for key in others}
         self._named_self = any(_same_addr(seed, self.me.addr) for seed in named)
         self._join_started = now
         if not self.seeds:
@@ -859,18 +860,29 @@ class OverlayNode:
                 self._caps_limit = self._trim_recent(known)
 
     def is_seed(self, addr: str) -> bool:
-        """Whether `addr` is one of our seeds, as written (case and a trailing dot aside)."""
+        """Whether `addr` is one of our seeds, as written (case and a trailing dot aside) or as
+        its node advertises itself (seed_alias)."""
         return bool(self._seed_keys) and _addr_key(addr) in self._seed_keys
+
+    def seed_alias(self, seed: str, addr: str) -> None:
+        """The seed written `seed` is the node that advertises `addr` (the driver matched them
+        by the node's certificate and source: it may be written as a name for its address, or
+        the other way round): we know it by both, to answer it while joining (_on_join) and to
+        count its answer (_on_join_info). (The driver matches each seed once; the map stays
+        within twice the seeds.)"""
+        key = self._seed_keys.get(_addr_key(seed))
+        if key is not None and key == _addr_key(seed) and len(self._seed_keys) < 2 * len(self.seeds):
+            self._seed_keys.setdefault(_addr_key(addr), key)
 
     def seed_is_self(self, addr: str, now: float) -> Output:
         """The seed at `addr` is this node under another spelling (the driver saw our own
         datagram, sent there, come back): it leaves the seeds, and we are a seed ourselves, as
         if our own address had been listed (start)."""
-        key = _addr_key(addr)
-        if key in self._seed_keys:
+        key = self._seed_keys.get(_addr_key(addr))
+        if key is not None:
             self.seeds = tuple(seed for seed in self.seeds if _addr_key(seed) != key)
-            self._seed_keys = self._seed_keys - {key}
-            self._seed_asks.pop(addr, None)
+            self._seed_keys = {k: v for k, v in self._seed_keys.items() if v != key}
+            self._seed_asks = {seed: n for seed, n in self._seed_asks.items() if _addr_key(seed) != key}
             if not self._named_self:
                 self._named_self = True
                 if not self.joined:
@@ -1573,8 +1585,9 @@ class OverlayNode:
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
-        if self.is_seed(msg.sender.addr):
-            self._seeds_answered.add(_addr_key(msg.sender.addr))
+        seed = self._seed_keys.get(_addr_key(msg.sender.addr)) if self._seed_keys else None
+        if seed is not None:
+            self._seeds_answered.add(seed)
         via = self.rtt.get(msg.sender.id)
         self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via)
         self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via)

@@ -141,3 +141,19 @@ def test_a_seed_found_to_be_ourselves_makes_us_a_seed() -> None:
     alone.start(0.0, bootstrap="alias:7641")
     alone.seed_is_self("alias:7641", 0.1)
     assert alone.joined and alone.seeds == ()  # its only seed: it founds the ring at once
+
+
+def test_a_seed_known_by_the_address_its_node_advertises_is_answered_and_counts() -> None:
+    """The list says cm1.example; cm1 advertises 10.0.0.1 (the driver matched them: seed_alias).
+    Still joining, a seed answers the other as its root, and a seed's answer ends the watch."""
+    node = OverlayNode(Peer(id=1, addr="10.0.0.2:7641"), PARAMS, random.Random(1))
+    node.start(0.0, bootstrap=["cm1.example:7641", "10.0.0.2:7641"])
+    cm1 = Peer(id=2, addr="10.0.0.1:7641")
+    assert not node.is_seed(cm1.addr)
+    node.seed_alias("cm1.example:7641", cm1.addr)
+    node.seed_alias("other:7641", "10.0.0.9:7641")  # not a seed: nothing
+    assert node.is_seed(cm1.addr) and not node.is_seed("10.0.0.9:7641")
+    [info] = [m for a, m in node.on_message(JoinRequest(joiner=cm1), 1.0).sends if isinstance(m, JoinInfo)]
+    assert info.root  # a seed's straight request, answered while still joining
+    node.on_message(JoinInfo(sender=cm1, candidates=[], root=True), 1.1)
+    assert node.joined and node._seeds_unheard() == [] and "seed_watch" not in node._timers

@@ -113,12 +113,17 @@ async def test_nodes_given_the_same_seeds_under_another_name_make_one_ring(tmp_p
     ring = Ring(ring_keys(tmp_path))
     async with trio.open_nursery() as nursery:
         first = await ring.add(nursery, "seed-0", port=ports[0], seeds=seeds)
-        await ring.add(nursery, "plain", seeds=seeds)
+        plain = await ring.add(nursery, "plain", seeds=seeds)
         await ring.converge()
         assert first.core is not None and first.core.seeds == (seeds[1],)
-        await ring.add(nursery, "seed-1", port=ports[1], seeds=seeds)
+        last = await ring.add(nursery, "seed-1", port=ports[1], seeds=seeds)
         await ring.converge()
         assert not any(n.drops for n in ring.nodes)
+        # Each seed is known by the address it advertises too (its certificate lists localhost:
+        # _match_seed), so its answer counts and the plain node does not ask the seeds again.
+        assert plain.core is not None
+        assert plain.core.is_seed(first.address) and plain.core.is_seed(last.address)
+        assert plain.core._seeds_unheard() == [] and "seed_watch" not in plain.core._timers
         nursery.cancel_scope.cancel()
 
 
