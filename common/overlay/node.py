@@ -344,6 +344,7 @@ class OverlayNode:
         self.seeds: tuple[str, ...] = ()
         self._seed_keys: dict[str, str] = {}
         self._named_self = False  # we are a seed ourselves: we found the ring if none answers
+        self._self_seeds: dict[str, str] = {}  # key -> seed that seed_is_self took for us (watched)
         self._seeds_answered: set[str] = set()  # keys of the seeds that answered a join (_seed_watch)
         self._seed_asks: dict[str, int] = {}  # seed -> join requests sent it (_seed_request)
         self._seed_turn = 0  # requests that went to a seed in turn (_next_seed)
@@ -877,22 +878,26 @@ class OverlayNode:
     def seed_is_self(self, addr: str, now: float) -> Output:
         """The seed at `addr` is this node under another spelling (the driver saw our own
         datagram, sent there, come back): it leaves the seeds, and we are a seed ourselves, as
-        if our own address had been listed (start)."""
+        if our own address had been listed (start). It stays among the seeds we watch
+        (_seed_watch): a copy of our datagram sent back by someone else (a certificate that
+        lists a whole block of addresses lets it through) must not keep us apart for good;
+        if the seed is us, the watch costs one datagram to ourselves every revive_interval."""
         key = self._seed_keys.get(_addr_key(addr))
-        if key is not None:
-            self.seeds = tuple(seed for seed in self.seeds if _addr_key(seed) != key)
-            self._seed_keys = {k: v for k, v in self._seed_keys.items() if v != key}
-            self._seed_asks = {seed: n for seed, n in self._seed_asks.items() if _addr_key(seed) != key}
-            if not self._named_self:
-                self._named_self = True
-                if not self.joined:
-                    if self.seeds:
-                        self._ask_every_seed(now)
-                    else:
-                        self._become_joined(now)
-                elif self._seeds_unheard() and "seed_watch" not in self._timers:
-                    self._timers["seed_watch"] = now + self.params.revive_interval
-                    self._timers_changed = True
+        if key is None:
+            return self._flush()
+        self._self_seeds.update((key, seed) for seed in self.seeds if _addr_key(seed) == key)
+        self.seeds = tuple(seed for seed in self.seeds if _addr_key(seed) != key)
+        self._seed_keys = {k: v for k, v in self._seed_keys.items() if v != key}
+        self._seed_asks = {seed: n for seed, n in self._seed_asks.items() if _addr_key(seed) != key}
+        was_seed, self._named_self = self._named_self, True
+        if not self.joined:
+            if not self.seeds:
+                self._become_joined(now)
+            elif not was_seed:
+                self._ask_every_seed(now)
+        elif self._seeds_unheard() and "seed_watch" not in self._timers:
+            self._timers["seed_watch"] = now + self.params.revive_interval
+            self._timers_changed = True
         return self._flush()
 
     def _ask_every_seed(self, now: float) -> None:
@@ -963,7 +968,7 @@ class OverlayNode:
         answered = self._seeds_answered
         if not self._named_self and answered:
             return []
-        return [seed for seed in self.seeds if _addr_key(seed) not in answered]
+        return [seed for seed in (*self.seeds, *self._self_seeds.values()) if _addr_key(seed) not in answered]
 
     def _seed_watch(self, now: float) -> None:
         """Merge our ring with the seeds' (one may have been down, e.g. a founder that started
@@ -1585,9 +1590,11 @@ class OverlayNode:
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
-        seed = self._seed_keys.get(_addr_key(msg.sender.addr)) if self._seed_keys else None
-        if seed is not None:
-            self._seeds_answered.add(seed)
+        if self._seed_keys or self._self_seeds:
+            key = _addr_key(msg.sender.addr)
+            seed = self._seed_keys.get(key) or (key if key in self._self_seeds else None)
+            if seed is not None:
+                self._seeds_answered.add(seed)
         via = self.rtt.get(msg.sender.id)
         self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via)
         self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via)

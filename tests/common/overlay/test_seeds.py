@@ -135,8 +135,9 @@ def test_a_seed_found_to_be_ourselves_makes_us_a_seed() -> None:
     assert asked_to_join(out) == ["b:7641"]
     assert asked_to_join(node.on_timer(0.1 + PARAMS.join_retry)) == ["b:7641"]  # the other format
     node.on_timer(0.1 + 2 * PARAMS.join_retry)
-    assert node.joined  # none answered: it founds the ring, and watches b
-    assert asked_to_join(node.on_timer(0.1 + 2 * PARAMS.join_retry + PARAMS.revive_interval)) == ["b:7641"]
+    assert node.joined  # none answered: it founds the ring, and watches b (and alias: below)
+    watched = asked_to_join(node.on_timer(0.1 + 2 * PARAMS.join_retry + PARAMS.revive_interval))
+    assert watched == ["alias:7641", "b:7641"]
     alone = OverlayNode(Peer(id=1, addr="10.0.0.1:7641"), PARAMS, random.Random(1))
     alone.start(0.0, bootstrap="alias:7641")
     alone.seed_is_self("alias:7641", 0.1)
@@ -157,3 +158,17 @@ def test_a_seed_known_by_the_address_its_node_advertises_is_answered_and_counts(
     assert info.root  # a seed's straight request, answered while still joining
     node.on_message(JoinInfo(sender=cm1, candidates=[], root=True), 1.1)
     assert node.joined and node._seeds_unheard() == [] and "seed_watch" not in node._timers
+
+
+def test_a_seed_taken_for_ourselves_wrongly_is_still_watched() -> None:
+    """A copy of our own request to seed b, sent back to us by someone else, passes for the loop
+    (a certificate listing a block of addresses lets it through): we found a ring alone, but we
+    go on asking b every revive_interval, so its ring and ours merge; its answer ends that."""
+    node = OverlayNode(Peer(id=1, addr="10.0.0.2:7641"), PARAMS, random.Random(1))
+    node.start(0.0, bootstrap="10.0.0.1:7641")
+    node.seed_is_self("10.0.0.1:7641", 0.5)
+    assert node.joined and node.seeds == ()
+    assert asked_to_join(node.on_timer(0.5 + PARAMS.revive_interval)) == ["10.0.0.1:7641"]
+    b = Peer(id=2, addr="10.0.0.1:7641")
+    node.on_message(JoinInfo(sender=b, candidates=[], root=True, leaf_set=[]), 31.0)
+    assert node._seeds_unheard() == [] and not asked_to_join(node.on_timer(0.5 + 2 * PARAMS.revive_interval))
