@@ -90,7 +90,8 @@ class UdpOverlay:
         self.error_log = DropLog("overlay.errors")
         self.sent = 0
         self.received = 0
-        self._unmatched_seeds: dict[str, tuple[str, int]] = {}  # seed -> (host, port), see _match_seed
+        # seed -> (host, port, written as an address), until matched to its node (_match_seed)
+        self._unmatched_seeds: dict[str, tuple[str, int, bool]] = {}
 
     @property
     def address(self) -> str:
@@ -128,7 +129,11 @@ class UdpOverlay:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._wakeup.run, self._on_timer)
                 await self._apply(self.core.start(trio.current_time(), cfg.seeds()))
-                self._unmatched_seeds = {seed: parse_address(seed) for seed in self.core.seeds}
+                self._unmatched_seeds = {
+                    seed: (host, port, _is_address(host))
+                    for seed in self.core.seeds
+                    for host, port in [parse_address(seed)]
+                }
                 task_status.started()
                 await self._receive_loop()
 
@@ -177,14 +182,14 @@ class UdpOverlay:
         certificate lists it (we can only reach a seed by a name its certificate lists: the
         envelope's recipient check)."""
         assert self.core is not None
-        peer = msg.joiner if isinstance(msg, JoinRequest) else getattr(msg, "sender", None)
+        if isinstance(msg, JoinRequest):
+            peer = msg.joiner if msg.hops == 0 else None  # a forwarded one's joiner is unchecked
+        else:
+            peer = getattr(msg, "sender", None)
         if not isinstance(peer, Peer) or peer.id != signer.node_id:
             return
-        names = {h.lower() for h in signer.hosts}
-        for seed, (seed_host, seed_port) in list(self._unmatched_seeds.items()):
-            if seed_port != port:
-                continue
-            if seed_host == host if _is_address(seed_host) else seed_host.lower() in names:
+        for seed, (seed_host, seed_port, address) in list(self._unmatched_seeds.items()):
+            if seed_port == port and (seed_host == host if address else signer.allows_host(seed_host)):
                 del self._unmatched_seeds[seed]
                 self.core.seed_alias(seed, peer.addr)
 

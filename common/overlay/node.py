@@ -340,11 +340,13 @@ class OverlayNode:
         self._join_attempts = 0
         self._join_started = math.inf  # when start() began our join (not yet: never a root)
         # The seeds we join through (start), our own address left out; the _addr_key of each, and
-        # of the address its node advertises if written otherwise (seed_alias) -> the seed's key.
+        # of the address its node advertises if written otherwise (seed_alias) -> the keys of the
+        # seeds it stands for (one node may be listed under two spellings).
         self.seeds: tuple[str, ...] = ()
-        self._seed_keys: dict[str, str] = {}
+        self._seed_keys: dict[str, set[str]] = {}
         self._named_self = False  # we are a seed ourselves: we found the ring if none answers
         self._self_seeds: dict[str, str] = {}  # key -> seed that seed_is_self took for us (watched)
+        self._self_keys: dict[str, set[str]] = {}  # as _seed_keys, for those (their answers count)
         self._seeds_answered: set[str] = set()  # keys of the seeds that answered a join (_seed_watch)
         self._seed_asks: dict[str, int] = {}  # seed -> join requests sent it (_seed_request)
         self._seed_turn = 0  # requests that went to a seed in turn (_next_seed)
@@ -401,7 +403,7 @@ class OverlayNode:
             if not _same_addr(seed, self.me.addr):
                 others.setdefault(_addr_key(seed), seed)  # each once, in the order given
         self.seeds = tuple(others.values())
-        self._seed_keys = {key: key for key in others}
+        self._seed_keys = {key: {key} for key in others}
         self._named_self = any(_same_addr(seed, self.me.addr) for seed in named)
         self._join_started = now
         if not self.seeds:
@@ -871,9 +873,11 @@ class OverlayNode:
         the other way round): we know it by both, to answer it while joining (_on_join) and to
         count its answer (_on_join_info). (The driver matches each seed once; the map stays
         within twice the seeds.)"""
-        key = self._seed_keys.get(_addr_key(seed))
-        if key is not None and key == _addr_key(seed) and len(self._seed_keys) < 2 * len(self.seeds):
-            self._seed_keys.setdefault(_addr_key(addr), key)
+        key, alias = _addr_key(seed), _addr_key(addr)
+        if key in self._seed_keys.get(key, ()) and (
+            alias in self._seed_keys or len(self._seed_keys) < 2 * len(self.seeds)
+        ):
+            self._seed_keys.setdefault(alias, set()).add(key)
 
     def seed_is_self(self, addr: str, now: float) -> Output:
         """The seed at `addr` is this node under another spelling (the driver saw our own
@@ -882,13 +886,16 @@ class OverlayNode:
         (_seed_watch): a copy of our datagram sent back by someone else (a certificate that
         lists a whole block of addresses lets it through) must not keep us apart for good;
         if the seed is us, the watch costs one datagram to ourselves every revive_interval."""
-        key = self._seed_keys.get(_addr_key(addr))
-        if key is None:
+        found = set(self._seed_keys.get(_addr_key(addr), ()))
+        if not found:
             return self._flush()
-        self._self_seeds.update((key, seed) for seed in self.seeds if _addr_key(seed) == key)
-        self.seeds = tuple(seed for seed in self.seeds if _addr_key(seed) != key)
-        self._seed_keys = {k: v for k, v in self._seed_keys.items() if v != key}
-        self._seed_asks = {seed: n for seed, n in self._seed_asks.items() if _addr_key(seed) != key}
+        self._self_seeds.update((key, seed) for seed in self.seeds if (key := _addr_key(seed)) in found)
+        for key, stands_for in self._seed_keys.items():
+            if stands_for & found:
+                self._self_keys.setdefault(key, set()).update(stands_for & found)
+        self.seeds = tuple(seed for seed in self.seeds if _addr_key(seed) not in found)
+        self._seed_keys = {k: v - found for k, v in self._seed_keys.items() if v - found}
+        self._seed_asks = {seed: n for seed, n in self._seed_asks.items() if _addr_key(seed) not in found}
         was_seed, self._named_self = self._named_self, True
         if not self.joined:
             if not self.seeds:
@@ -1590,11 +1597,9 @@ class OverlayNode:
 
     def _on_join_info(self, msg: JoinInfo, now: float) -> None:
         self._consider(msg.sender, now, firsthand=True)
-        if self._seed_keys or self._self_seeds:
+        if self._seed_keys or self._self_keys:
             key = _addr_key(msg.sender.addr)
-            seed = self._seed_keys.get(key) or (key if key in self._self_seeds else None)
-            if seed is not None:
-                self._seeds_answered.add(seed)
+            self._seeds_answered.update(self._seed_keys.get(key, ()), self._self_keys.get(key, ()))
         via = self.rtt.get(msg.sender.id)
         self._consider_all(msg.candidates, now, rtts=msg.candidate_rtts, via=via)
         self._consider_all(msg.leaf_set, now, rtts=msg.leaf_rtts, via=via)

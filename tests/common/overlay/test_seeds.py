@@ -172,3 +172,28 @@ def test_a_seed_taken_for_ourselves_wrongly_is_still_watched() -> None:
     b = Peer(id=2, addr="10.0.0.1:7641")
     node.on_message(JoinInfo(sender=b, candidates=[], root=True, leaf_set=[]), 31.0)
     assert node._seeds_unheard() == [] and not asked_to_join(node.on_timer(0.5 + 2 * PARAMS.revive_interval))
+
+
+def test_one_node_listed_under_two_spellings_answers_for_both() -> None:
+    """cm1 is listed by name and by address, and advertises its address: its answer counts
+    for both entries, so a seed does not go on asking the name (second review of the aliases)."""
+    node = OverlayNode(Peer(id=1, addr="10.0.0.2:7641"), PARAMS, random.Random(1))
+    node.start(0.0, bootstrap=["cm1.example:7641", "10.0.0.1:7641", "10.0.0.2:7641"])
+    cm1 = Peer(id=2, addr="10.0.0.1:7641")
+    node.seed_alias("cm1.example:7641", cm1.addr)
+    node.seed_alias("10.0.0.1:7641", cm1.addr)
+    node.on_message(JoinInfo(sender=cm1, candidates=[], root=True), 1.0)
+    assert node.joined and node._seeds_unheard() == []
+
+
+def test_a_seed_wrongly_taken_for_ourselves_counts_its_answer_under_its_advertised_address() -> None:
+    """Seed 10.0.0.1, whose node advertises cm1.example, is taken for us by an echo: the watch
+    asks it on, and cm1's answer (under the address it advertises) ends that."""
+    node = OverlayNode(Peer(id=1, addr="10.0.0.2:7641"), PARAMS, random.Random(1))
+    node.start(0.0, bootstrap=["10.0.0.1:7641", "10.0.0.3:7641"])
+    cm1 = Peer(id=2, addr="cm1.example:7641")
+    node.seed_alias("10.0.0.1:7641", cm1.addr)
+    node.seed_is_self("10.0.0.1:7641", 0.5)
+    assert node.seeds == ("10.0.0.3:7641",) and not node.is_seed(cm1.addr)
+    node.on_message(JoinInfo(sender=cm1, candidates=[], root=True), 1.0)
+    assert node.joined and node._seeds_unheard() == ["10.0.0.3:7641"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 from pathlib import Path
@@ -13,8 +14,8 @@ from common.overlay.auth import load_ring_key
 from common.overlay.driver import RingConfig, UdpOverlay, parse_address
 from common.overlay.envelope import SignedSealer
 from common.overlay.ids import closeness, node_id_from_name
-from common.overlay.messages import AppMessage, Ping, app_message, overlay_codec
-from common.overlay.node import Delivered, Event, OverlayParams
+from common.overlay.messages import AppMessage, JoinRequest, Peer, Ping, app_message, overlay_codec
+from common.overlay.node import Delivered, Event, OverlayNode, OverlayParams
 from common.wire import pack
 from deploy.harness.ring_keys import RingKeys
 from deploy.harness.sandbox import poll_until_async
@@ -185,3 +186,28 @@ async def test_a_message_that_cannot_be_encoded_costs_only_itself(tmp_path: Path
         await node._send(node.address, Ping(sender=node.core.me, nonce=1, sent=0.0))
         assert node.sent == sent + 1
         nursery.cancel_scope.cancel()
+
+
+def test_a_seed_is_matched_to_its_node_only_by_what_the_node_itself_signed(tmp_path: Path) -> None:
+    """_match_seed: a seed written as a name is the node whose certificate lists that name, from
+    the seed's port, by its own word (a message's sender, a join request straight from its
+    joiner); a forwarded join request's joiner is nobody's word (claims do not check it)."""
+    keys = ring_keys(tmp_path)
+    keys.node("seed", hosts=["127.0.0.1", "seed.example"], pool="test")
+    keys.node("me", hosts=["127.0.0.1"], pool="test")
+    seed_cert = keys.node("seed", hosts=[], pool="test").certificate
+    cfg = RingConfig(node_name="me", bind="127.0.0.1", port=0, bootstrap=["seed.example:7641"],
+                     overlay=FAST, **keys.ring_fields("me"))  # fmt: skip
+    node = UdpOverlay(cfg)
+    node.core = OverlayNode(Peer(id=1, addr="127.0.0.1:7000"), FAST, random.Random(1))
+    node.core.start(0.0, cfg.seeds())
+    node._unmatched_seeds = {"seed.example:7641": ("seed.example", 7641, False)}
+    forwarded = JoinRequest(joiner=Peer(id=seed_cert.node_id, addr="127.0.0.9:1"), hops=2)
+    node._match_seed(forwarded, seed_cert, "127.0.0.1", 7641)
+    other_port = Ping(sender=Peer(id=seed_cert.node_id, addr="127.0.0.1:7641"), nonce=1, sent=0.0)
+    node._match_seed(other_port, seed_cert, "127.0.0.1", 7642)
+    assert node._unmatched_seeds and not node.core.is_seed("127.0.0.9:1")
+    node._match_seed(
+        JoinRequest(joiner=Peer(id=seed_cert.node_id, addr="127.0.0.1:7641")), seed_cert, "127.0.0.1", 7641
+    )
+    assert not node._unmatched_seeds and node.core.is_seed("127.0.0.1:7641")
