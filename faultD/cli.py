@@ -79,6 +79,8 @@ def render_status(s: dict[str, Any]) -> str:
     if c.get("error"):
         lines.append(f"HTCondor error  {c['error']}")
     lines.append(f"leaf set        {len(s.get('leaf_set', []))} machine(s)")
+    if s.get("seeds_unheard"):  # asked again every revive_interval until they answer
+        lines.append(f"seeds unheard   {', '.join(s['seeds_unheard'])}")
     drops = {k: v for k, v in s.get("drops", {}).items() if v}
     if drops:
         lines.append(f"dropped         {drops}")

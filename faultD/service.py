@@ -444,6 +444,7 @@ class FaultDaemon:
         return role | {
             "overlay": self.overlay.address if self.overlay.core else None,
             "leaf_set": [p.addr for p in self.overlay.core.leaf.members()] if self.overlay.core else [],
+            "seeds_unheard": self.overlay.core.unheard_seeds() if self.overlay.core else [],
             "condor": {
                 "role_file": str(self.condor.role_file),
                 "collector": self.condor.collector,

@@ -139,6 +139,8 @@ def render_status(s: dict[str, Any]) -> str:
         f"pool {s['pool']} (collector {s['collector']}), overlay node {s['node']['addr']} "
         f"id {s['node']['id'][:8]}…, {'joined' if s['joined'] else 'joining'}"
     ]
+    if s.get("seeds_unheard"):  # asked again every revive_interval until they answer
+        lines.append("seeds not heard from: " + ", ".join(s["seeds_unheard"]))
     gate = s.get("manager_role")
     if gate:  # poold behind faultD's role (issue 16)
         epoch = gate["active_epoch"] if gate["mode"] == "active" else gate["epoch"]

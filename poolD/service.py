@@ -653,6 +653,7 @@ class PoolDaemon:
             "collector": self.config.pool.collector,
             "node": peer(node.me) if node else None,
             "joined": bool(node and node.joined),
+            "seeds_unheard": node.unheard_seeds() if node else [],
             "leaf_set": [peer(p) for p in node.leaf.members()] if node else [],
             "routing_table": table,
             "load": core.load.model_dump() if core and core.load else None,

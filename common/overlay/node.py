@@ -718,7 +718,7 @@ class OverlayNode:
     def _become_joined(self, now: float) -> None:
         self.joined = True
         self._join_tried.clear()
-        if self._seeds_unheard():
+        if self.unheard_seeds():
             self._timers["seed_watch"] = now + self.params.revive_interval
         self._timers.pop("join", None)
         self._timers.pop("found", None)
@@ -902,7 +902,7 @@ class OverlayNode:
                 self._become_joined(now)
             elif not was_seed:
                 self._ask_every_seed(now)
-        elif self._seeds_unheard() and "seed_watch" not in self._timers:
+        elif self.unheard_seeds() and "seed_watch" not in self._timers:
             self._timers["seed_watch"] = now + self.params.revive_interval
             self._timers_changed = True
         return self._flush()
@@ -967,11 +967,12 @@ class OverlayNode:
         tried[target.id] = tried.get(target.id, 0) + 1
         return target
 
-    def _seeds_unheard(self) -> list[str]:
-        """The seeds whose ring may not be ours: none answered us (we joined through others'
-        answers, _join_target, or a node that answered as a root after JOINING_ROOT_AFTER; or
-        we founded the ring as a seed). A seed that answered is in our ring; a seed ourselves,
-        we wait for every other one (each may have founded a ring of its own meanwhile)."""
+    def unheard_seeds(self) -> list[str]:
+        """The seeds whose ring may not be ours (the daemons' status shows them): none answered
+        us (we joined through others' answers, _join_target, or a node that answered as a root
+        after JOINING_ROOT_AFTER; or we founded the ring as a seed). A seed that answered is in
+        our ring; a seed ourselves, we wait for every other one (each may have founded a ring of
+        its own meanwhile)."""
         answered = self._seeds_answered
         if not self._named_self and answered:
             return []
@@ -982,7 +983,7 @@ class OverlayNode:
         last, or have founded its own): a join request, every revive_interval until it answers,
         to the next seed in turn (a seed ourselves: to every other one). Its hops and root
         answer with their rows and leaf set, which we take in like any other."""
-        unheard = self._seeds_unheard()
+        unheard = self.unheard_seeds()
         if not unheard:
             return
         for seed in unheard if self._named_self else [unheard[self._seed_turn % len(unheard)]]:

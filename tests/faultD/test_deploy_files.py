@@ -82,9 +82,10 @@ def test_render_status_shows_role_manager_epoch_and_replica() -> None:
             },
             "replica_holders": [], "condor": {"role_file": "/etc/condor/config.d/99-faultd-role.conf"},
             "leaf_set": ["10.0.0.1:7641"], "drops": {"bad_mac": 2}, "history": ["new manager 10.0.0.1:7641"],
-            "refused": {"replica": 3},
+            "refused": {"replica": 3}, "seeds_unheard": ["10.0.0.3:7641"],
         }
     )  # fmt: skip
     assert "role            listener" in text and "epoch / seq     2 / 41" in text
+    assert "seeds unheard   10.0.0.3:7641" in text.splitlines()
     assert "version 7 (epoch 2)" in text and "accountant" in text and "bad_mac" in text
     assert "refused         {'replica': 3}" in text

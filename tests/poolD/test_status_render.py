@@ -44,3 +44,9 @@ def test_status_shows_the_cross_pool_tokens() -> None:
 def test_status_without_trust_shows_no_token_lines() -> None:
     assert "tokens" not in render_status(status({}))
     assert "tokens" not in render_status({k: v for k, v in status({}).items() if k != "tokens"})
+
+
+def test_status_shows_the_seeds_not_heard_from() -> None:
+    assert "seeds not heard from" not in render_status(status({}))
+    text = render_status(status({}) | {"seeds_unheard": ["cm1.example:7640", "cm2.example:7640"]})
+    assert "seeds not heard from: cm1.example:7640, cm2.example:7640" in text.splitlines()

@@ -157,7 +157,7 @@ def test_a_seed_known_by_the_address_its_node_advertises_is_answered_and_counts(
     [info] = [m for a, m in node.on_message(JoinRequest(joiner=cm1), 1.0).sends if isinstance(m, JoinInfo)]
     assert info.root  # a seed's straight request, answered while still joining
     node.on_message(JoinInfo(sender=cm1, candidates=[], root=True), 1.1)
-    assert node.joined and node._seeds_unheard() == [] and "seed_watch" not in node._timers
+    assert node.joined and node.unheard_seeds() == [] and "seed_watch" not in node._timers
 
 
 def test_a_seed_taken_for_ourselves_wrongly_is_still_watched() -> None:
@@ -171,7 +171,7 @@ def test_a_seed_taken_for_ourselves_wrongly_is_still_watched() -> None:
     assert asked_to_join(node.on_timer(0.5 + PARAMS.revive_interval)) == ["10.0.0.1:7641"]
     b = Peer(id=2, addr="10.0.0.1:7641")
     node.on_message(JoinInfo(sender=b, candidates=[], root=True, leaf_set=[]), 31.0)
-    assert node._seeds_unheard() == [] and not asked_to_join(node.on_timer(0.5 + 2 * PARAMS.revive_interval))
+    assert node.unheard_seeds() == [] and not asked_to_join(node.on_timer(0.5 + 2 * PARAMS.revive_interval))
 
 
 def test_one_node_listed_under_two_spellings_answers_for_both() -> None:
@@ -183,7 +183,7 @@ def test_one_node_listed_under_two_spellings_answers_for_both() -> None:
     node.seed_alias("cm1.example:7641", cm1.addr)
     node.seed_alias("10.0.0.1:7641", cm1.addr)
     node.on_message(JoinInfo(sender=cm1, candidates=[], root=True), 1.0)
-    assert node.joined and node._seeds_unheard() == []
+    assert node.joined and node.unheard_seeds() == []
 
 
 def test_a_seed_wrongly_taken_for_ourselves_counts_its_answer_under_its_advertised_address() -> None:
@@ -196,4 +196,4 @@ def test_a_seed_wrongly_taken_for_ourselves_counts_its_answer_under_its_advertis
     node.seed_is_self("10.0.0.1:7641", 0.5)
     assert node.seeds == ("10.0.0.3:7641",) and not node.is_seed(cm1.addr)
     node.on_message(JoinInfo(sender=cm1, candidates=[], root=True), 1.0)
-    assert node.joined and node._seeds_unheard() == ["10.0.0.3:7641"]
+    assert node.joined and node.unheard_seeds() == ["10.0.0.3:7641"]

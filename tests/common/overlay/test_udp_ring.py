@@ -124,7 +124,7 @@ async def test_nodes_given_the_same_seeds_under_another_name_make_one_ring(tmp_p
         # _match_seed), so its answer counts and the plain node does not ask the seeds again.
         assert plain.core is not None
         assert plain.core.is_seed(first.address) and plain.core.is_seed(last.address)
-        assert plain.core._seeds_unheard() == [] and "seed_watch" not in plain.core._timers
+        assert plain.core.unheard_seeds() == [] and "seed_watch" not in plain.core._timers
         nursery.cancel_scope.cancel()
 
 
