@@ -269,13 +269,9 @@ class _Probe:
 _Waiting = TypeVar("_Waiting", _Probe, _HopWait)
 
 
-def _same_addr(a: str, b: str) -> bool:
-    """Two spellings of one host:port as far as they can be told apart without resolving names:
-    case and a trailing dot of the host do not count."""
-    return a == b or _addr_key(a) == _addr_key(b)
-
-
 def _addr_key(addr: str) -> str:
+    """A host:port as far as spellings can be told apart without resolving names: case and a
+    trailing dot of the host do not count."""
     host, sep, port = addr.rpartition(":")
     return f"{host.rstrip('.').lower()}{sep}{port}" if sep else addr.rstrip(".").lower()
 
@@ -398,13 +394,15 @@ class OverlayNode:
         found the ring if none has answered after two (the first seed up; a seed that answers
         later merges its ring with ours: _seed_watch)."""
         named = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap or ())
+        mine = _addr_key(self.me.addr)
         others: dict[str, str] = {}
         for seed in named:
-            if not _same_addr(seed, self.me.addr):
-                others.setdefault(_addr_key(seed), seed)  # each once, in the order given
+            if (key := _addr_key(seed)) == mine:
+                self._named_self = True
+            else:
+                others.setdefault(key, seed)  # each once, in the order given
         self.seeds = tuple(others.values())
         self._seed_keys = {key: {key} for key in others}
-        self._named_self = any(_same_addr(seed, self.me.addr) for seed in named)
         self._join_started = now
         if not self.seeds:
             self._become_joined(now)
@@ -458,8 +456,7 @@ class OverlayNode:
             self._become_joined(now)  # a seed none of the others answered: the first one up
         if not self.joined and t.get("join", math.inf) <= now and self._named_self:
             del t["join"]
-            for seed in self.seeds:  # in the other format; then we found the ring ("found")
-                self._send(seed, self._seed_request(seed))
+            self._ask_seeds()  # in the other format; then we found the ring ("found")
         if not self.joined and t.get("join", math.inf) <= now and self.seeds:
             target = self._join_target()
             if target is None:
@@ -910,11 +907,14 @@ class OverlayNode:
     def _ask_every_seed(self, now: float) -> None:
         """As a seed ourselves: a join request to every other seed, again in the other format one
         join_retry later (on_timer), and we found the ring one more join_retry on."""
-        for seed in self.seeds:
-            self._send(seed, self._seed_request(seed))
+        self._ask_seeds()
         self._timers["join"] = now + self.params.join_retry
         self._timers["found"] = now + 2 * self.params.join_retry
         self._timers_changed = True
+
+    def _ask_seeds(self) -> None:
+        for seed in self.seeds:
+            self._send(seed, self._seed_request(seed))
 
     def _next_seed(self) -> str:
         """The seed whose turn it is (round robin over `seeds`)."""
