@@ -715,8 +715,7 @@ class OverlayNode:
     def _become_joined(self, now: float) -> None:
         self.joined = True
         self._join_tried.clear()
-        if self.unheard_seeds():
-            self._timers["seed_watch"] = now + self.params.revive_interval
+        self._arm_seed_watch(now)
         self._timers.pop("join", None)
         self._timers.pop("found", None)
         self._timers_changed = True
@@ -899,10 +898,16 @@ class OverlayNode:
                 self._become_joined(now)
             elif not was_seed:
                 self._ask_every_seed(now)
-        elif self.unheard_seeds() and "seed_watch" not in self._timers:
+        else:
+            self._arm_seed_watch(now)
+        return self._flush()
+
+    def _arm_seed_watch(self, now: float) -> None:
+        """Joined, with seeds not heard from: _seed_watch asks them one revive_interval from now
+        (it then rearms itself while any stays unheard)."""
+        if self.unheard_seeds() and "seed_watch" not in self._timers:
             self._timers["seed_watch"] = now + self.params.revive_interval
             self._timers_changed = True
-        return self._flush()
 
     def _ask_every_seed(self, now: float) -> None:
         """As a seed ourselves: a join request to every other seed, again in the other format one
