@@ -1,7 +1,8 @@
 """A federation of sandbox pools with poold on each central manager: for tests and `make demo`.
 
 Each poold runs on its pool's central-manager host (inside that host's network namespace, as a
-program of this machine), joins the ring through the first pool, and talks to its pool through
+program of this machine), joins the ring through the seeds (the first two pools' poolds, the
+same list in every pool's config, as docs/admin.md advises), and talks to its pool through
 the gateway with the pool's client config. Intervals are seconds, not minutes, so that a demo
 shows a whole cycle quickly.
 
@@ -164,8 +165,7 @@ tools = [{tools}]
 
     def config_file(self, name: str) -> Path:
         pool = self.pools[name]
-        first = self.names[0]
-        bootstrap = "" if name == first else f'bootstrap = "{self.address(first)}:{POOLD_PORT}"'
+        bootstrap = self.bootstrap_line([self.address(n) for n in self.names[:2]])
         policy = ""
         if name in self.policies:
             policy_path = self.workdir / f"{name}-policy.toml"
@@ -180,6 +180,13 @@ tools = [{tools}]
             self.workdir / f"{name}.toml", name, node=name, bind=self.address(name), collector=pool.collector,
             bootstrap=bootstrap, sections=f"{extra}\n{trust}", daemon=daemon,
         )  # fmt: skip
+
+    @staticmethod
+    def bootstrap_line(seeds: list[str]) -> str:
+        """`[ring] bootstrap`: the poolds at the addresses `seeds`, the same list for every poold
+        (a poold among them is a seed: the first one up founds the ring)."""
+        listed = ", ".join(f'"{address}:{POOLD_PORT}"' for address in seeds)
+        return f"bootstrap = [{listed}]"
 
     def write_poold_config(
         self, path: Path, name: str, *, node: str, bind: str, collector: str, bootstrap: str, sections: str,

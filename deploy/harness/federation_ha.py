@@ -30,7 +30,7 @@ from typing import Any
 
 from common.service import query_control
 from deploy.harness.fault_pool import FaultPool
-from deploy.harness.federation import POOLD_PORT, Federation
+from deploy.harness.federation import Federation
 from deploy.harness.sandbox import Sandbox, poll_until, start_in_netns, stop_processes
 
 
@@ -83,15 +83,13 @@ class HAFederation(Federation):
     def candidate_log(self, name: str, j: int) -> Path:
         return self.workdir / name / f"poold-{j}.log"
 
-    def candidate_config(self, name: str, j: int, *, rejoin: bool = False) -> Path:
-        """poold's config on host j of the pool. The first pool's host 0 founds the ring, the
-        others join through it; `rejoin` (a machine come back): through the first pool's host 1."""
+    def candidate_config(self, name: str, j: int) -> Path:
+        """poold's config on host j of the pool. Every candidate names the same seeds: each
+        pool's original manager and its first standby, so that a candidate restarting while
+        some are down (a manager killed, its machine back later) still gets in."""
         fp = self.fault[name]
-        first = self.names[0]
-        via = (first, 1) if rejoin else (first, 0)
-        bootstrap = ""
-        if (name, j) != via:
-            bootstrap = f'bootstrap = "{self.host_address(*via)}:{POOLD_PORT}"'
+        seeds = [self.host_address(n, k) for n in self.names for k in range(min(2, self.nhosts))]
+        bootstrap = self.bootstrap_line(seeds)
         node = self.node_name(name, j)
         self.keys.node(node, hosts=[self.host_address(name, j)], pool=name)
         trust = self.trust_section(name, host=j, schedd_host=self.submit_host) if self.trusting(name) else ""
@@ -122,10 +120,10 @@ class HAFederation(Federation):
                 st = src.stat()
                 os.chown(dst, st.st_uid, st.st_gid)
 
-    def start_candidate(self, name: str, j: int, *, rejoin: bool = False) -> None:
+    def start_candidate(self, name: str, j: int) -> None:
         """poold on host j of the pool (unjailed, as Federation.start says why)."""
         netns = str(self.fault[name].host(j)["netns"])
-        config = self.candidate_config(name, j, rejoin=rejoin)
+        config = self.candidate_config(name, j)
         self.candidates[name, j] = start_in_netns(
             netns, "poolD", config, self.candidate_log(name, j), jail=False
         )
@@ -159,7 +157,7 @@ class HAFederation(Federation):
     def restart_host(self, name: str, j: int) -> None:
         """The machine comes back: HTCondor, faultd, then poold."""
         self.fault[name].restart_host(j)
-        self.start_candidate(name, j, rejoin=True)
+        self.start_candidate(name, j)
 
     def stop_all(self) -> None:
         """SIGTERM every poold, then every faultd; failures reported once all were stopped."""
