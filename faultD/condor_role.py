@@ -40,7 +40,7 @@ from common.condor.knobs import (
     parse_config_text,
 )
 from faultD.config import MANAGER_CONFIG_PREFIX, CondorSection
-from faultD.messages import MAX_STATE_FILES, PoolState, StateFile
+from faultD.messages import MAX_STATE_FILES, STATE_BYTES_LIMIT, PoolState, StateFile
 
 log = structlog.get_logger("faultd.condor")
 
@@ -234,19 +234,28 @@ class CondorRole:
     # ------------------------------------------------------------------ replication
 
     def read_state(self) -> list[StateFile]:
-        """What this machine, as manager, replicates; unreadable files are logged and skipped."""
+        """What this machine, as manager, replicates; unreadable files, and files beyond
+        STATE_BYTES_LIMIT in all, are logged and skipped."""
         files: list[tuple[str, Path]] = [("accountant", self.section.spool_dir / ACCOUNTANT)]
         files += [(f"config/{p.name}", p) for p in self.section.manager_config_files]
         if self.section.poold_state is not None:
             files.append(("poold", self.section.poold_state))
-        out = []
+        out: list[StateFile] = []
+        size = 0
         for name, path in files[:MAX_STATE_FILES]:
             try:
-                out.append(StateFile(name=name, data=path.read_bytes()))
+                data = path.read_bytes()
             except FileNotFoundError:
                 continue
             except OSError as e:
                 log.warning("state file not readable", path=str(path), error=str(e))
+                continue
+            if size + len(data) > STATE_BYTES_LIMIT:  # holders would refuse the whole state
+                log.error("state file not replicated: the state would exceed its limit",
+                          path=str(path), bytes=len(data), limit=STATE_BYTES_LIMIT)  # fmt: skip
+                continue
+            size += len(data)
+            out.append(StateFile(name=name, data=data))
         return out
 
     def restore(self, state: PoolState) -> None:

@@ -18,6 +18,7 @@ from common.condor_defaults import collector_address, first_dir, require
 from common.config import ConfigError, StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
+from faultD.messages import MAX_STATE_FILES
 
 MANAGER_CONFIG_PREFIX = "98-faultd-manager-"  # a replicated manager config file's installed name
 
@@ -81,8 +82,15 @@ class CondorSection(StrictModel):
     @field_validator("manager_config_files")
     @classmethod
     def _config_file_names(cls, value: list[Path]) -> list[Path]:
+        # The replica holds these, the Accountant log and poold's state: MAX_STATE_FILES in all.
+        if len(value) > MAX_STATE_FILES - 2:
+            raise ValueError(f"at most {MAX_STATE_FILES - 2} files are replicated, not {len(value)}")
+        seen: dict[str, Path] = {}
         for path in value:
             check_config_file_name(MANAGER_CONFIG_PREFIX + path.name)  # installed under this name
+            if path.name in seen:  # one would be installed over the other on a replacement
+                raise ValueError(f"{path} and {seen[path.name]} share the base name {path.name!r}")
+            seen[path.name] = path
         return value
 
 

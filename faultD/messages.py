@@ -16,6 +16,10 @@ MAX_STATE_FILES = 64
 COUNTER_LIMIT = 1 << 62
 # The role machine refuses a fencing epoch at or above this: it leaves room for 2**61 successors.
 MAX_EPOCH = 1 << 61
+# A pool's state (Accountant log, manager config files, poold's state) is far smaller. A manager
+# replicates at most this many bytes of it (condor_role.read_state) and a holder keeps no more
+# (role), so that a successor pushing on what it restored stays within the bulk channel's 64 MiB.
+STATE_BYTES_LIMIT = 32 << 20
 
 
 @app_message

@@ -12,8 +12,9 @@ Rules, beyond the seed's figure:
   back to itself.
 - Two managers at once (two candidates took over in the same instant, or a partition healed):
   each hears the other's alive; the one with the lower token steps down. Deterministic by id.
-- A listener that still hears the manager ignores `manager_missing` for it: the sender's trouble
-  is its own link, and a second manager would be worse than one listener waiting.
+- A listener that still hears the manager ignores `manager_missing`, whichever manager it names:
+  the sender's trouble is its own link, and a second manager would be worse than one listener
+  waiting. One started less than the silence limit ago ignores it too (its alive may be coming).
 - The original manager (`original = True`) takes its role back: when it hears a replacement's
   alive it sends `preempt_replacement`; the replacement answers with `handover` (its state),
   stops its collector and negotiator, and listens; the original restores that state and becomes
@@ -29,7 +30,10 @@ Rules, beyond the seed's figure:
   manager is refused while the one this node follows is still heard, unless it comes from the
   original manager with an epoch at most one above the best seen; a managing original does not
   yield to a replacement's alive but preempts it (a forger cannot take a live pool with one
-  datagram). Two replacements (a healed partition) still resolve by token. Who sent what is
+  datagram). Two replacements (a healed partition) still resolve by token. No alive or handover
+  moves a node more than EPOCH_JUMP_LIMIT epochs above the highest it has seen; the manager's
+  announced interval is taken within INTERVAL_SPREAD of ours; a replica beyond STATE_BYTES_LIMIT
+  or near the counters' limit is refused. Who sent what is
   proven by the driver before a message reaches this machine
   (common.overlay.claims: the `sender` of every message is the certified signer).
 - Network partition: see docs/faultd.md. In short, the side without the manager elects its own
@@ -50,6 +54,7 @@ from common.overlay.messages import Peer
 from common.wire import Message
 from faultD.messages import (
     MAX_EPOCH,
+    STATE_BYTES_LIMIT,
     Alive,
     Handover,
     ManagerMissing,
@@ -60,6 +65,18 @@ from faultD.messages import (
     StateFile,
     token,
 )
+
+EPOCH_JUMP_LIMIT = 16
+"""How far above the highest epoch a node has seen it follows a new one (an alive, a handover),
+once it has seen any. An epoch grows by one per takeover, so a node that missed a few still
+follows the pool; a ring member signing a far higher epoch (up to MAX_EPOCH - 1) would fence
+the pool's managers out and leave every successor at MAX_EPOCH, refused by all (security review:
+two datagrams stalled failover for good). A node that has seen none (just started) must take
+the pool's current epoch, whatever it is."""
+INTERVAL_SPREAD = 10.0
+"""A manager's announced alive interval is taken within this factor of our own `alive_interval`:
+listeners time its silence by it, and a tiny one (5e-324 passes `gt=0`) had them route
+manager_missing in a busy loop, a huge one delay a failover by hours."""
 
 
 class Role(StrEnum):
@@ -310,7 +327,8 @@ class RoleMachine:
         self.last_incarnation = msg.incarnation
         self.last_alive_msg = msg
         self.last_alive = now
-        self.alive_interval = msg.interval
+        own = self.params.alive_interval
+        self.alive_interval = min(max(msg.interval, own / INTERVAL_SPREAD), own * INTERVAL_SPREAD)
         self.missing_at = now + self._silence_limit()
         self.missing_sent = 0
         if not same or self.manager_collector != msg.collector:
@@ -337,6 +355,8 @@ class RoleMachine:
         configured original manager) may give it the pool. An epoch grows by one per takeover."""
         if msg.epoch >= MAX_EPOCH:
             return f"from {msg.manager.addr}: epoch {msg.epoch} is beyond any number of takeovers"
+        if (jump := self._epoch_jump(msg.epoch)) is not None:
+            return f"from {msg.manager.addr}: {jump}"
         from_original = self.manager_hint is not None and msg.manager.id == self.manager_hint
         if self.role is Role.MANAGER:
             if self.original:
@@ -348,6 +368,12 @@ class RoleMachine:
             return f"from {msg.manager.addr} while manager {self.manager.addr} is still heard"
         if msg.epoch > self.best[0] + 1:
             return f"epoch {msg.epoch} jumps beyond {self.best[0]} + 1"
+        return None
+
+    def _epoch_jump(self, epoch: int) -> str | None:
+        """Why `epoch` is too far above the highest we have seen (EPOCH_JUMP_LIMIT), or None."""
+        if self.best != (0, 0) and epoch > self.best[0] + EPOCH_JUMP_LIMIT:
+            return f"epoch {epoch} jumps beyond {self.best[0]} + {EPOCH_JUMP_LIMIT}"
         return None
 
     def _challenge(self, msg: Alive, now: float) -> None:
@@ -396,8 +422,11 @@ class RoleMachine:
             # directly, in case our broadcast tree does not reach it (e.g. it joined just now).
             self._out.directs.append((msg.sender.addr, self._alive()))
             return
-        still_heard = self._heard_recently(now) and self.manager is not None
-        still_heard = still_heard and self.manager.id == msg.manager
+        if self.manager is None and now - self.started < self._silence_limit():
+            return  # just started: the manager's alive may be on its way (it answers the sender too)
+        # Whatever manager the message names: while we hear ours, nobody else's silence makes
+        # us one (security review: a ring member naming any other id took the pool).
+        still_heard = self.manager is not None and self._heard_recently(now)
         if msg.epoch < self.best[0] or still_heard:
             # The sender is behind (a newer manager exists) or has link trouble of its own (we still
             # hear the manager): one node's view must not elect a second manager. Tell it what we know.
@@ -422,8 +451,9 @@ class RoleMachine:
     def _on_handover(self, msg: Handover, now: float) -> None:
         if not self.original:
             return
-        if msg.epoch >= MAX_EPOCH:
-            why = f"from {msg.sender.addr}: epoch {msg.epoch} beyond any takeovers"
+        jump = self._epoch_jump(msg.epoch)
+        if msg.epoch >= MAX_EPOCH or jump is not None:
+            why = f"from {msg.sender.addr}: {jump or f'epoch {msg.epoch} beyond any takeovers'}"
             self._refuse("handover", why, msg.sender.addr, epoch=msg.epoch)
             return
         if self.role is Role.MANAGER:
@@ -458,6 +488,10 @@ class RoleMachine:
             return "no alive of this manager heard yet"
         if state.version > announced.state_version + 1:
             return f"version {state.version} beyond the announced {announced.state_version}"
+        if state.version >= MAX_EPOCH:  # a successor's own next version must still encode
+            return f"version {state.version} is beyond any number of changes"
+        if (size := sum(len(f.data) for f in state.files)) > STATE_BYTES_LIMIT:
+            return f"{size} bytes of state, more than {STATE_BYTES_LIMIT}"
         if not state.intact():
             return f"from {msg.sender.addr} fails its checksum"
         return None

@@ -306,6 +306,9 @@ class FaultDaemon:
     async def _bulk_send(self, addr: str, msg: Message) -> None:
         try:
             await self.bulk.send(addr, msg)
+        except ValueError as e:  # too large to encode (a replica taken over from a liar's push)
+            self.counters["bulk_sends_refused"] += 1
+            log.error("bulk message not sent", peer=addr, type=msg.TYPE, error=str(e))
         finally:
             self._bulk_sends -= 1
 
@@ -346,7 +349,7 @@ class FaultDaemon:
                 self.history.append(f"refused {type(action).__name__}: {e}"[:300])
                 log.error("role change refused", action=type(action).__name__, error=str(e))
                 return
-            except (GatewayError, CondorRoleError) as e:
+            except (GatewayError, CondorRoleError, OSError) as e:  # OSError: a file of the restore
                 self.condor_error = str(e)
                 log.warning(
                     "role change not applied yet", action=type(action).__name__, attempt=attempt, error=str(e)

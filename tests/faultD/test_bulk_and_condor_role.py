@@ -197,6 +197,18 @@ def test_state_round_trip_restores_accountant_and_manager_config(tmp_path: Path)
     assert (tmp_path / "ex1" / "spool" / ACCOUNTANT).read_bytes() == b"local"
 
 
+def test_a_state_beyond_its_limit_leaves_out_the_files_that_do_not_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Holders refuse a replica beyond STATE_BYTES_LIMIT (security review: near the bulk
+    channel's 64 MiB, a successor pushing it on failed): the manager sends what fits."""
+    monkeypatch.setattr("faultD.condor_role.STATE_BYTES_LIMIT", 30)
+    origin = condor_role(tmp_path)
+    (tmp_path / "spool" / ACCOUNTANT).write_bytes(b"107 Accountant state")  # 20 bytes
+    files = origin.read_state()  # the policy file (27 bytes) would exceed 30
+    assert [f.name for f in files] == ["accountant"]
+
+
 def replica(files: list[StateFile]) -> PoolState:
     return PoolState(
         manager=9, epoch=1, version=10**9, taken_at=0.0, files=files, checksum=PoolState.digest(files)

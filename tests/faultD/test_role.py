@@ -13,6 +13,7 @@ from common.wire import pack
 from faultD.messages import (
     COUNTER_LIMIT,
     MAX_EPOCH,
+    STATE_BYTES_LIMIT,
     Alive,
     Handover,
     ManagerMissing,
@@ -21,7 +22,16 @@ from faultD.messages import (
     ReplicaPush,
     StateFile,
 )
-from faultD.role import PointTo, Role, RoleMachine, RoleParams, StartManager, StopManager
+from faultD.role import (
+    EPOCH_JUMP_LIMIT,
+    INTERVAL_SPREAD,
+    PointTo,
+    Role,
+    RoleMachine,
+    RoleParams,
+    StartManager,
+    StopManager,
+)
 
 A = Peer(id=10, addr="a:1")
 B = Peer(id=20, addr="b:1")
@@ -292,3 +302,81 @@ def test_status_names_each_replicated_file_by_its_sha256() -> None:
     m.on_message(ReplicaPush(sender=A, state=state(A.id, 4, data=b"poold's state")), 0.1)
     replica = m.status(0.2)["replica"]
     assert replica["sha256"] == {"accountant": hashlib.sha256(b"poold's state").hexdigest()}
+
+
+# Security review of the role machine (2026-11-28): one ring member with a valid key.
+
+
+def test_a_manager_missing_naming_any_manager_is_ignored_while_ours_is_heard() -> None:
+    """It named another id than the manager we follow, and we took over a live pool."""
+    m = machine(C)
+    m.on_message(alive(B, 1, 1), 5.5)
+    out = m.on_message(ManagerMissing(manager=123456789, epoch=1, sender=E), 5.6)
+    assert m.role is Role.LISTENER and out.condor == [] and m.manager == B
+    assert [(addr, type(msg)) for addr, msg in out.directs] == [("e:1", Alive)]  # told what we hear
+
+
+def test_a_node_just_started_waits_for_the_alive_before_taking_over() -> None:
+    m = machine(C)  # started at 0
+    out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=E), 1.0)
+    assert m.role is Role.LISTENER and out.condor == [] and out.directs == []
+    out = m.on_message(ManagerMissing(manager=A.id, epoch=1, sender=E), 3.0)  # nobody heard since start
+    assert m.role is Role.MANAGER
+
+
+def test_a_forged_handover_cannot_lift_the_originals_epoch_out_of_reach() -> None:
+    """An alive and a handover at MAX_EPOCH - 1 lifted the managing original there; its
+    successor, at MAX_EPOCH, was then refused by every listener for good."""
+    orig = machine(A, original=True)
+    orig.on_timer(3.0)  # epoch 1
+    listener = machine(C)
+    listener.on_message(orig._alive(), 3.1)
+    out = orig.on_message(alive(E, 5, 1), 4.0)  # refused; the original preempts the sender
+    assert [(addr, type(msg)) for addr, msg in out.directs] == [("e:1", PreemptReplacement)]
+    out = orig.on_message(Handover(sender=E, epoch=MAX_EPOCH - 1, state=None), 4.1)
+    assert orig.epoch == 1 and orig.refused == {"alive": 1, "handover": 1} and out.broadcasts == []
+    # A successor after the original's death is still followed.
+    successor = machine(B)
+    successor.on_message(orig._alive(), 4.2)
+    out = successor.on_message(ManagerMissing(manager=A.id, epoch=1, sender=C), 10.0)
+    assert successor.role is Role.MANAGER and successor.epoch == 2
+    assert listener.on_message(successor._alive(), 10.1).condor == [PointTo("b:9618")]
+
+
+def test_no_alive_lifts_a_pool_far_above_its_epoch_when_its_manager_falls_silent() -> None:
+    """With the manager silent every listener took any epoch (up to MAX_EPOCH - 1) from any member."""
+    listener = machine(C)
+    listener.on_message(alive(A, 3, 1), 0.0)
+    out = listener.on_message(alive(E, MAX_EPOCH - 1, 1), 10.0)  # A silent since 0
+    assert out.condor == [] and listener.manager == A and listener.refused == {"alive": 1}
+    out = listener.on_message(alive(B, 3 + EPOCH_JUMP_LIMIT, 1), 10.5)  # one that missed takeovers
+    assert out.condor == [PointTo("b:9618")]
+    # Nor does a replacement manager step down for one.
+    repl = machine(B)
+    repl.on_message(ManagerMissing(manager=A.id, epoch=0, sender=C), 5.0)
+    out = repl.on_message(alive(E, 1 + EPOCH_JUMP_LIMIT + 1, 1), 6.0)
+    assert repl.role is Role.MANAGER and out.condor == []
+
+
+def test_the_managers_announced_interval_is_taken_within_a_factor_of_ours() -> None:
+    """A tiny one made listeners route manager_missing in a busy loop; a huge one delayed failover."""
+    m = machine(C)
+    tiny = alive(A, 1, 1).model_copy(update={"interval": 5e-324})
+    m.on_message(tiny, 0.0)
+    out = m.on_timer(0.0)
+    assert out.routes == [] and out.wakeup is not None and out.wakeup >= 3 * 1.0 / INTERVAL_SPREAD
+    m.on_message(alive(A, 1, 2).model_copy(update={"interval": 3600.0}), 1.0)
+    assert m._silence_limit() == 3 * 1.0 * INTERVAL_SPREAD
+
+
+def test_a_replica_near_the_counters_limit_or_beyond_the_state_limit_is_refused() -> None:
+    """A version at COUNTER_LIMIT - 1 was kept; the holder, once manager, failed to build its next."""
+    m = machine(B)
+    m.on_message(alive(A, 1, 1, state_version=COUNTER_LIMIT - 2), 0.0)
+    m.on_message(ReplicaPush(sender=A, state=state(A.id, COUNTER_LIMIT - 1)), 0.1)
+    assert m.replica is None and m.refused == {"replica": 1}
+    m.on_message(alive(A, 1, 2, state_version=1), 0.2)
+    m.on_message(ReplicaPush(sender=A, state=state(A.id, 1, data=b"x" * (STATE_BYTES_LIMIT + 1))), 0.3)
+    assert m.replica is None and m.refused == {"replica": 2}
+    m.on_message(ReplicaPush(sender=A, state=state(A.id, 1)), 0.4)
+    assert m.replica is not None  # an honest one still is

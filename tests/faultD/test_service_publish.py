@@ -12,8 +12,8 @@ from common.overlay.auth import generate_key_file
 from common.overlay.messages import Peer
 from deploy.harness.ring_keys import RingKeys
 from faultD.config import FaultdConfig, with_condor_values
-from faultD.messages import StateFile
-from faultD.role import Role, RoleMachine, RoleParams
+from faultD.messages import PoolState, ReplicaPush, StateFile
+from faultD.role import Role, RoleMachine, RoleParams, StartManager
 from faultD.service import FaultDaemon
 from poolD.config import PooldConfig
 from poolD.config import with_condor_values as poold_with_condor_values
@@ -142,3 +142,47 @@ async def test_a_new_manager_replicates_its_local_state_only_once_the_takeover_r
     d.condor.managing = True  # restored, manager daemons started
     await d.replicate_local_state()
     assert reads == [1] and role.local_state is not None and role.local_state.version == 1
+
+
+async def test_a_bulk_message_too_large_to_send_is_logged_not_fatal(tmp_path: Path) -> None:
+    """Security review: a replica pushed just under the bulk limit grew past it when its holder,
+    taking over, pushed it on (a longer address, a larger epoch); the ValueError ended faultd."""
+    d = FaultDaemon(with_condor_values(faultd_config(tmp_path), VALUES, "faultd.toml"))
+
+    async def oversize(addr: str, msg: object) -> bool:
+        raise ValueError("faultd.replica message of 67108893 bytes exceeds 67108864")
+
+    d.bulk.send = oversize  # type: ignore[method-assign]
+    d._bulk_sends = 1
+    files = [StateFile(name="accountant", data=b"x")]
+    state = PoolState(
+        manager=7, epoch=1, version=1, taken_at=0.0, files=files, checksum=PoolState.digest(files)
+    )
+    await d._bulk_send("10.0.0.22:7641", ReplicaPush(sender=Peer(id=7, addr="10.0.0.21:7641"), state=state))
+    assert d._bulk_sends == 0 and d.counters["bulk_sends_refused"] == 1
+
+
+async def test_a_restore_that_cannot_write_its_files_is_retried_and_named(
+    tmp_path: Path, autojump_clock: object
+) -> None:
+    """Security review: an OSError of the restore (a missing directory, a full disk) ended faultd."""
+    d = FaultDaemon(with_condor_values(faultd_config(tmp_path), VALUES, "faultd.toml"))
+
+    async def start_manager(state: object, collector: str) -> None:
+        raise FileNotFoundError(2, "No such file or directory", "/var/lib/poold/state.json")
+
+    d.condor.start_manager = start_manager  # type: ignore[method-assign]
+    await d._perform(StartManager(state=None, epoch=2))
+    assert d.condor_error is not None and "/var/lib/poold/state.json" in d.condor_error
+    assert any("gave up applying StartManager" in line for line in d.history)
+
+
+def test_more_manager_config_files_than_a_replica_holds_or_two_of_one_name_are_refused(
+    tmp_path: Path,
+) -> None:
+    """They were cut off, or installed over each other, silently (security review)."""
+    many = ", ".join(f'"/etc/condor/cm/f{i}.conf"' for i in range(63))
+    with pytest.raises(ConfigError, match="at most 62 files"):
+        faultd_config(tmp_path, extra=f"[condor]\nmanager_config_files = [{many}]")
+    with pytest.raises(ConfigError, match=r"share the base name 'x\.conf'"):
+        faultd_config(tmp_path, extra='[condor]\nmanager_config_files = ["/a/x.conf", "/b/x.conf"]')
