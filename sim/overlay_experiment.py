@@ -247,6 +247,17 @@ class OverlayExperiment:
             "lookup_success": ok / cfg.lookups,
         }
 
+    def join(self) -> float:
+        """Phase 1: node i joins at i * join_interval through a random earlier node; runs until
+        30 s after the last join, and returns that time."""
+        cfg, net = self.config, self.net
+        for i in range(cfg.nodes):
+            bootstrap = None if i == 0 else self.rng.randrange(i)
+            net.add_node(i, self.rng.getrandbits(128), bootstrap=bootstrap, at=i * cfg.join_interval)
+        join_end = cfg.nodes * cfg.join_interval + 30
+        net.run_until(join_end)
+        return join_end
+
     def run(self) -> dict[str, Any]:
         """Run the phases and return the measurements `poold simulate overlay` prints as JSON."""
         with without_cycle_collector():
@@ -255,11 +266,7 @@ class OverlayExperiment:
     def _run(self) -> dict[str, Any]:
         cfg, net = self.config, self.net
         started = time.perf_counter()
-        for i in range(cfg.nodes):
-            bootstrap = None if i == 0 else self.rng.randrange(i)
-            net.add_node(i, self.rng.getrandbits(128), bootstrap=bootstrap, at=i * cfg.join_interval)
-        join_end = cfg.nodes * cfg.join_interval + 30
-        net.run_until(join_end)
+        join_end = self.join()
         join_msgs = self._sent()
         join_node_seconds = sum(join_end - i * cfg.join_interval for i in range(cfg.nodes))
         net.run_until(net.now + cfg.settle_seconds)
