@@ -67,12 +67,17 @@ from faultD.messages import (
 )
 
 EPOCH_JUMP_LIMIT = 16
-"""How far above the highest epoch a node has seen it follows a new one (an alive, a handover),
-once it has seen any. An epoch grows by one per takeover, so a node that missed a few still
-follows the pool; a ring member signing a far higher epoch (up to MAX_EPOCH - 1) would fence
-the pool's managers out and leave every successor at MAX_EPOCH, refused by all (security review:
-two datagrams stalled failover for good). A node that has seen none (just started) must take
-the pool's current epoch, whatever it is."""
+"""How far above the highest epoch a node has seen it follows a new one (an alive, a handover)
+while it knows the pool's epoch: an epoch grows by one per takeover, so a node that missed a
+few still follows the pool; a ring member signing a far higher epoch (up to MAX_EPOCH - 1)
+fenced the pool's managers out and left every successor at MAX_EPOCH, refused by all (security
+review: two datagrams stalled failover for good). A node that has seen no epoch (just started),
+or whose manager's silence lapsed its fence (_fence_lapsed), takes the pool's current one,
+whatever it is below JUMP_CEILING."""
+JUMP_CEILING = MAX_EPOCH >> 1
+"""No jump reaches this (_epoch_jump), so that a pool misled once still has 2^60 takeovers left."""
+FENCE_LAPSE_MISSING = 2
+"""Unanswered manager_missing after which a listener follows a lower token (_fence_lapsed)."""
 INTERVAL_SPREAD = 10.0
 """A manager's announced alive interval is taken within this factor of our own `alive_interval`:
 listeners time its silence by it, and a tiny one (5e-324 passes `gt=0`) had them route
@@ -295,7 +300,7 @@ class RoleMachine:
         tok = token(msg.epoch, msg.manager.id)
         if msg.manager.id == self.me.id:
             return  # our own broadcast
-        if tok < self.best:
+        if tok < self.best and not self._fence_lapsed():
             self.fenced += 1
             return
         problem = self._alive_problem(msg, now)
@@ -370,11 +375,26 @@ class RoleMachine:
             return f"epoch {msg.epoch} jumps beyond {self.best[0]} + 1"
         return None
 
+    def _fence_lapsed(self) -> bool:
+        """Whether a lower token than the best we have seen may move us: as a listener whose
+        manager has been silent for FENCE_LAPSE_MISSING of our manager_missing, none answered by
+        a higher one. Fencing keeps a replaced manager from pulling back listeners that hear its
+        replacement; one we no longer hear holds nothing. Without this a node misled once (just
+        started, it took a member's forged epoch far above the pool's) stayed fenced off the pool
+        until restarted, and refused every successor once it had taken over itself."""
+        return self.role is Role.LISTENER and self.missing_sent >= FENCE_LAPSE_MISSING
+
     def _epoch_jump(self, epoch: int) -> str | None:
-        """Why `epoch` is too far above the highest we have seen (EPOCH_JUMP_LIMIT), or None."""
-        if self.best != (0, 0) and epoch > self.best[0] + EPOCH_JUMP_LIMIT:
-            return f"epoch {epoch} jumps beyond {self.best[0]} + {EPOCH_JUMP_LIMIT}"
-        return None
+        """Why `epoch` is too far above the highest we have seen, or None: more than
+        EPOCH_JUMP_LIMIT above it, unless we know none or our manager's silence lapsed the fence
+        (we take the pool's epoch then, whatever it is: below JUMP_CEILING)."""
+        if epoch <= self.best[0] + EPOCH_JUMP_LIMIT:
+            return None
+        if epoch >= JUMP_CEILING:
+            return f"epoch {epoch} jumps beyond {self.best[0]} + {EPOCH_JUMP_LIMIT}, past any pool's"
+        if self.best == (0, 0) or self._fence_lapsed():
+            return None
+        return f"epoch {epoch} jumps beyond {self.best[0]} + {EPOCH_JUMP_LIMIT}"
 
     def _challenge(self, msg: Alive, now: float) -> None:
         """The original manager, managing, hears a replacement (a healed partition, or a forger):

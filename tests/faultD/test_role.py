@@ -25,6 +25,7 @@ from faultD.messages import (
 from faultD.role import (
     EPOCH_JUMP_LIMIT,
     INTERVAL_SPREAD,
+    JUMP_CEILING,
     PointTo,
     Role,
     RoleMachine,
@@ -287,7 +288,10 @@ def test_epochs_near_the_encoding_limit_are_rejected_and_a_successor_still_encod
     m = machine(C)
     m.on_message(alive(E, COUNTER_LIMIT - 1, 1), 1.0)  # encodable, but no pool gets there
     assert m.manager is None and m.refused == {"alive": 1}
-    m.on_message(alive(E, MAX_EPOCH - 1, 1), 1.0)
+    m.on_message(alive(E, JUMP_CEILING, 1), 1.0)  # nor does any jump get this far
+    assert m.manager is None and m.refused == {"alive": 2}
+    m.best = (MAX_EPOCH - 1, E.id)  # as if the pool had got there one takeover at a time
+    m.manager, m.last_alive = E, 1.0
     m.on_message(ManagerMissing(manager=E.id, epoch=MAX_EPOCH - 1, sender=B), 1000.0)
     assert m.role is Role.MANAGER and m.epoch == MAX_EPOCH
     out = m.on_timer(1002.0)
@@ -351,6 +355,13 @@ def test_no_alive_lifts_a_pool_far_above_its_epoch_when_its_manager_falls_silent
     assert out.condor == [] and listener.manager == A and listener.refused == {"alive": 1}
     out = listener.on_message(alive(B, 3 + EPOCH_JUMP_LIMIT, 1), 10.5)  # one that missed takeovers
     assert out.condor == [PointTo("b:9618")]
+    # Once its manager_missing have gone unanswered twice, it takes whatever epoch the pool has
+    # (an election it did not hear), but never one past JUMP_CEILING.
+    listener.on_timer(14.0)
+    listener.on_timer(17.0)
+    assert listener.missing_sent == 2
+    assert listener.on_message(alive(E, JUMP_CEILING, 1), 17.5).condor == []
+    assert listener.on_message(alive(E, 1 << 40, 1), 17.6).condor == [PointTo("e:9618")]
     # Nor does a replacement manager step down for one.
     repl = machine(B)
     repl.on_message(ManagerMissing(manager=A.id, epoch=0, sender=C), 5.0)
@@ -380,3 +391,19 @@ def test_a_replica_near_the_counters_limit_or_beyond_the_state_limit_is_refused(
     assert m.replica is None and m.refused == {"replica": 2}
     m.on_message(ReplicaPush(sender=A, state=state(A.id, 1)), 0.4)
     assert m.replica is not None  # an honest one still is
+
+
+def test_a_node_misled_once_follows_the_pool_again_when_the_forger_falls_silent() -> None:
+    """Just started, it took a member's forged epoch (it knows none); the real manager's alives,
+    lower, were fenced for good, and had it taken over, every listener would have refused it."""
+    real = machine(A, original=True)
+    real.on_timer(3.0)  # epoch 1
+    fresh = machine(C)
+    fresh.on_message(alive(E, 1 << 59, 1), 0.5)
+    assert fresh.manager == E
+    assert fresh.on_message(real._alive(), 1.0).condor == [] and fresh.fenced == 1  # E still heard
+    fresh.on_timer(3.5)
+    fresh.on_timer(6.5)  # E silent: two manager_missing, unanswered
+    real.on_timer(7.0)
+    assert fresh.on_message(real._alive(), 7.0).condor == [PointTo("a:9618")]
+    assert fresh.manager == A and fresh.best == (1, A.id)
