@@ -31,7 +31,7 @@ Rules, beyond the seed's figure:
   original manager with an epoch at most one above the best seen; a managing original does not
   yield to a replacement's alive but preempts it (a forger cannot take a live pool with one
   datagram). Two replacements (a healed partition) still resolve by token. No alive or handover
-  moves a node more than EPOCH_JUMP_LIMIT epochs above the highest it has seen; the manager's
+  lifts a node that has seen an epoch into the last 2^60 but EPOCH_JUMP_LIMIT at a time; the manager's
   announced interval is taken within INTERVAL_SPREAD of ours; a replica beyond STATE_BYTES_LIMIT
   or near the counters' limit is refused. Who sent what is
   proven by the driver before a message reaches this machine
@@ -66,18 +66,16 @@ from faultD.messages import (
     token,
 )
 
-EPOCH_JUMP_LIMIT = 16
-"""How far above the highest epoch a node has seen it follows a new one (an alive, a handover)
-while it knows the pool's epoch: an epoch grows by one per takeover, so a node that missed a
-few still follows the pool; a ring member signing a far higher epoch (up to MAX_EPOCH - 1)
-fenced the pool's managers out and left every successor at MAX_EPOCH, refused by all (security
-review: two datagrams stalled failover for good). A node that has seen no epoch (just started),
-or whose manager's silence lapsed its fence (_fence_lapsed), takes the pool's current one,
-whatever it is below JUMP_CEILING."""
 JUMP_CEILING = MAX_EPOCH >> 1
-"""No jump reaches this (_epoch_jump), so that a pool misled once still has 2^60 takeovers left."""
-FENCE_LAPSE_MISSING = 2
-"""Unanswered manager_missing after which a listener follows a lower token (_fence_lapsed)."""
+EPOCH_JUMP_LIMIT = 16
+"""Epochs from JUMP_CEILING (2^60) on are taken only EPOCH_JUMP_LIMIT at a time above the highest
+a node has seen (an alive, a handover), unless it has seen none (just started). Below it any
+epoch is taken as before: an epoch grows by one per takeover, but nodes rebooted together (a
+building cut off) elect from 1 and meet the pool's own epoch when the link heals, and a
+replacement's may be far above an original that restarted meanwhile. Above it, no pool gets by
+takeovers: a ring member signing an epoch of up to MAX_EPOCH - 1 had lifted the pool there with
+two datagrams, and every successor, at MAX_EPOCH, was refused by all (security review). Now a
+member can lift the pool to 2^60 - 1 at most, which leaves 2^60 takeovers."""
 INTERVAL_SPREAD = 10.0
 """A manager's announced alive interval is taken within this factor of our own `alive_interval`:
 listeners time its silence by it, and a tiny one (5e-324 passes `gt=0`) had them route
@@ -300,7 +298,7 @@ class RoleMachine:
         tok = token(msg.epoch, msg.manager.id)
         if msg.manager.id == self.me.id:
             return  # our own broadcast
-        if tok < self.best and not self._fence_lapsed():
+        if tok < self.best:
             self.fenced += 1
             return
         problem = self._alive_problem(msg, now)
@@ -375,26 +373,11 @@ class RoleMachine:
             return f"epoch {msg.epoch} jumps beyond {self.best[0]} + 1"
         return None
 
-    def _fence_lapsed(self) -> bool:
-        """Whether a lower token than the best we have seen may move us: as a listener whose
-        manager has been silent for FENCE_LAPSE_MISSING of our manager_missing, none answered by
-        a higher one. Fencing keeps a replaced manager from pulling back listeners that hear its
-        replacement; one we no longer hear holds nothing. Without this a node misled once (just
-        started, it took a member's forged epoch far above the pool's) stayed fenced off the pool
-        until restarted, and refused every successor once it had taken over itself."""
-        return self.role is Role.LISTENER and self.missing_sent >= FENCE_LAPSE_MISSING
-
     def _epoch_jump(self, epoch: int) -> str | None:
-        """Why `epoch` is too far above the highest we have seen, or None: more than
-        EPOCH_JUMP_LIMIT above it, unless we know none or our manager's silence lapsed the fence
-        (we take the pool's epoch then, whatever it is: below JUMP_CEILING)."""
-        if epoch <= self.best[0] + EPOCH_JUMP_LIMIT:
+        """Why `epoch` must not be taken (JUMP_CEILING, EPOCH_JUMP_LIMIT), or None."""
+        if epoch < JUMP_CEILING or epoch <= self.best[0] + EPOCH_JUMP_LIMIT or self.best == (0, 0):
             return None
-        if epoch >= JUMP_CEILING:
-            return f"epoch {epoch} jumps beyond {self.best[0]} + {EPOCH_JUMP_LIMIT}, past any pool's"
-        if self.best == (0, 0) or self._fence_lapsed():
-            return None
-        return f"epoch {epoch} jumps beyond {self.best[0]} + {EPOCH_JUMP_LIMIT}"
+        return f"epoch {epoch} jumps from {self.best[0]} into the last 2^60, where no pool gets by takeovers"
 
     def _challenge(self, msg: Alive, now: float) -> None:
         """The original manager, managing, hears a replacement (a healed partition, or a forger):
@@ -475,6 +458,8 @@ class RoleMachine:
         if msg.epoch >= MAX_EPOCH or jump is not None:
             why = f"from {msg.sender.addr}: {jump or f'epoch {msg.epoch} beyond any takeovers'}"
             self._refuse("handover", why, msg.sender.addr, epoch=msg.epoch)
+            if self.challenged == msg.sender.id:  # no honest replacement answers so: ask no more
+                self.challenged = self.challenged_addr = self.preempt_at = None
             return
         if self.role is Role.MANAGER:
             if self.challenged == msg.sender.id:
