@@ -17,6 +17,11 @@ would number the job. Events written:
 `append_events` opens each log once per batch, appends and closes it (events of one master are
 written by one process); llic does not lock the file, so two masters must not share a log (they
 do not: one master per queue statement, and HTCondor's own locking is not available).
+
+Every text an event carries (a reason, a host, the submit notes) passes `_one_line`: a reader
+takes it as one line of the event's body, and a line `...` ends an event, so an agent's error
+with newlines in it would otherwise end the event and forge others (a `terminated, return
+value 0` for a task that never ran, which condor_wait and DAGMan believe).
 """
 
 from __future__ import annotations
@@ -38,6 +43,16 @@ HELD = 12
 RELEASED = 13
 
 _USAGE = "\t\tUsr 0 00:00:00, Sys 0 00:00:00"
+TEXT_KEEP = 1000  # characters of one text (a reason, a host) an event keeps
+NOTES_KEEP = 8191  # characters of the submit notes (submit_event_notes) the submitted event keeps
+
+
+def _one_line(text: str, keep: int = TEXT_KEEP) -> str:
+    """`text` cut to `keep` characters, each newline or other control or separator character a
+    space: it stays one line of its event, whoever wrote it (the agent's error, a policy's
+    reason), and one event stays small."""
+    cut = text[:keep]
+    return cut if cut.isprintable() else "".join(c if c.isprintable() else " " for c in cut)
 
 
 def _header(number: int, cluster: int, process: int, when: float) -> str:
@@ -60,7 +75,7 @@ def submit_event(cluster: int, process: int, when: float, host: str, notes: str 
     """000: the job was submitted (by master_submitter)."""
     text = _header(SUBMIT, cluster, process, when) + f"Job submitted from host: {host}\n"
     if notes:
-        text += f"    {notes[:8191]}\n"
+        text += f"    {_one_line(notes, NOTES_KEEP)}\n"
     return text + "...\n"
 
 
@@ -68,7 +83,7 @@ def format_event(cluster: int, event: TaskEvent) -> str:
     """One task event as HTCondor writes it."""
     p, when, kind = event.process, event.time, event.kind
     if kind is EventKind.EXECUTE:
-        host = event.reason or "unknown"
+        host = _one_line(event.reason) or "unknown"
         return _header(EXECUTE, cluster, p, when) + f"Job executing on host: <{host}:0>\n...\n"
     if kind is EventKind.TERMINATED:
         return (
@@ -88,18 +103,18 @@ def format_event(cluster: int, event: TaskEvent) -> str:
         if requeued:
             text += _termination(event.result)
         if event.reason:
-            text += f"\t{event.reason}\n"
+            text += f"\t{_one_line(event.reason)}\n"
         return text + "...\n"
     if kind is EventKind.HELD:
-        reason = event.reason or "Reason unspecified"
+        reason = _one_line(event.reason) or "Reason unspecified"
         return (
             _header(HELD, cluster, p, when)
             + f"Job was held.\n\t{reason}\n\tCode {event.code} Subcode {event.subcode}\n...\n"
         )
     if kind is EventKind.RELEASED:
-        reason = f"\t{event.reason}\n" if event.reason else ""
+        reason = f"\t{_one_line(event.reason)}\n" if event.reason else ""
         return _header(RELEASED, cluster, p, when) + f"Job was released.\n{reason}...\n"
-    reason = f"\t{event.reason}\n" if event.reason else ""
+    reason = f"\t{_one_line(event.reason)}\n" if event.reason else ""
     return _header(ABORTED, cluster, p, when) + f"Job was aborted.\n{reason}...\n"
 
 

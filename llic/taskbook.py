@@ -361,7 +361,7 @@ class TaskBook:
             self.ignored += 1
             return False
         rec = self._tasks[process]
-        rec.outcome = result.kept()
+        rec.outcome = kept = result.kept()
         rec.recorded += 1
         rec.run_started = None
         if result.ok:
@@ -372,7 +372,7 @@ class TaskBook:
             return True
         rec.failures += 1
         rec.failed_on = rec.failed_on | {chef}
-        why = f"the run could not start: {result.status}: {result.error or 'no reason given'}"
+        why = f"the run could not start: {result.status}: {kept.error or 'no reason given'}"
         if rec.failures >= self.max_attempts:
             rec.completed = now
             self._move(rec, TaskState.FAILED, now=now)

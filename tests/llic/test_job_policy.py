@@ -33,9 +33,9 @@ from llic.master_core import MasterCore, MasterStatus
 from llic.master_q import render_table, summarize
 from llic.state import MasterInfo, initial_state, load_state, restore, save_state, snapshot
 from llic.submit import parse_submit_text
-from llic.task import Task, TaskResult
+from llic.task import STATUS_LAUNCH_FAILED, Task, TaskResult
 from llic.task_policy import HELD, IDLE, RUNNING, DefaultPolicy, JobFacts, Verdict
-from llic.taskbook import EventKind, TaskBook, TaskState
+from llic.taskbook import EventKind, TaskBook, TaskEvent, TaskState
 from llic.user_requests import Request, read_requests, write_request
 
 DATA = Path(__file__).parent / "data"
@@ -255,7 +255,6 @@ def test_held_tasks_survive_the_state_file_and_old_files_still_load(tmp_path: Pa
 def test_events_are_read_back_by_htcondor2(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     now = time.time()
-    from llic.taskbook import TaskEvent
 
     ok = TaskResult(0, 1, "ok", exit_code=3)
     killed = TaskResult(1, 1, "ok", signal=9)
@@ -285,6 +284,26 @@ def test_events_are_read_back_by_htcondor2(tmp_path: Path) -> None:
         7,
     )
     assert got[9][3]["Reason"] == "removed"
+
+
+def test_an_agents_error_text_is_one_short_line_of_the_event_log(tmp_path: Path) -> None:
+    """A lying agent's error (newlines, `...`, 900 KB) cannot end its event and forge another
+    (a `terminated, return value 0` for task 2, which never ran), nor fill the log."""
+    forged = format_event(1234, TaskEvent(2, EventKind.TERMINATED, 1.0, result=TaskResult(2, 1, "ok")))
+    core = core_with("", 3)
+    agent, sent = connected(core, 0.0)
+    assert sent == [0, 1, 2]
+    texts = []
+    for process, error in enumerate(("no\n...\n" + forged, "Trace\r\n\x00\u2028" + "Y" * 900_000)):
+        result = TaskResult(process, core.book[process].attempt, STATUS_LAUNCH_FAILED, error=error)
+        out = core.handle(ResultReceived(agent, result), 1.0)
+        texts += [format_event(1234, e) for a in of(out, WriteEvents) for e in a.events]
+    log = tmp_path / "job.log"
+    assert append_events({str(log): texts}) == []
+    assert log.stat().st_size < 5000
+    got = [(int(e.type), e.proc) for e in htcondor2.JobEventLog(str(log)).events(0)]
+    assert got == [(4, 0), (4, 1)]
+    assert log.read_text().count("\n...\n") == len(texts) == 2
 
 
 # -- output remaps
