@@ -144,6 +144,9 @@ class MasterCore:
         self._next_periodic: float | None = None  # the next periodic policy evaluation
         self._last_now = 0.0  # the time of the entry point being handled
         self._names: dict[str, tuple[int, int, int] | None] = {}  # parse_agent_name, remembered
+        # agent -> its runs cancelled (held, removed) whose results have not come back: it still
+        # holds them, and may announce their large results (bulk_ready)
+        self._cancelled: dict[str, set[tuple[int, int]]] = {}
 
     def _new_chef(self, rec: ChefRecord, run: int) -> Chef:
         """A chef that asks the job policy about ended runs (and so may wait for requeues);
@@ -345,12 +348,7 @@ class MasterCore:
         if isinstance(event, TransferDone):
             return self._done(self._transfer_done(event, now), now)
         if isinstance(event, BulkReady):
-            out = Output()
-            if self._current(event.agent):  # else a superseded agent: its connection is being closed
-                self._net.bulk_ready(event.agent, event.process, event.attempt, event.nbytes, now)
-                self._dirty = True
-                self._grants(out, now)
-            return self._done(out, now)
+            return self._done(self._bulk_ready(event, now), now)
         if isinstance(event, QueueSnapshot | QueuePollFailed):
             return self._done(self._queue_read(event, now), now)
         if isinstance(event, SlotsCounted):
@@ -404,6 +402,27 @@ class MasterCore:
         out.extend(self._balance(now))
         return self._done(out, now)
 
+    def _bulk_ready(self, event: BulkReady, now: float) -> Output:
+        """A large result waits for its subnet's turn, if its agent holds that run: one it was
+        given and has not reported (running, or cancelled meanwhile). Any other would take its
+        subnet's turn for good (its result never comes, and the honest agents' large results
+        wait behind it), and a flood of them would grow the queue without bound: ignored, with
+        a note naming the agent. So each agent has at most the runs it holds waiting."""
+        out = Output()
+        chef, current = self._chef_of(event.agent)
+        if chef is None or not current or chef.state is not ChefState.RUNNING:
+            return out  # a superseded agent: its connection is being closed
+        run = (event.process, event.attempt)
+        if self.book.check(chef.index, *run) is not None and run not in self._cancelled.get(event.agent, ()):
+            out.notes.append(
+                f"agent {event.agent}: bulk_ready for {event.process}.{event.attempt}, "
+                "a run it does not hold: ignored"
+            )
+            return out
+        self._net.bulk_ready(event.agent, event.process, event.attempt, event.nbytes, now)
+        self._dirty = True
+        return self._grants(out, now)
+
     def _account_result(self, chef: Chef, event: ResultReceived, now: float) -> None:
         """What a result tells the master beside its record, before its chef takes it: its large
         return is over; the input reservation its agent holds for the process ends, unless the
@@ -415,6 +434,11 @@ class MasterCore:
         task's next attempt."""
         result, book = event.result, self.book
         self._net.bulk_done(event.agent, event.process, now, result.attempt)
+        cancelled = self._cancelled.get(event.agent)
+        if cancelled is not None:
+            cancelled.discard(result.key)
+            if not cancelled:
+                del self._cancelled[event.agent]
         self._end_reservation(event.agent, event.process, result.attempt)  # its inputs arrived, or never will
         if chef.state is not ChefState.RUNNING or book.check(chef.index, *result.key) is not None:
             return
@@ -607,6 +631,7 @@ class MasterCore:
         chef = self.chefs[index]
         if chef.state is ChefState.RUNNING:
             out.actions.append(CancelTask(chef.agent, process, attempt))
+            self._cancelled.setdefault(chef.agent, set()).add((process, attempt))
             chef.now = self._last_now
             chef.fill(self.book, self._accepting, out)
 
@@ -703,11 +728,6 @@ class MasterCore:
         run = self._run or 1  # agents launched before the first start belong to the first run
         return chef, parsed[0] == run and parsed[2] == chef.rec.launches and not self._stopped
 
-    def _current(self, agent: str) -> bool:
-        """`agent` is the running launch of its chef in this run."""
-        chef, current = self._chef_of(agent)
-        return chef is not None and current and chef.state is ChefState.RUNNING
-
     def _grants(self, out: Output, now: float) -> Output:
         """Bulk returns granted since the last look (and any that capacity freed just now for)
         become messages to their agents."""
@@ -743,6 +763,10 @@ class MasterCore:
             return out
         net = self._net
         net.keep_only((c.agent for c in self.chefs if c.state is ChefState.RUNNING), now)
+        if self._cancelled:  # the runs of agents gone are nobody's
+            running = {c.agent for c in self.chefs if c.state is ChefState.RUNNING}
+            for agent in self._cancelled.keys() - running:
+                del self._cancelled[agent]
         if net.heads:
             net.settle(self.book.queue())
         if self.book.queued:

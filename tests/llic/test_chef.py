@@ -22,6 +22,7 @@ from llic.events import (
     CloseConnection,
     ConnectionBroken,
     CountSlots,
+    GrantBulk,
     LetAgentsLeave,
     Output,
     PollQueue,
@@ -834,6 +835,36 @@ def test_the_result_of_a_run_cancelled_meanwhile_ends_its_input_reservation() ->
     cancelled = TaskResult(0, 1, "prepare_failed", error="cancelled", host="n1")
     out = core.handle(ResultReceived(a.agent, cancelled), 3.0)
     assert 0 not in net.reservations and tasks_sent(out, a.agent) == [Assignment(1, 1)]
+
+
+def test_bulk_ready_counts_only_for_a_run_its_agent_holds() -> None:
+    """A bulk_ready for a run the agent was never given (or has reported) would take its
+    subnet's turn for good, the honest agents' large results waiting behind it, and a flood of
+    them would grow the waiting queue: ignored, with a note naming the agent. A run cancelled
+    meanwhile is still the agent's: its large result gets its turn (the agent waits for it)."""
+    net = NetAdmit(Capacity.parse("10.1.0.0/16:100Mbps"), sizes=dict.fromkeys(range(6), 0))
+    core = MasterCore.new(range(6), LlicConfig(window_size=2), net)
+    a, b = of(core.start(2, now=0.0), SubmitAgent)
+    assert tasks_sent(core.handle(AgentConnected(a.agent, "10.1.0.5"), 1.0), a.agent) == [
+        Assignment(0, 1),
+        Assignment(1, 1),
+    ]
+    assert tasks_sent(core.handle(AgentConnected(b.agent, "10.1.0.6"), 1.0), b.agent)[0] == Assignment(2, 1)
+    core.handle(ResultReceived(a.agent, ok_result(1, 1)), 1.5)  # a now holds 0.1 and 4.1
+    for process, attempt in ((9999, 1), (2, 1), (0, 2), (1, 1)):  # never given, b's, no such run, reported
+        out = core.handle(BulkReady(a.agent, process, attempt, 50_000_000), 2.0)
+        assert not of(out, GrantBulk) and a.agent in out.notes[0] and "does not hold" in out.notes[0]
+    for n in range(1000):
+        core.handle(BulkReady(a.agent, 10_000 + n, 1, 1), 2.0)
+    assert not net.bulk.granted and not net.bulk.waiting
+    out = core.handle(BulkReady(b.agent, 2, 1, 50_000_000), 3.0)
+    assert [(g.agent, g.process) for g in of(out, GrantBulk)] == [(b.agent, 2)]
+    core.handle(UserRequest("hold", (0,), "user"), 4.0)  # a's run 0.1 is cancelled
+    core.handle(BulkReady(a.agent, 0, 1, 50_000_000), 4.1)
+    out = core.handle(TransferDone(b.agent, 2, OUT, 50_000_000, 3.0, 5.0, attempt=1), 5.0)
+    assert [(g.agent, g.process, g.attempt) for g in of(out, GrantBulk)] == [(a.agent, 0, 1)]
+    core.handle(ResultReceived(a.agent, TaskResult(0, 1, "ok", exit_code=0)), 6.0)
+    assert not of(core.handle(BulkReady(a.agent, 0, 1, 50_000_000), 6.1), GrantBulk)  # reported
 
 
 def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered() -> None:
