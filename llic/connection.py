@@ -162,13 +162,13 @@ def read_small_inputs(wanted: list[tuple[int, str, list[str]]], limit: int) -> d
     return found
 
 
-def _place_each(placing: list[Placing], style: str) -> dict[int, Exception]:
-    """`files.place_outputs` for each (index, task, files); what failed, by index. Blocking: run
-    in a thread."""
+def _place_each(placing: list[Placing], style: str, plan: Plan) -> dict[int, Exception]:
+    """`files.place_outputs` for each (index, task, files), never over the plan's protected
+    paths (made here on first use: a thread); what failed, by index. Blocking: run in a thread."""
     failures: dict[int, Exception] = {}
     for i, spec, pairs in placing:
         try:
-            place_outputs(spec, pairs, style)
+            place_outputs(spec, pairs, style, protected=plan.protected_paths)
         except (OutputPlacementError, OSError, ValueError) as e:
             failures[i] = e
     return failures
@@ -749,12 +749,14 @@ class Connections:
                 placing.append((i, self.plan.specs[result.process], msg.file_pairs()))
         failures: dict[int, Exception] = {}
         if placing:
-            failures = await trio.to_thread.run_sync(_place_each, placing, style)
+            failures = await trio.to_thread.run_sync(_place_each, placing, style, self.plan)
         for i, result in enumerate(results):
             e = failures.get(i)
             if e is not None:
                 self.counters["placement_errors"] += 1
-                self.log.warning("output files not placed", process=result.process, error=str(e))
+                self.log.warning(
+                    "output files not placed", agent=conn.agent, process=result.process, error=str(e)
+                )
                 error = f"{result.error + '; ' if result.error else ''}output files not placed: {e}"
                 result = dataclasses.replace(result, error=error)
             self.feed(ResultReceived(conn.agent, result))

@@ -22,7 +22,7 @@ import os
 import posixpath
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
@@ -173,18 +173,46 @@ def select_outputs(
         if style == STYLE_CONDOR:
             chosen = [path for path in chosen if "/" not in path]
     else:
-        wanted = []
-        for name in transfer_output_files:
-            try:
-                wanted.append(normalize_relpath(name))
-            except UnsafePath:
-                continue  # absolute or escaping entries name nothing in the execution directory
-        chosen = sorted(
-            path
-            for path in _files_of(after)
-            if any(path == want or path.startswith(want + "/") for want in wanted)
-        )
+        wanted = _listed_names(transfer_output_files)
+        chosen = sorted(path for path in _files_of(after) if _is_listed(path, wanted))
     return [path for path in chosen if path not in skip]
+
+
+def _listed_names(transfer_output_files: Sequence[str]) -> list[str]:
+    """The names of transfer_output_files as relative paths; absolute or escaping ones name
+    nothing in the execution directory."""
+    wanted = []
+    for name in transfer_output_files:
+        try:
+            wanted.append(normalize_relpath(name))
+        except UnsafePath:
+            continue
+    return wanted
+
+
+def _is_listed(path: str, wanted: Sequence[str]) -> bool:
+    """`path` (relative, normalized) is a listed file or under a listed directory."""
+    return any(path == want or path.startswith(want + "/") for want in wanted)
+
+
+def input_paths(task: Any) -> Iterator[str]:
+    """The task's executable and input files (transfer_input_files, input) as normalized
+    absolute paths on the submit side (URLs name no file there)."""
+    root = os.fspath(_task_field(task, "initialdir") or "")
+    names = [_task_field(task, "executable"), _task_field(task, "input")]
+    for name in (*names, *(_task_field(task, "transfer_input_files") or ())):
+        if name and "://" not in name:
+            yield os.path.normpath(os.path.join(root, name))
+
+
+def _overwrites(dest: Path, root: StrPath, kept: Container[str]) -> bool:
+    """`dest` is one of the `kept` paths or lies under one (an input directory)."""
+    path, top = os.path.normpath(dest), os.path.normpath(root)
+    while path != top and len(path) > len(top):
+        if path in kept:
+            return True
+        path = os.path.dirname(path)
+    return False
 
 
 def check_style(style: str) -> str:
@@ -292,8 +320,19 @@ def place_outputs(
     style: str,
     dest_root: StrPath | None = None,
     umask: int | None = None,
+    protected: Container[str] = frozenset(),
 ) -> list[Path]:
     """Write the files an agent returned for `task` (pairs of file entry and content); master side.
+
+    Only the files HTCondor would return are written, as an agent may lie. When the task lists
+    `transfer_output_files`: those files and what is under listed directories, nothing else.
+    When it does not, HTCondor returns every new or changed top-level file of the sandbox, which
+    the master cannot tell from a lie; so any name, except that the task's executable and input
+    files (`input_paths`) and the `protected` paths (normalized, absolute: the master passes
+    every task's inputs and executable and its submit description) are never overwritten, nor
+    is anything under them. HTCondor would return an input the job changed; here the task's
+    directory also feeds other tasks (TRANSFER modes send these files to other agents), so a
+    job that changes an input and wants it back lists it in transfer_output_files.
 
     Modes: `output_mode` of what the agent claims and `umask` (default: this process's, the
     user's: the master runs as the user who submitted).
@@ -310,6 +349,9 @@ def place_outputs(
     if not root:
         raise ValueError("task has no initialdir and no dest_root was given")
     remaps = parse_remaps(_task_field(task, "output_remaps"))
+    listed = _task_field(task, "transfer_output_files")
+    wanted = None if listed is None else _listed_names(listed)
+    own = frozenset() if listed is not None else frozenset(input_paths(task))
     placed: list[Path] = []
     errors: list[tuple[str, str]] = []
     mask = current_umask() if umask is None else umask
@@ -318,14 +360,18 @@ def place_outputs(
         try:
             kind = entry.get("kind", KIND_FILE)
             mode = output_mode(entry.get("mode", DEFAULT_FILE_MODE), mask)
-            if kind == KIND_FILE and normalize_relpath(path) in remaps:
-                target = remaps[normalize_relpath(path)]
+            rel = normalize_relpath(path) if kind == KIND_FILE else ""
+            if wanted is not None and kind == KIND_FILE and not _is_listed(rel, wanted):
+                raise UnsafePath("not in the task's transfer_output_files")
+            if kind == KIND_FILE and rel in remaps:
+                target = remaps[rel]
                 if "://" in target:
                     raise UnsafePath(f"remapped to a URL ({target}), which llic cannot write")
                 dest = Path(target if os.path.isabs(target) else os.path.join(os.fspath(root), target))
             elif kind == KIND_FILE:
-                rel = normalize_relpath(path)
                 dest = safe_join(root, posixpath.basename(rel) if style == STYLE_CONDOR else rel)
+                if wanted is None and (_overwrites(dest, root, own) or _overwrites(dest, root, protected)):
+                    raise UnsafePath(f"{dest} is an input file, the executable or the submit description")
                 dest.parent.mkdir(parents=True, exist_ok=True)
             elif kind in (KIND_STDOUT, KIND_STDERR):
                 name = _task_field(task, "output" if kind == KIND_STDOUT else "error")

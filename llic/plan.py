@@ -11,6 +11,7 @@ task's own (the master sends them with the task), and how the submit file limits
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from common.config import ConfigError
 from llic import protocol
 from llic.config import LlicConfig
 from llic.eventlog import log_path
+from llic.files import input_paths
 from llic.netadmit import Capacity, NetAdmit
 from llic.state import MasterInfo, MasterState, load_state
 from llic.submit import QueueBlock, SubmitFileError, parse_submit_file
@@ -112,6 +114,16 @@ class Plan:
         ):
             names.append(spec.input)
         return names
+
+    @functools.cached_property
+    def protected_paths(self) -> frozenset[str]:
+        """What an agent's returned files never overwrite unless the task lists them in
+        transfer_output_files (files.place_outputs): every task's executable and input files,
+        and this master's submit description and state file."""
+        paths = {path for spec in self.specs.values() for path in input_paths(spec)}
+        paths.add(os.path.normpath(self.outdir / self.info.submit_file))
+        paths.add(os.path.normpath(self.state_path))
+        return frozenset(paths)
 
     def logs(self) -> dict[int, str]:
         """Each task's job event log (those with a `log` only), as a path on this machine."""

@@ -121,6 +121,7 @@ def transfer_connections(
         transfer=True,
         private_inputs=lambda spec: list(spec.transfer_input_files),
         config=SimpleNamespace(files_style_mode="condor"),
+        protected_paths=frozenset(),
     )
     return Connections(plan, bytes(32), events.append, wants, Counter())  # type: ignore[arg-type]
 

@@ -244,6 +244,53 @@ def test_place_outputs_refuses_escapes_but_places_the_rest(tmp_path: Path) -> No
     assert not (tmp_path / "escape").exists() and not Path("/etc/llic-test").exists()
 
 
+@pytest.mark.hostile
+def test_place_outputs_writes_only_what_htcondor_would_return(tmp_path: Path) -> None:
+    """An agent that returns more than the task's outputs: with transfer_output_files, only the
+    listed files (and what is under a listed directory) are placed; without it, any new file,
+    but never over the task's executable or inputs, nor the protected paths (other tasks'
+    inputs, the submit description), nor under an input directory. Each refusal names the file."""
+    for name in ("job.sub", "in.0", "in.1", "run.sh", "data/x"):
+        write(tmp_path / name, "original")
+    listed = Task(
+        0,
+        "run.sh",
+        str(tmp_path),
+        transfer_input_files=("in.0", "data"),
+        transfer_output_files=("out.0", "res"),
+    )
+    returned = [
+        ("out.0", b"ok", "file"),
+        ("res/a", b"ok", "file"),
+        ("x/job.sub", b"evil", "file"),
+        ("in.1", b"evil", "file"),
+        ("run.sh", b"evil", "file"),
+        ("new.txt", b"evil", "file"),
+    ]
+    with pytest.raises(f.OutputPlacementError) as info:
+        f.place_outputs(listed, pairs(*returned), "condor")
+    assert info.value.placed == [tmp_path / "out.0", tmp_path / "a"]
+    assert [p for p, _ in info.value.errors] == ["x/job.sub", "in.1", "run.sh", "new.txt"]
+    assert all("transfer_output_files" in why for _, why in info.value.errors)
+
+    unlisted = Task(0, "run.sh", str(tmp_path), input="in.0", transfer_input_files=("data",))
+    protected = frozenset({str(tmp_path / "job.sub"), str(tmp_path / "in.1")})
+    returned = [
+        ("new.txt", b"ok", "file"),
+        ("job.sub", b"evil", "file"),
+        ("in.0", b"evil", "file"),
+        ("in.1", b"evil", "file"),
+        ("run.sh", b"evil", "file"),
+        ("data/x", b"evil", "file"),
+    ]
+    with pytest.raises(f.OutputPlacementError) as info:
+        f.place_outputs(unlisted, pairs(*returned), "improved", protected=protected)
+    assert info.value.placed == [tmp_path / "new.txt"]
+    assert [p for p, _ in info.value.errors] == ["job.sub", "in.0", "in.1", "run.sh", "data/x"]
+    for name in ("job.sub", "in.0", "in.1", "run.sh", "data/x"):
+        assert (tmp_path / name).read_text() == "original"
+
+
 def test_place_outputs_stream_without_output_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(f.OutputPlacementError, match="no output"):
         f.place_outputs(make_task(tmp_path, output=None), pairs(("o", b"x", "stdout")), "condor")

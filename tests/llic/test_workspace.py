@@ -18,6 +18,7 @@ from llic.agent.launcher import Launcher
 from llic.agent.workspace import TRASH_NAME, Job, PrepareError, Trash, Workspace
 from llic.files import DirInfo
 from llic.plan import Plan
+from llic.state import MasterInfo
 
 
 def workspace(tmp_path: Path) -> Workspace:
@@ -289,3 +290,23 @@ def test_private_inputs_leave_out_the_common_ones() -> None:
     assert plan.private_inputs(spec) == ["q.1"]
     spec = p.Task(2, "a", "/x", input="q.2", transfer_input_files=("q.2",))
     assert plan.private_inputs(spec) == ["q.2"]
+
+
+def test_the_plan_protects_every_tasks_inputs_executable_and_the_masters_files() -> None:
+    """What place_outputs never overwrites for a task without transfer_output_files."""
+    specs = {
+        0: p.Task(0, "run.sh", "/x", input="in.0", transfer_input_files=("db", "http://h/u")),
+        1: p.Task(1, "/bin/sh", "/y", transfer_input_files=("q.1", "/abs/z")),
+    }
+    info = MasterInfo("m", "alice", 5, "job.sub", 0)
+    plan = Plan(Path("/out/state"), info, None, "TRANSFER", specs, ["db"], None, {})  # type: ignore[arg-type]
+    assert plan.protected_paths == {
+        "/x/run.sh",
+        "/x/in.0",
+        "/x/db",
+        "/bin/sh",
+        "/y/q.1",
+        "/abs/z",
+        "/out/job.sub",
+        "/out/state",
+    }
