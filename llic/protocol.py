@@ -7,12 +7,13 @@ end (the agent's); the master feeds the same `Decoder` from trio streams and sen
 Frames: a 4-byte big-endian length, then that many bytes. A message frame holds one msgpack map
 `{"t": type, ...fields}` (at most 1 MiB). A `task` or `result` message may carry
 `"files": [{"path": rel, "size": n, "mode": int, "kind": "file"|"stdout"|"stderr"}, ...]` and is
-then followed by one raw blob frame per entry, in order, each exactly `size` bytes (at most 1 GiB).
-Both limits are checked from the header, before any buffer grows. `path` is a canonical relative
-path (`files.check_relpath`); `kind` (default `file`) marks the task's captured stdout/stderr,
-which the master places where the task's `output`/`error` say (`files.place_outputs`): an agent
-never chooses where they go. Master -> agent blobs are always `file`s: the private inputs of a task
-in TRANSFER modes, at the path where condor would put them in the execution directory.
+then followed by one raw blob frame per entry, in order, each exactly `size` bytes (at most 1 GiB;
+a result's, at most 2 GiB in all). The limits are checked from the header, before any buffer
+grows. `path` is a canonical relative path (`files.check_relpath`); `kind` (default `file`) marks
+the task's captured stdout/stderr, which the master places where the task's `output`/`error` say
+(`files.place_outputs`): an agent never chooses where they go. Master -> agent blobs are always
+`file`s: the private inputs of a task in TRANSFER modes, at the path where condor would put them
+in the execution directory.
 
 Messages (fields beyond these are dropped on decoding, so later versions can add some):
 
@@ -63,6 +64,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -92,6 +94,10 @@ PROTOCOL_VERSION = 2  # 2: tasks and results batches
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 1 << 20  # 1 MiB: a task or result with its file list is a few KiB
 MAX_BLOB = 1 << 30  # 1 GiB per file: larger outputs are not sent (the result says so in `error`)
+# 2 GiB of files in one `result`: the master holds a result's files in memory until it places
+# them (one message at a time per agent), so this bounds what one agent can make it hold; an
+# agent sends no more (the files past it are left out, the result's `error` says so)
+MAX_RESULT_BYTES = 2 * MAX_BLOB
 SECRET_SIZE = 32
 NONCE_SIZE = 32
 MAC_SIZE = 32  # HMAC-SHA256
@@ -220,9 +226,10 @@ _OPTIONAL: dict[str, dict[str, _Check]] = {
 _FILE_KINDS: dict[str, tuple[str, ...]] = {TASK: (KIND_FILE,), RESULT: KINDS}
 
 
-def _check_files(value: Any, kinds: tuple[str, ...], max_blob: int) -> list[dict[str, Any]]:
+def _check_files(value: Any, kinds: tuple[str, ...], max_blob: int, max_files: float) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise _fail("files", f"expected a list, got {type(value).__name__}")
+    total = 0
     entries: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
     for i, raw in enumerate(value):
@@ -236,6 +243,9 @@ def _check_files(value: Any, kinds: tuple[str, ...], max_blob: int) -> list[dict
         size = _int(_require(raw, "size", where), f"{where}.size")
         if size > max_blob:
             raise _fail(f"{where}.size", f"{size} bytes is more than the {max_blob}-byte blob limit")
+        total += size
+        if total > max_files:
+            raise _fail("files", f"more than the {max_files}-byte limit of one result's files")
         mode = _int(raw.get("mode", 0o644), f"{where}.mode")
         if mode > MAX_FILE_MODE:
             raise _fail(f"{where}.mode", f"not a file mode: {mode:o}")
@@ -250,7 +260,10 @@ def _check_files(value: Any, kinds: tuple[str, ...], max_blob: int) -> list[dict
 
 
 def validate_message(
-    msg: Any, allowed: Iterable[str] | None = None, max_blob: int = MAX_BLOB
+    msg: Any,
+    allowed: Iterable[str] | None = None,
+    max_blob: int = MAX_BLOB,
+    max_files: int = MAX_RESULT_BYTES,
 ) -> tuple[str, dict[str, Any]]:
     """(type, body) of a message map, body holding the known fields only (normalized: a task or
     result as its checked record, Task or TaskResult); else ProtocolError."""
@@ -269,7 +282,9 @@ def validate_message(
     if "files" in msg:
         if mtype not in _FILE_KINDS:
             raise _fail(mtype, "this message carries no files")
-        files = _check_files(msg["files"], _FILE_KINDS[mtype], max_blob)
+        # a task's inputs are the user's own files, sent by the master: only results are capped
+        total = max_files if mtype == RESULT else math.inf
+        files = _check_files(msg["files"], _FILE_KINDS[mtype], max_blob, total)
         if files:
             body["files"] = files
     return mtype, body
@@ -505,11 +520,16 @@ class Decoder:
     """
 
     def __init__(
-        self, allowed: Iterable[str] | None = None, max_message: int = MAX_MESSAGE, max_blob: int = MAX_BLOB
+        self,
+        allowed: Iterable[str] | None = None,
+        max_message: int = MAX_MESSAGE,
+        max_blob: int = MAX_BLOB,
+        max_files: int = MAX_RESULT_BYTES,
     ) -> None:
         self.allowed: frozenset[str] | None = None if allowed is None else frozenset(allowed)
         self.max_message = max_message
         self.max_blob = max_blob
+        self.max_files = max_files  # bytes of one result's files, all told
         self._buf = bytearray()
         self._pending: Message | None = None  # a message whose blobs are still arriving
         self._error: ProtocolError | None = None
@@ -594,7 +614,7 @@ class Decoder:
             raise ProtocolError(f"not a msgpack message: {type(exc).__name__}: {exc}") from None
         if not isinstance(raw, dict):
             raise ProtocolError(f"message is a msgpack {type(raw).__name__}, not a map")
-        mtype, body = validate_message(raw, self.allowed, self.max_blob)
+        mtype, body = validate_message(raw, self.allowed, self.max_blob, self.max_files)
         return Message(mtype, body)
 
 

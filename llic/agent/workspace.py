@@ -471,10 +471,12 @@ class Workspace:
     # -- results ------------------------------------------------------------------------------
 
     def collect(self, job: Job) -> tuple[list[dict[str, Any]], list[bytes], list[str]]:
-        """The output blobs of a finished TRANSFER task: (entries, blobs, notes about files left out)."""
+        """The output blobs of a finished TRANSFER task: (entries, blobs, notes about files left out),
+        at most MAX_RESULT_BYTES in all (the master refuses more: it holds them in memory)."""
         entries: list[dict[str, Any]] = []
         blobs: list[bytes] = []
         notes: list[str] = []
+        total = [0]  # bytes of the blobs taken so far
         if job.exec_dir is None or job.before is None or job.after is None:
             return entries, blobs, notes
 
@@ -489,11 +491,19 @@ class Workspace:
                 if st.st_size > protocol.MAX_BLOB:
                     notes.append(f"{rel}: {st.st_size} bytes, over the {protocol.MAX_BLOB}-byte limit")
                     return
-                with open(path, "rb") as fh:
-                    data = fh.read()
+                room = protocol.MAX_RESULT_BYTES - total[0]
+                data = b""
+                if st.st_size <= room:
+                    with open(path, "rb") as fh:
+                        data = fh.read(min(room, protocol.MAX_BLOB) + 1)  # one still growing: no further
             except OSError as exc:
                 notes.append(f"{rel}: {exc.strerror or exc}")
                 return
+            if st.st_size > room or len(data) > min(room, protocol.MAX_BLOB):
+                limit = protocol.MAX_RESULT_BYTES
+                notes.append(f"{rel}: past the {limit}-byte limit of a result's files (or still growing)")
+                return
+            total[0] += len(data)
             entries.append(protocol.file_entry(rel, data, mode=stat.S_IMODE(st.st_mode), kind=kind))
             blobs.append(data)
 

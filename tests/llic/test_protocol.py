@@ -396,6 +396,26 @@ def test_blob_over_the_decoders_limit_refused_from_the_file_list() -> None:
         decoder.next()
 
 
+@pytest.mark.hostile
+def test_a_results_files_over_the_total_limit_are_refused_from_the_file_list() -> None:
+    """A result announcing 20,000 files of 1 GiB (each within the blob limit) is refused before
+    any blob arrives, the master's decoder holding nothing; a task's inputs (the user's own
+    files, sent by the master) are not capped in all."""
+    result = p.TaskResult(0, 1, "ok", exit_code=0)
+    files = [{"path": f"f{i}", "size": p.MAX_BLOB} for i in range(20_000)]
+    decoder = p.Decoder({p.RESULT, p.RESULTS, p.BULK_READY})
+    decoder.feed(raw({"t": "result", "result": result.to_dict(), "files": files}))
+    with pytest.raises(p.ProtocolError, match=f"{p.MAX_RESULT_BYTES}-byte limit of one result's files"):
+        decoder.next()
+    decoder = p.Decoder(max_files=8192)
+    decoder.feed(raw({"t": "result", "result": result.to_dict(), "files": files[:2]}))
+    with pytest.raises(p.ProtocolError, match="8192-byte limit"):
+        decoder.next()
+    decoder = p.Decoder(max_files=8192)
+    decoder.feed(raw({"t": "task", "task": task().to_dict(), "files": files[:2]}))
+    assert decoder.next() is None and decoder._pending is not None  # waits for its blobs
+
+
 @pytest.mark.parametrize(
     "path",
     ["../x", "a/../../x", "/etc/passwd", "//etc/passwd", "a/../b", "./a", "a//b", "a/", "", ".", "a\x00b"],

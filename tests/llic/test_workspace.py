@@ -273,6 +273,26 @@ def test_the_agent_runs_tasks_with_the_trash_in_a_real_launcher(tmp_path: Path) 
         ws.cleanup()
 
 
+def test_an_agent_sends_at_most_max_result_bytes_of_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master refuses a result whose files pass MAX_RESULT_BYTES in all: the agent leaves
+    out the files past it (and says so), and sends the rest."""
+    monkeypatch.setattr(p, "MAX_RESULT_BYTES", 100)
+    ws = workspace(tmp_path)
+    try:
+        job = prepare(ws, 0)
+        assert job.exec_dir is not None
+        for name, size in (("a", 60), ("b", 50), ("c", 40)):
+            Path(job.exec_dir, name).write_bytes(b"x" * size)
+        job.after = DirInfo.snapshot(job.exec_dir)
+        entries, blobs, notes = ws.collect(job)
+        assert [e["path"] for e in entries] == ["a", "c"] and sum(map(len, blobs)) == 100
+        assert len(notes) == 1 and notes[0].startswith("b: past the 100-byte limit")
+    finally:
+        ws.cleanup()
+
+
 def test_private_inputs_leave_out_the_common_ones() -> None:
     plan = Plan(
         Path("/x/state"),
