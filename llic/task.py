@@ -49,6 +49,7 @@ STATUS_LAUNCH_FAILED = "launch_failed"  # it could not be started
 STATUSES = (STATUS_OK, STATUS_PREPARE_FAILED, STATUS_LAUNCH_FAILED)
 TAIL_SIZE = 4096  # characters of stdout/stderr an agent sends back in a TaskResult
 ERROR_KEEP = 500  # characters of a result's error text the master keeps (the state file stays small)
+HOST_KEEP = 255  # characters of a result's host the master keeps (a DNS name has at most 253)
 
 
 class ProtocolError(ValueError):
@@ -343,11 +344,13 @@ class TaskResult:
 
     def kept(self) -> TaskResult:
         """What the master keeps of it: no stdout/stderr tails and no start time (the state file
-        stays small), the error cut to ERROR_KEEP characters."""
+        stays small), the error cut to ERROR_KEEP characters and the host to HOST_KEEP (both as
+        the agent says, any length)."""
         new = object.__new__(TaskResult)  # a plain copy: dataclasses.replace runs __init__
         new.__dict__.update(self.__dict__)
         new.started, new.stdout_tail, new.stderr_tail = None, "", ""
         new.error = None if self.error is None else self.error[:ERROR_KEEP]
+        new.host = self.host[:HOST_KEEP]
         return new
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llic.task import ERROR_KEEP, TaskResult
+from llic.task import ERROR_KEEP, HOST_KEEP, TaskResult
 from llic.taskbook import Assignment, TaskBook, TaskState
 
 
@@ -104,14 +104,17 @@ def test_from_records_keeps_results_and_requeues_running() -> None:
 
 def test_the_book_keeps_a_result_without_its_tails() -> None:
     """What the state file holds of a result: no stdout/stderr tails, no start time, the error
-    cut to ERROR_KEEP characters; the rest as the agent said."""
+    cut to ERROR_KEEP characters and the host (1 MB from a lying agent, saved at every save of
+    the state file) to HOST_KEEP; the rest as the agent said."""
     book = TaskBook([3], max_attempts=2)
     book.take(0, 1)
-    result = TaskResult(3, 1, "prepare_failed", started=5.0, finished=6.0, host="n", error="e" * 10_000)
+    host, error = "n" * 1_000_000, "e" * 10_000
+    result = TaskResult(3, 1, "prepare_failed", started=5.0, finished=6.0, host=host, error=error)
     result.stdout_tail, result.stderr_tail = "x" * 4096, "y"
     assert book.complete(0, result, now=7.0)
     kept = book[3].outcome
-    assert kept == TaskResult(3, 1, "prepare_failed", finished=6.0, host="n", error="e" * ERROR_KEEP)
+    short = TaskResult(3, 1, "prepare_failed", finished=6.0, host="n" * HOST_KEEP, error="e" * ERROR_KEEP)
+    assert kept == short
     assert not kept.ok and result.stdout_tail == "x" * 4096  # the agent's own result is left as it was
 
 
