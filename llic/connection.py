@@ -727,16 +727,31 @@ class Connections:
             await self._on_results(conn, group)
 
     async def _on_results(self, conn: AgentConnection, group: list[tuple[protocol.Message, float]]) -> None:
-        """`result` messages, in order: their transfers accounted, the files of those the core
-        would record placed (all in one thread hop), then each result for the core. A result
-        that comes twice in one group is placed once, as the core records it once."""
-        style = str(self.plan.config.files_style_mode)
-        results: list[TaskResult] = []
-        placing: list[Placing] = []
+        """`result` messages, in order, in stretches that each end with a run that did not go
+        (or the group's end): such a failure may make the chef start over with a new agent
+        (max_task_failures), and the later results of the group then do not count, so whether
+        one counts is asked only once the failures before it are with the core. A result that
+        comes twice in one group is placed once, as the core records it once."""
+        results = [msg.result() for msg, _ in group]
         seen: set[tuple[int, int]] = set()
-        for i, (msg, started) in enumerate(group):
-            result = msg.result()
-            results.append(result)
+        start = 0
+        for end, result in enumerate(results, 1):
+            if not result.ok or end == len(results):
+                await self._place_and_feed(conn, group[start:end], results[start:end], seen)
+                start = end
+
+    async def _place_and_feed(
+        self,
+        conn: AgentConnection,
+        group: list[tuple[protocol.Message, float]],
+        results: list[TaskResult],
+        seen: set[tuple[int, int]],
+    ) -> None:
+        """Their transfers accounted, the files of those the core would record placed (all in
+        one thread hop), then each result for the core."""
+        style = str(self.plan.config.files_style_mode)
+        placing: list[Placing] = []
+        for i, ((msg, started), result) in enumerate(zip(group, results, strict=True)):
             if msg.files:
                 nbytes = sum(e["size"] for e in msg.files)
                 end = time.time()

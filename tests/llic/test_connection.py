@@ -196,3 +196,32 @@ async def test_results_received_together_are_placed_once_each(tmp_path: Path) ->
     assert [r.error for i, r in enumerate(results) if i != 3] == [None] * 4
     assert links.counters["results"] == 5 and links.counters["placement_errors"] == 1
     assert [e.process for e in events if isinstance(e, TransferDone)] == [0, 1, 0, 2, 3]
+
+
+async def test_a_result_after_a_failure_in_its_group_is_asked_about_once_the_failure_counts(
+    tmp_path: Path,
+) -> None:
+    """A run that did not go may make the chef start over (max_task_failures): the results
+    received with it, after it, no longer count, and their files must not be placed; those
+    before it still are. (Here the core stops wanting results once it has seen a failure.)"""
+    specs = {i: p.Task(i, "/bin/true", str(tmp_path)) for i in range(3)}
+    events: list[Any] = []
+
+    def wants(agent: str, process: int, attempt: int) -> bool:
+        return not any(isinstance(e, ResultReceived) and not e.result.ok for e in events)
+
+    links = transfer_connections(specs, events, wants=wants)
+    conn, agent = pair(small=False)
+    frames: list[bytes] = []
+    for process, status in ((0, p.STATUS_OK), (1, p.STATUS_LAUNCH_FAILED), (2, p.STATUS_OK)):
+        result = p.TaskResult(process, 1, status, exit_code=0)
+        data = f"from {process}".encode()
+        entry = p.file_entry(f"out.{process}", data)
+        frames += p.encode_frames({"t": p.RESULT, "result": result, "files": [entry]}, [data])
+    agent.sendall(b"".join(frames))
+    agent.close()
+    with pytest.raises(connection._Closed):
+        await links._receiver(conn, p.Decoder({p.RESULT, p.RESULTS}))
+    assert [e.result.process for e in events if isinstance(e, ResultReceived)] == [0, 1, 2]
+    assert (tmp_path / "out.0").read_bytes() == b"from 0" and (tmp_path / "out.1").read_bytes() == b"from 1"
+    assert not (tmp_path / "out.2").exists()
