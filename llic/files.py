@@ -329,10 +329,11 @@ def place_outputs(
     When it does not, HTCondor returns every new or changed top-level file of the sandbox, which
     the master cannot tell from a lie; so any name, except that the task's executable and input
     files (`input_paths`) and the `protected` paths (normalized, absolute: the master passes
-    every task's inputs and executable and its submit description) are never overwritten, nor
-    is anything under them. HTCondor would return an input the job changed; here the task's
-    directory also feeds other tasks (TRANSFER modes send these files to other agents), so a
-    job that changes an input and wants it back lists it in transfer_output_files.
+    Plan.protected_paths: every task's inputs, executable, job event log, stdout and stderr, and
+    its own directory and files) are never overwritten, nor is anything under them. HTCondor
+    would return an input the job changed; here the task's directory also feeds other tasks
+    (TRANSFER modes send these files to other agents), so a job that changes an input and
+    wants it back lists it in transfer_output_files.
 
     Modes: `output_mode` of what the agent claims and `umask` (default: this process's, the
     user's: the master runs as the user who submitted).

@@ -119,8 +119,15 @@ class Plan:
     def protected_paths(self) -> frozenset[str]:
         """What an agent's returned files never overwrite unless the task lists them in
         transfer_output_files (files.place_outputs): every task's executable and input files,
-        and this master's submit description and state file."""
+        its job event log and where its stdout and stderr go, and this master's directory
+        (its submit description, state file, agent secret, user requests, agent zipapp: in
+        FILES_STYLE_MODE improved it lies inside the tasks' initialdir) and files."""
         paths = {path for spec in self.specs.values() for path in input_paths(spec)}
+        for spec in self.specs.values():
+            for name in (spec.log, spec.output, spec.error):
+                if name:
+                    paths.add(os.path.normpath(os.path.join(spec.initialdir, name)))
+        paths.add(os.path.normpath(self.outdir))
         paths.add(os.path.normpath(self.outdir / self.info.submit_file))
         paths.add(os.path.normpath(self.state_path))
         return frozenset(paths)

@@ -509,14 +509,16 @@ class Workspace:
 
         exclude = [job.executable_name] if job.executable_name else []
         task = job.task
-        for rel in select_outputs(
-            job.before, job.after, self.config.files_style, task.transfer_output_files, exclude
-        ):
-            add(os.path.join(job.exec_dir, *rel.split("/")), normalize_relpath(rel), "file")
+        # stdout and stderr first: HTCondor always returns them, so they are the last a result
+        # past MAX_RESULT_BYTES leaves out
         if task.output:
             add(job.stdout, STDOUT_NAME, "stdout")
         if task.error and job.stderr is not None:
             add(job.stderr, STDERR_NAME, "stderr")
+        for rel in select_outputs(
+            job.before, job.after, self.config.files_style, task.transfer_output_files, exclude
+        ):
+            add(os.path.join(job.exec_dir, *rel.split("/")), normalize_relpath(rel), "file")
         return entries, blobs, notes
 
     def discard(self, job: Job) -> None:

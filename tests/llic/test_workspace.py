@@ -16,7 +16,7 @@ from llic import protocol as p
 from llic.agent.inputfile import AgentInput
 from llic.agent.launcher import Launcher
 from llic.agent.workspace import TRASH_NAME, Job, PrepareError, Trash, Workspace
-from llic.files import DirInfo
+from llic.files import STYLE_CONDOR, STYLE_IMPROVED, DirInfo, OutputPlacementError, place_outputs
 from llic.plan import Plan
 from llic.state import MasterInfo
 
@@ -293,6 +293,28 @@ def test_an_agent_sends_at_most_max_result_bytes_of_files(
         ws.cleanup()
 
 
+def test_stdout_and_stderr_are_the_last_files_a_result_past_its_limit_leaves_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTCondor always returns them; they were collected last, so the first left out."""
+    monkeypatch.setattr(p, "MAX_RESULT_BYTES", 100)
+    ws = workspace(tmp_path)
+    try:
+        job = prepare(ws, 0)
+        assert job.exec_dir is not None
+        job.task = p.Task(0, job.task.executable, job.task.initialdir, output="out.txt", error="err.txt")
+        Path(job.exec_dir, "big").write_bytes(b"x" * 95)
+        job.stdout, job.stderr = str(tmp_path / "so"), str(tmp_path / "se")
+        Path(job.stdout).write_bytes(b"y" * 10)
+        Path(job.stderr).write_bytes(b"z" * 10)
+        job.after = DirInfo.snapshot(job.exec_dir)
+        entries, _, notes = ws.collect(job)
+        assert [e.get("kind") for e in entries] == ["stdout", "stderr"]
+        assert len(notes) == 1 and notes[0].startswith("big: past the 100-byte limit")
+    finally:
+        ws.cleanup()
+
+
 def test_private_inputs_leave_out_the_common_ones() -> None:
     plan = Plan(
         Path("/x/state"),
@@ -315,8 +337,8 @@ def test_private_inputs_leave_out_the_common_ones() -> None:
 def test_the_plan_protects_every_tasks_inputs_executable_and_the_masters_files() -> None:
     """What place_outputs never overwrites for a task without transfer_output_files."""
     specs = {
-        0: p.Task(0, "run.sh", "/x", input="in.0", transfer_input_files=("db", "http://h/u")),
-        1: p.Task(1, "/bin/sh", "/y", transfer_input_files=("q.1", "/abs/z")),
+        0: p.Task(0, "run.sh", "/x", input="in.0", transfer_input_files=("db", "http://h/u"), log="job.log"),
+        1: p.Task(1, "/bin/sh", "/y", transfer_input_files=("q.1", "/abs/z"), output="o.1", error="/e/1"),
     }
     info = MasterInfo("m", "alice", 5, "job.sub", 0)
     plan = Plan(Path("/out/state"), info, None, "TRANSFER", specs, ["db"], None, {})  # type: ignore[arg-type]
@@ -324,9 +346,40 @@ def test_the_plan_protects_every_tasks_inputs_executable_and_the_masters_files()
         "/x/run.sh",
         "/x/in.0",
         "/x/db",
+        "/x/job.log",
         "/bin/sh",
         "/y/q.1",
         "/abs/z",
+        "/y/o.1",
+        "/e/1",
+        "/out",
         "/out/job.sub",
         "/out/state",
     }
+
+
+def test_a_lying_agent_reaches_neither_the_event_log_nor_the_masters_directory(tmp_path: Path) -> None:
+    """Review of the protected paths: a task's job event log (a forged 'terminated' event) and,
+    with FILES_STYLE_MODE improved, the master's directory inside the initialdir (its agent
+    secret, user requests, agent zipapp) were left open."""
+    (tmp_path / "master.7").mkdir()
+    kept = ["job.log", "master.7/agents.secret", "master.7/llic-agent-0123456789abcdef.pyz"]
+    for name in kept:
+        (tmp_path / name).write_text("original")
+    spec = p.Task(0, str(tmp_path / "run.sh"), str(tmp_path), log="job.log")
+    info = MasterInfo("7", "alice", 5, "master.7.sub", 0)
+    plan = Plan(tmp_path / "master.7" / "master.7.state", info, None, "TRANSFER", {0: spec}, [], None, {})  # type: ignore[arg-type]
+
+    def returned(*names: str) -> list[tuple[dict[str, object], bytes]]:
+        return [(p.file_entry(name, b"evil"), b"evil") for name in names]
+
+    with pytest.raises(OutputPlacementError) as condor:
+        place_outputs(spec, returned("job.log", "new.out"), STYLE_CONDOR, protected=plan.protected_paths)
+    with pytest.raises(OutputPlacementError) as improved:
+        place_outputs(spec, returned(*kept[1:], "master.7/request.1.0.json"), STYLE_IMPROVED,
+                      protected=plan.protected_paths)  # fmt: skip
+    assert [path for path, _ in condor.value.errors] == ["job.log"]
+    assert len(improved.value.errors) == 3
+    assert all((tmp_path / name).read_text() == "original" for name in kept)
+    assert not (tmp_path / "master.7" / "request.1.0.json").exists()
+    assert (tmp_path / "new.out").read_bytes() == b"evil"  # a new file is placed
