@@ -85,9 +85,15 @@ def _table() -> dict[str, Command]:
         Handling.RESOLVED,
         "executable cmd arguments args arguments2 allow_arguments_v1:bool environment env environment2 "
         "allow_environment_v1:bool getenv get_env input stdin output stdout error stderr initialdir "
-        "initial_dir job_iwd iwd transfer_input_files transferinputfiles transfer_output_files "
-        "transferoutputfiles should_transfer_files shouldtransferfiles transfer_executable universe "
-        "jobuniverse",
+        "initial_dir job_iwd iwd transfer_input_files transferinputfiles "
+        "should_transfer_files shouldtransferfiles transfer_executable universe jobuniverse",
+    )
+    add(
+        Handling.RESOLVED,
+        "transfer_output_files transferoutputfiles",
+        "unset, llic returns the new and changed files but never writes over a task's inputs, "
+        "executable, log, stdout or stderr (they feed other tasks, and an agent may lie): list a "
+        "changed input to get it back",
     )
     add(
         Handling.RESOLVED,
