@@ -26,6 +26,10 @@ from poolD.flock_trust import (
 
 log = structlog.get_logger("poold")
 
+# condor_token_request is stopped after this long: the core gives a request up after
+# TrustSettings.request_timeout (120 s) and an install waits 30 s more for the token.
+TOOL_GIVES_UP_AFTER = 600.0
+
 
 def _name(peer: str, role: str) -> str:
     """The file a token of `peer` for our `role` daemons has, in request_dir and token dirs."""
@@ -54,6 +58,7 @@ async def request_token(
             pool=action.collector,
             ssl_ca_file=trust.peer_ca_file,
             ssl_skip_host_check=trust.ssl_skip_host_check,
+            give_up_after=TOOL_GIVES_UP_AFTER,
         )
     except GatewayError as e:
         return None, str(e)

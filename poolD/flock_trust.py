@@ -98,7 +98,7 @@ def check_lifetime(queued: Mapping[str, Any], announced_lifetime: int) -> str | 
 
 MAX_APPROVALS = 16  # approvals on their way to our collector, all peers together
 SEEN_PER_PEER = 64  # request ids remembered per peer (a replay of one of them is ignored)
-MAX_PEERS = 512  # peers remembered at all (their seen ids, tokens, issued grants)
+MAX_PEERS = 512  # peers remembered at all (their seen ids, tokens, issued grants, back-offs)
 
 
 @dataclass(frozen=True)
@@ -183,6 +183,19 @@ class TrustSettings:
     trust_domain: str
     lifetime: int = 1200
     request_timeout: float = 120.0  # a request not approved by then is given up
+    # After a request to a peer failed or was refused, the next waits retry_after, doubled at
+    # each failure in a row up to retry_max: a peer refusing every request cannot make us start
+    # a condor_token_request per FlockIntent it sends.
+    retry_after: float = 30.0
+    retry_max: float = 960.0
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Failed or refused token requests of one peer and role in a row, and until when none is made."""
+
+    failures: int
+    until: float
 
 
 class TrustBroker:
@@ -208,6 +221,8 @@ class TrustBroker:
         self.counters: Counter[str] = Counter()
         self._approving: dict[tuple[str, str], tuple[str, str]] = {}  # -> (request id, reply address)
         self._seen: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()  # peer -> request ids
+        # (peer, role) -> no request until; at most MAX_PEERS, the oldest forgotten first
+        self.backoff: OrderedDict[tuple[str, str], Backoff] = OrderedDict()
 
     # ------------------------------------------------------------------ asking
 
@@ -225,6 +240,10 @@ class TrustBroker:
             return out
         asked = self.asked.get(key)
         if asked is not None and asked.deadline > now:
+            return out
+        backoff = self.backoff.get(key)
+        if backoff is not None and backoff.until > now:
+            self.counters["token_requests_backed_off"] += 1
             return out
         if key not in self.asked and len(self.asked) >= MAX_PEERS:
             self.counters["token_requests_not_made_full"] += 1
@@ -251,6 +270,7 @@ class TrustBroker:
         if request_id is None or not _REQUEST_ID.fullmatch(request_id):
             del self.asked[key]
             self.counters["token_requests_failed"] += 1
+            self._back_off(key, now)
             text = f"token request to {action.peer} ({action.role}) failed: {error}"
             out.notes.append(
                 note("token_request_failed", text, pool=action.peer, role=action.role, error=error)
@@ -283,6 +303,7 @@ class TrustBroker:
             out.actions.append(InstallToken(verdict.pool, verdict.role, verdict.request_id))
         else:
             self.counters["token_requests_refused"] += 1
+            self._back_off(key, now)
             text = f"{verdict.pool} refused our {verdict.role} token: {verdict.reason}"
             out.notes.append(
                 note("token_refused", text, pool=verdict.pool, role=verdict.role, reason=verdict.reason)
@@ -296,21 +317,35 @@ class TrustBroker:
         self.installing.pop(key, None)
         if error is None:
             self.held[key] = now + self.settings.lifetime
+            self.backoff.pop(key, None)
             text = f"{action.role} token of {action.peer} installed"
             out.notes.append(note("token_installed", text, pool=action.peer, role=action.role))
         else:
             self.counters["token_installs_failed"] += 1
+            self._back_off(key, now)
             text = f"{action.role} token of {action.peer} not installed: {error}"
             out.notes.append(
                 note("token_install_failed", text, pool=action.peer, role=action.role, error=error)
             )
         return out
 
+    def _back_off(self, key: tuple[str, str], now: float) -> None:
+        """A request of `key` failed, was refused or never answered: none is made for a while,
+        longer at each failure in a row (TrustSettings.retry_after, retry_max)."""
+        s = self.settings
+        failures = self.backoff.pop(key, Backoff(0, now)).failures + 1
+        wait = min(s.retry_after * 2 ** min(failures - 1, 30), s.retry_max)
+        self.backoff[key] = Backoff(failures, now + wait)
+        if len(self.backoff) > MAX_PEERS:
+            self.backoff.popitem(last=False)
+
     def forget(self, peer: str, role: str) -> None:
-        """Ask for this token anew at the next `want` (the peer's collector moved): what we
-        hold, ask or install is forgotten, and the token file stays where our daemons read it
-        until the new one replaces it."""
+        """Ask for this token anew at the next `want` (the peer's collector moved, to a collector
+        that may grant what the old one refused): what we hold, ask, install or wait for is
+        forgotten, and the token file stays where our daemons read it until the new one
+        replaces it."""
         key = (peer, role)
+        self.backoff.pop(key, None)
         self.held.pop(key, None)
         self.asked.pop(key, None)
         self.installing.pop(key, None)
@@ -429,12 +464,16 @@ class TrustBroker:
             if asked.deadline <= now:
                 del self.asked[key]
                 self.counters["token_requests_timed_out"] += 1
+                self._back_off(key, now)
         for key, until in list(self.issued.items()):
             if until <= now:
                 del self.issued[key]
         for key, until in list(self.installing.items()):
             if until <= now:
                 del self.installing[key]  # its outcome never came: `want` may ask again
+        for key, backoff in list(self.backoff.items()):
+            if backoff.until + self.settings.retry_max <= now:
+                del self.backoff[key]  # quiet long enough: the next failure starts afresh
         return out
 
     def wakeup(self) -> float | None:

@@ -522,6 +522,7 @@ class Gateway:
         timeout: float = 20.0,
         ssl_ca_file: str | Path | None = None,
         ssl_skip_host_check: bool = False,
+        give_up_after: float = 3600.0,
     ) -> TokenRequest:
         """Ask a daemon (default: the collector of `pool`, or of the configured pool) for a token
         of `identity` bounded to `authz` and `lifetime`; returns once it is queued there, with
@@ -529,7 +530,8 @@ class Gateway:
         HTCondor's tool goes on waiting by itself and writes the token to `token_file` once the
         request is approved. A pool where we hold no token is asked over SSL, trusting the CA
         certificates in `ssl_ca_file` (`ssl_skip_host_check`: when the collector is named by an
-        address its certificate does not carry; the pinned CA still authenticates it)."""
+        address its certificate does not carry; the pinned CA still authenticates it). The tool
+        is stopped after `give_up_after` seconds, approved or not: nothing waits for it then."""
         result = await self.call(
             "request_token",
             timeout=timeout + 10,
@@ -544,6 +546,7 @@ class Gateway:
             wait=timeout,
             ssl_ca_file=str(ssl_ca_file) if ssl_ca_file else None,
             ssl_skip_host_check=ssl_skip_host_check,
+            give_up_after=give_up_after,
         )
         return TokenRequest(request_id=str(result["request_id"]), token_file=str(token_file))
 

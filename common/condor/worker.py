@@ -547,11 +547,14 @@ def op_request_token(
     wait: float,
     ssl_ca_file: str | None = None,
     ssl_skip_host_check: bool = False,
+    give_up_after: float | None = None,
 ) -> dict[str, Any]:
     """condor_token_request: ask a daemon (by default a collector, of another pool too) for a
     token; returns the request id once the daemon queued it. The tool keeps running on its own
     (no pipe to this worker: it must outlive a restart), polls until an administrator there
     approves, and then writes the token to `token_file` (`token_file`.log holds its errors).
+    With `give_up_after`, coreutils' timeout stops it (and whatever `tools` started, its
+    process group) after that many seconds: left alone, it waits up to an hour for approval.
 
     A client of another pool holds no token there: the request goes over SSL without a client
     certificate (HTCondor refuses requests made without encryption or with ANONYMOUS), trusting
@@ -568,11 +571,12 @@ def op_request_token(
         knobs["SSL_SKIP_HOST_CHECK"] = "true"
     for knob, value in knobs.items():
         env[f"_CONDOR_{knob}"] = env[f"_CONDOR_TOOL.{knob}"] = value
+    bounded = ["timeout", "--kill-after=10", f"{give_up_after:g}"] if give_up_after else []
     master, slave = os.openpty()
     try:
         with open(log_path, "w") as log_file:
             proc = subprocess.Popen(
-                [*tools, *argv],
+                [*bounded, *tools, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=slave,
                 stderr=log_file,

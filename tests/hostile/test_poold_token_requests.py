@@ -13,7 +13,7 @@ import pytest
 
 from common.overlay.messages import Peer
 from poolD.core import CoreOutput, PoolCore, SetFlockFrom, SetFlockTo
-from poolD.flock_trust import MAX_APPROVALS, MAX_PEERS, SEEN_PER_PEER, ApproveToken
+from poolD.flock_trust import MAX_APPROVALS, MAX_PEERS, SEEN_PER_PEER, ApproveToken, RequestToken
 from poolD.messages import TokenRequestNotice, TokenVerdict
 from tests.poolD.test_core import of, sends
 from tests.poolD.test_trust_broker import trust_core, trusted_intent
@@ -112,3 +112,27 @@ def test_verdicts_nobody_asked_for_are_ignored() -> None:
     assert (
         c.trust is not None and c.trust.held == {} and c.trust.counters["token_verdicts_unexpected"] == 1000
     )
+
+
+def test_a_pool_refusing_every_token_request_gets_no_request_per_intent() -> None:
+    """poolD review, finding 1: an allowed pool sends FlockIntent after FlockIntent and refuses
+    each negotiator token request we make at its collector. Each refusal cleared our record, so
+    each intent started a new condor_token_request (500 intents in 1 s: 500 requests). Now a
+    refusal backs the requests off: one in that second, and few in an hour of it."""
+    c = trust_core("home")
+    requests = 0
+    second = [1.0 + i * 0.002 for i in range(500)]
+    hour = [2.0 + i * 0.12 for i in range(30_000)]
+    for i, now in enumerate(second + hour):
+        out = c.on_message(trusted_intent(), now)
+        assert not of(out, SetFlockTo)
+        for req in of(out, RequestToken):
+            requests += 1
+            c.on_token_requested(req, f"{1000 + i}", None, now)
+            no = TokenVerdict(
+                pool="physics", role="negotiator", request_id=f"{1000 + i}", approved=False, reason="no"
+            )
+            c.on_message(no, now)
+        if i == len(second) - 1:
+            assert requests == 1
+    assert requests <= 10  # waits of 30 s, doubled up to 16 min: 9 in the hour

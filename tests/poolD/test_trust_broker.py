@@ -13,6 +13,7 @@ from common.overlay.messages import Peer
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import CoreSettings, FlockFromApplied, FlockToApplied, PoolCore, SetFlockFrom, SetFlockTo
 from poolD.flock_trust import (
+    MAX_PEERS,
     ApproveToken,
     InstallToken,
     RemoveToken,
@@ -101,13 +102,15 @@ def test_no_second_request_while_the_approved_token_is_being_installed() -> None
     (install,) = t.on_verdict(ok, 1.0).actions
     assert want(2.0).actions == []
     t.on_installed(install, "permission denied", 3.0)
-    assert only(want(4.0).actions, RequestToken)  # the install failed: asked again
-    t.on_requested(req, "0000002", None, 4.0)
+    assert want(4.0).actions == []  # the install failed: asked again after the back-off
+    retry = 3.0 + t.settings.retry_after
+    assert only(want(retry).actions, RequestToken)
+    t.on_requested(req, "0000002", None, retry)
     ok2 = TokenVerdict(pool="physics", role="schedd", request_id="0000002", approved=True, reason="approved")
-    t.on_verdict(ok2, 5.0)
-    t.expire(5.0 + t.settings.request_timeout)  # the install's outcome was lost: forgotten in time
+    t.on_verdict(ok2, retry + 1)
+    t.expire(retry + 1 + t.settings.request_timeout)  # the install's outcome was lost: forgotten in time
     assert t.installing == {}
-    assert only(want(6.0 + t.settings.request_timeout).actions, RequestToken)
+    assert only(want(retry + 2 + t.settings.request_timeout).actions, RequestToken)
 
 
 def test_a_refused_or_failed_request_is_noted_and_forgotten() -> None:
@@ -115,11 +118,47 @@ def test_a_refused_or_failed_request_is_noted_and_forgotten() -> None:
     (req,) = t.want("physics", "schedd", "c:9618", B.addr, "physics.sandbox", 0.0).actions
     out = t.on_requested(req, None, "Failed to authenticate using SSL", 1.0)
     assert out.actions == [] and t.asked == {} and out.notes[0].event == "token_request_failed"
-    (req,) = t.want("physics", "schedd", "c:9618", B.addr, "physics.sandbox", 2.0).actions
-    t.on_requested(req, "0000001", None, 2.0)
+    retry = 1.0 + t.settings.retry_after
+    (req,) = t.want("physics", "schedd", "c:9618", B.addr, "physics.sandbox", retry).actions
+    t.on_requested(req, "0000001", None, retry)
     refused = TokenVerdict(pool="physics", role="schedd", request_id="0000001", approved=False, reason="no")
-    assert t.on_verdict(refused, 3.0).actions == [] and t.asked == {}
+    assert t.on_verdict(refused, retry + 1).actions == [] and t.asked == {}
     assert t.counters["token_requests_refused"] == 1
+
+
+def test_requests_to_a_peer_that_refuses_or_fails_back_off_until_one_succeeds() -> None:
+    """poolD review, finding 1: every refusal cleared the request, so the peer's next FlockIntent
+    started a new condor_token_request at once. Now each failure in a row doubles the wait (up
+    to retry_max); a token installed ends it; the back-offs kept are bounded by MAX_PEERS."""
+    t = broker()
+    s = t.settings
+    want = lambda now: only(  # noqa: E731
+        t.want("physics", "schedd", "c:9618", B.addr, "physics.sandbox", now).actions, RequestToken
+    )
+    now, waits = 0.0, []
+    for i in range(8):
+        (req,) = want(now)
+        t.on_requested(req, f"{i:07d}", None, now)
+        no = TokenVerdict(pool="physics", role="schedd", request_id=f"{i:07d}", approved=False, reason="no")
+        t.on_verdict(no, now)
+        assert want(now) == [] and want(now + 0.5) == []
+        wait = t.backoff[("physics", "schedd")].until - now
+        waits.append(wait)
+        now += wait
+    assert waits == [30.0, 60.0, 120.0, 240.0, 480.0, 960.0, 960.0, 960.0]
+    assert t.counters["token_requests_backed_off"] == 16
+    (req,) = want(now)
+    t.on_requested(req, "0000099", None, now)
+    ok = TokenVerdict(pool="physics", role="schedd", request_id="0000099", approved=True, reason="approved")
+    (install,) = only(t.on_verdict(ok, now).actions, InstallToken)
+    t.on_installed(install, None, now)
+    assert t.backoff == {}
+    for i in range(2 * MAX_PEERS):
+        (req,) = t.want(f"p{i}", "schedd", "c:9618", B.addr, "physics.sandbox", now).actions
+        t.on_requested(req, None, "refused", now)
+    assert len(t.backoff) == MAX_PEERS
+    t.expire(now + s.retry_after + s.retry_max)
+    assert t.backoff == {}  # quiet long enough: forgotten
 
 
 def test_held_tokens_are_removed_when_dropped_or_expired() -> None:
