@@ -555,9 +555,13 @@ class PoolCore:
     # ------------------------------------------------------------------ the Information Gatherer
 
     def _on_announcement(self, ann: Announcement, now: float, out: CoreOutput) -> None:
-        if not self._collector_claim(ann.pool, ann.collector, ann.origin, ann.epoch, ann.seq, now, out):
-            return  # an older word of the pool's collector, or one moved too often: not taken
-        forwards = self.discovery.on_announcement(ann, now)
+        """An offer: checked and decided by discovery first; only one it takes may move the
+        pool's collector (an older word, or one moved too often, drops the offer)."""
+
+        def take_claim() -> bool:
+            return self._collector_claim(ann.pool, ann.collector, ann.origin, ann.epoch, ann.seq, now, out)
+
+        forwards = self.discovery.on_announcement(ann, now, take_claim)
         out.actions += [Send(addr, msg) for addr, msg in forwards]
         if ann.pool in self.willing.entries and ann.origin.id not in self.overlay.rtt:
             out.actions.append(Measure(ann.origin))

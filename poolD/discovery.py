@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -159,8 +160,14 @@ class Discovery:
                 self._note(f"not announcing to {subject.pool or peer.addr}: {decision.rule}")
         return targets
 
-    def on_announcement(self, ann: Announcement, now: float) -> list[Send]:
-        """Check an offer, record it in the willing list, and forward it while its TTL lasts."""
+    def on_announcement(
+        self, ann: Announcement, now: float, take_claim: Callable[[], bool] | None = None
+    ) -> list[Send]:
+        """Check an offer, record it in the willing list, and forward it while its TTL lasts.
+        `take_claim` is asked only once the offer passed every check and the policy: whether
+        its word of the pool's collector is taken (the core follows a move then); an offer
+        whose word is not is neither recorded nor forwarded. So an offer the policy refuses
+        never moves the pool's collector, as a refused CollectorMoved does not."""
         key = (ann.origin.id, ann.seq, ann.row)
         if key in self._seen:
             self.dropped["duplicate"] += 1
@@ -178,6 +185,9 @@ class Discovery:
             self._pool_of_version += 1
         decision = self.policy.decide(Subject(ann.pool, peer_host(ann.origin)), Direction.ACCEPT, now)
         log.debug("accept decision", pool=ann.pool, allowed=decision.allowed, rule=decision.rule)
+        if decision.allowed and take_claim is not None and not take_claim():
+            self.dropped["collector_claim"] += 1  # an older word, or a move refused (counted)
+            return []
         forwards: list[Send] = []
         if ann.ttl - 1 > 0:
             forward = ann.model_copy(update={"ttl": ann.ttl - 1})

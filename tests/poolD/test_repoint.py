@@ -159,6 +159,32 @@ def test_an_unknown_or_refused_pool_moves_nothing_and_leaves_nothing_behind() ->
     assert c.flocking.active == [OLD]
 
 
+def test_an_offer_the_policy_refuses_or_that_is_absurd_moves_nothing() -> None:
+    """poolD review, finding 2: an offer's collector move was followed before discovery's sanity
+    and policy checks, so an offer the policy refuses (by pool, or from a host it refuses) or an
+    absurd one repointed FLOCK_TO where the same move as CollectorMoved is refused."""
+    deny_b = Policy(PolicyFile(default="allow", rule=[Rule(action="deny", pools=["b"])]))
+    only_b1 = Policy(PolicyFile(default="deny", rule=[Rule(action="allow", pools=["b"], hosts=["10.0.0.5"])]))
+    absurd = offer_of_b(B2, NEW, seq=5, epoch=1).model_copy(update={"free_slots": 10, "total_slots": 1})
+    for policy, offer in [
+        (deny_b, offer_of_b(B2, NEW, seq=5, epoch=1)),
+        (only_b1, offer_of_b(B2, NEW, seq=5, epoch=1)),
+        (None, absurd),
+    ]:
+        c = flocking_to_b(policy=only_b1 if policy is only_b1 else None)
+        if policy is deny_b:
+            c.replace_policy(deny_b)
+        out = c.on_message(offer, 70.0)
+        assert of(out, SetFlockTo) == [] and sends(out, FlockIntent) == []
+        assert c.collector_claims["b"].collector == OLD and c.counters["collector_moves"] == 0
+        assert c.flocking.active == [OLD]
+    # The same offer from B's new manager under a policy that accepts it still repoints at once.
+    c = flocking_to_b()
+    assert [
+        a.collectors for a in of(c.on_message(offer_of_b(B2, NEW, seq=5, epoch=1), 70.0), SetFlockTo)
+    ] == [(NEW,)]
+
+
 def test_a_move_during_a_flock_to_change_follows_once_it_is_applied() -> None:
     c = flocking_to_b()
     withdraw = c.stop().actions[0]  # a FLOCK_TO change in flight (naming nothing)
