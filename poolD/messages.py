@@ -57,8 +57,10 @@ class FlockIntent(AppMessage):
     collector: str | None = Field(None, pattern=HOST_PORT)
 
     def claims(self) -> Claims:
-        """The origin speaks for its pool."""
-        return Claims(node=self.origin, pool=self.pool)
+        """The origin speaks for its pool and, when it names one, its collector's host (we ask
+        that collector for a token: no pool may send us to another pool's)."""
+        hosts = (self.collector.rpartition(":")[0],) if self.collector is not None else ()
+        return Claims(node=self.origin, pool=self.pool, hosts=hosts)
 
 
 @app_message

@@ -330,6 +330,27 @@ def test_only_the_pools_own_certified_node_may_name_its_collector(keys: RingKeys
     assert checker.payload_problem(endorse(wrong_host, elsewhere, now), now) is not None
 
 
+def test_a_flock_intent_may_name_only_a_collector_its_signers_certificate_covers(keys: RingKeys) -> None:
+    """poolD review, finding 3: FlockIntent's collector was not among its claims, so a pool's
+    certified node could name another pool's collector and we asked that one for a token."""
+    me = identity(keys, "home", "10.0.0.1", "home")
+    checker = ClaimChecker(me)
+    liar = identity(keys, "liar", "cm.liar.org", "liar")
+    now = liar.cert.not_before + 10
+    origin = Peer(id=liar.cert.node_id, addr="cm.liar.org:7640")
+
+    def intent(collector: str | None) -> FlockIntent:
+        domain = None if collector is None else "liar.example"
+        return FlockIntent(
+            pool="liar", origin=origin, schedd_hosts=["s1.liar.org"], trust_domain=domain, collector=collector
+        )
+
+    assert checker.payload_problem(endorse(liar, intent("cm.liar.org:9618"), now), now) is None
+    assert checker.payload_problem(endorse(liar, intent(None), now), now) is None
+    problem = checker.payload_problem(endorse(liar, intent("cm.victim.org:9618"), now), now)
+    assert problem is not None and "cm.victim.org" in problem[1]
+
+
 def test_an_epoch_jumping_out_of_reach_is_refused() -> None:
     """A node of B's that forged a huge epoch would pin B's collector for good."""
     c = flocking_to_b()
