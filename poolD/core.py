@@ -715,6 +715,15 @@ class PoolCore:
         out.actions.append(Send(addr, reply))
 
     def _on_flock_reply(self, reply: FlockReply, now: float, out: CoreOutput) -> None:
+        """A pool's answer to our intent. Only an answer to an intent we sent, within
+        `reauthorize_after` of it, counts (once): an acceptance nobody asked for would make the
+        pool one we flock to, and so get its negotiator a token here."""
+        sent = self._intent_sent.get(reply.pool)
+        waiting = self._round is not None and reply.pool in self._round.waiting
+        if not waiting and (sent is None or now - sent > self.settings.flocking.reauthorize_after):
+            self.counters["flock_replies_unsolicited"] += 1
+            return
+        self._intent_sent.pop(reply.pool, None)
         self.authorized[reply.pool] = Authorization(reply.accepted, reply.reason, now)
         claim = self.collector_claims.get(reply.pool)
         if claim is not None and reply.trust_domain:
@@ -756,6 +765,7 @@ class PoolCore:
             return
         hosts = self._schedd_hosts(load)
         for e in pending:
+            self._intent_sent[e.pool] = now
             out.actions.append(Send(e.origin.addr, self._intent(hosts)))
         deadline = now + self.settings.flocking.authorize_timeout
         self._round = _Round(chosen, decision.reason, {e.pool for e in pending}, deadline)

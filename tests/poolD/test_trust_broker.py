@@ -312,6 +312,37 @@ def test_revoking_a_pool_takes_its_identity_out_of_flock_from_and_its_token_back
     assert not sends(out, TokenVerdict)[0].message.approved
 
 
+def test_a_flock_reply_nobody_asked_for_gets_no_negotiator_token() -> None:
+    """poolD review, finding 4: a FlockReply(accepted=True) from a pool we sent no intent made
+    it a pool we flock to for _may_have_token, and its negotiator got a token here. Only an
+    answer to an intent we sent counts, once."""
+    negotiator = {
+        "role": "negotiator",
+        "identity": "negotiator-near@home.sandbox",
+        "authz": ["READ", "NEGOTIATOR"],
+    }
+    c = trust_core("home")
+    c.start(0.0)
+    willing(c, 1.0, "near")  # it offers slots; we have no idle jobs and ask nothing of it
+    yes = FlockReply(pool="near", accepted=True, reason="sure", trust_domain="near.sandbox")
+    out = c.on_message(yes, 3.0)
+    assert of(out, RequestToken) == [] and "near" not in c.authorized
+    assert c.counters["flock_replies_unsolicited"] == 1
+    out = c.on_message(notice(pool="near", rid="0000002", **negotiator), 3.5)
+    assert of(out, ApproveToken) == []
+    assert "we do not flock to near" in sends(out, TokenVerdict)[0].message.reason
+    # Asked in a round, its answer counts (once: a second one is unsolicited).
+    (intent,) = sends(round_at(c, 60.0, load(free=0, idle=5)), FlockIntent)
+    assert intent.addr == willing_addr(c, "near")
+    assert of(c.on_message(yes, 61.0), RequestToken) and c.authorized["near"].accepted
+    c.on_message(yes.model_copy(update={"accepted": False}), 62.0)
+    assert c.authorized["near"].accepted and c.counters["flock_replies_unsolicited"] == 2
+
+
+def willing_addr(c: PoolCore, pool: str) -> str:
+    return c.willing.entries[pool].origin.addr
+
+
 def test_the_flocking_pool_asks_for_its_schedds_token_and_drops_it_when_flocking_ends() -> None:
     c = trust_core("home")
     c.start(0.0)
