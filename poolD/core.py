@@ -33,7 +33,9 @@ must be a host name or an IP address (common.condor.knobs); an intent naming any
 in lists `schedd_hosts`, hosts outside it are dropped (a glob passes only if the rule names it
 exactly). The hosts a pool is granted replace its earlier grant, are bounded (per pool and in
 all), and last two `reauthorize_after` periods: a grant not renewed by then, or whose pool the
-policy now refuses (a reloaded file, the blacklist), is revoked, and FLOCK_FROM shrinks.
+policy now refuses (a reloaded file, the blacklist), is revoked, and FLOCK_FROM shrinks. A pool
+has at most one FLOCK_FROM change under way for its intents: what it asks meanwhile is answered
+once that is done (after one more change if it named other hosts), so no pool fills the queue.
 
 Shutting a pool out: FLOCK_FROM only decides who may advertise and be let in from now on. A
 schedd that already holds a claim on one of our startds keeps starting its jobs there (it reuses
@@ -295,6 +297,10 @@ class PoolCore:
         self.counters: Counter[str] = Counter()
         self._flock_from_wanted: set[str] = set()  # applied or on its way
         self._pending_intents = 0
+        # pool -> overlay address of its latest intent, while a FLOCK_FROM change for it is on
+        # its way: a pool has at most one, and what it asks meanwhile joins the next (one pool
+        # flooding intents cannot fill MAX_PENDING_INTENTS and keep the others out)
+        self._intent_writing: dict[str, str] = {}
         self._reading_at = -math.inf  # when the latest reading was fed
         self._reading_asked = False
         self._last_offer = -math.inf
@@ -478,11 +484,18 @@ class PoolCore:
         out = CoreOutput()
         action = result.action
         self._pending_intents -= 1
+        latest = self._intent_writing.pop(action.pool, None) if action.pool is not None else None
         if result.error is None:
             self.flock_from = set(action.hosts)
             self._release_shut_outs(out)
-            if action.reply_to is not None and action.pool is not None:
-                self._reply(action.reply_to, action.pool, True, action.rule, out)
+            pool = action.pool
+            grant = self.grants.get(pool) if pool is not None else None
+            if pool and latest and grant is not None and not grant.hosts <= self.flock_from:
+                # the pool asked for other hosts meanwhile: one more change, answered when done
+                self._intent_writing[pool] = latest
+                self._set_flock_from(self._granted(), latest, pool, grant.rule, out)
+            elif action.reply_to is not None and action.pool is not None:
+                self._reply(latest or action.reply_to, action.pool, True, action.rule, out)
             else:
                 text = f"FLOCK_FROM now {len(action.hosts)} host(s): {action.rule}"
                 out.notes.append(note("flock_from_set", text, hosts=len(action.hosts), reason=action.rule))
@@ -494,7 +507,7 @@ class PoolCore:
                 if grant is not None and not grant.hosts <= self.flock_from:
                     del self.grants[action.pool]
                 why = f"could not authorize: {result.error}"
-                self._reply(action.reply_to, action.pool, False, why, out)
+                self._reply(latest or action.reply_to, action.pool, False, why, out)
             else:
                 text = f"FLOCK_FROM not changed ({result.error}); trying again"
                 out.notes.append(note("flock_from_failed", text, error=result.error))
@@ -594,7 +607,8 @@ class PoolCore:
             why = f"FLOCK_FROM full: at most {fl.flock_from_max_hosts} hosts of other pools"
             self._reply(addr, intent.pool, False, why, out)
             return
-        if self._pending_intents >= MAX_PENDING_INTENTS:
+        writing = intent.pool in self._intent_writing
+        if not writing and self._pending_intents >= MAX_PENDING_INTENTS:
             self.counters["intents_refused_busy"] += 1
             self._reply(addr, intent.pool, False, "busy: too many authorizations in progress", out)
             return
@@ -604,10 +618,18 @@ class PoolCore:
         self.grant_addrs[intent.pool] = addr  # told first if our collector moves
         for gone in [p for p in self.grant_addrs if p not in self.grants]:
             del self.grant_addrs[gone]
+        if writing:
+            # its earlier intent is being written: this one is answered once that is done (and,
+            # if it names other hosts, after one more change with them)
+            self.counters["flock_intents_coalesced"] += 1
+            self._intent_writing[intent.pool] = addr
+            return
         wanted = self._granted()
-        if wanted == self._flock_from_wanted and self._pending_intents == 0:
+        applied = self._pending_intents == 0 or hosts <= self.flock_from
+        if wanted == self._flock_from_wanted and applied:
             self._reply(addr, intent.pool, True, decision.rule, out)
             return
+        self._intent_writing[intent.pool] = addr
         self._set_flock_from(wanted, addr, intent.pool, decision.rule, out)
 
     def _grantable(self, named: list[str], grants: tuple[str, ...]) -> tuple[set[str], str | None]:

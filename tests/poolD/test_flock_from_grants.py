@@ -54,6 +54,7 @@ def test_a_glob_passes_only_when_the_rule_grants_exactly_it() -> None:
     check_config(
         poold_flock_from(action.globs), {"FLOCK_FROM": ", ".join(action.hosts)}
     )  # what the writer does
+    applied(c, [action], 1.5)
     # Another glob, or a host outside the grants: the glob refuses the intent, the host is dropped.
     out = c.on_message(intent("physics", ["*.org"]), 2.0)
     assert not sends(out, FlockReply)[0].message.accepted
@@ -66,6 +67,34 @@ def test_a_glob_passes_only_when_the_rule_grants_exactly_it() -> None:
     assert not sends(c.on_message(intent("other", ["*.other.org"]), 1.0), FlockReply)[0].message.accepted
     with pytest.raises(KnobRefused):
         check_config(poold_flock_from(), {"FLOCK_FROM": "*.other.org"})
+
+
+def test_one_pool_flooding_intents_has_one_flock_from_change_under_way_and_keeps_no_one_out() -> None:
+    """poolD review, finding 5: a pool alternating its schedd hosts made every intent a FLOCK_FROM
+    write, MAX_PENDING_INTENTS of them queued, and every other pool's intent was refused 'busy'.
+    Now a pool has one change under way; what it asks meanwhile joins the next (its latest
+    hosts, answered at its latest address), and the others' intents are written and accepted."""
+    c = core()
+    writes: list[SetFlockFrom] = []
+    for i in range(200):
+        writes += of(c.on_message(intent("liar", [f"s{i % 2}.liar.org"]), 1.0 + i * 0.002), SetFlockFrom)
+    assert len(writes) == 1 and c.counters["flock_intents_coalesced"] == 199
+    out = c.on_message(intent("honest", ["s1.honest.org"], oid=9), 2.0)
+    (honest,) = of(out, SetFlockFrom)
+    assert "s1.honest.org" in honest.hosts and c.counters["intents_refused_busy"] == 0
+    # The liar's first change is done: it asked for s1 last, so one more change, then its answer.
+    out = c.on_flock_from_applied(FlockFromApplied(writes[0], None), 3.0)
+    assert sends(out, FlockReply) == []
+    (again,) = of(out, SetFlockFrom)
+    assert "s1.liar.org" in again.hosts and "s0.liar.org" not in again.hosts
+    (reply,) = sends(c.on_flock_from_applied(FlockFromApplied(honest, None), 3.5), FlockReply)
+    assert reply.message.accepted and reply.addr == "10.0.0.9:7640"
+    (reply,) = sends(c.on_flock_from_applied(FlockFromApplied(again, None), 4.0), FlockReply)
+    assert reply.message.accepted
+    assert c.flock_from == {"s1.liar.org", "s1.honest.org"}
+    # A renewal naming the hosts FLOCK_FROM already holds is answered at once, no write.
+    out = c.on_message(intent("honest", ["s1.honest.org"], oid=9), 5.0)
+    assert of(out, SetFlockFrom) == [] and sends(out, FlockReply)[0].message.accepted
 
 
 def test_grants_are_bounded_per_pool_and_in_all() -> None:
