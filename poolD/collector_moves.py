@@ -33,19 +33,27 @@ MOVE_NOTICE_DELAYS = (0.0, 2.0, 6.0)
 # A pool's epoch grows by one per takeover; a word whose epoch jumps further than this past what
 # the pool said before is refused (a forged huge epoch would pin its collector for good).
 MAX_EPOCH_JUMP = 1000
+# What a pool said of its collector outranks an older (epoch, seq) only while it is said again:
+# a word that no newer one confirmed for this long no longer does. A live manager confirms it
+# with every offer; a lie (a forged epoch, the first word we heard, or a jump within
+# MAX_EPOCH_JUMP) that is not repeated stops pinning the pool's collector, and a real failover
+# of that pool repoints us again (a word signed more than the replay window ago never arrives).
+EPOCH_TRUSTED_FOR = 600.0
 
 
 @dataclass
 class CollectorClaim:
     """What a pool last said of its collector (an offer or a CollectorMoved), ordered by (epoch,
     seq); `trust_domain` is the pool's, from its FlockReply (to ask the moved collector for our
-    schedds' token)."""
+    schedds' token); `heard_at`: when a word at this (epoch, seq) or newer last came
+    (EPOCH_TRUSTED_FOR)."""
 
     collector: str
     origin: Peer
     epoch: int
     seq: int
     trust_domain: str | None = None
+    heard_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,8 @@ class CollectorMoves:
         certificate is the pool's and covers the collector's host). The same collector, or a
         first word: recorded. Another collector: a move, taken only when `(epoch, seq)` is newer
         than what the pool said before and the pool has not moved MAX_MOVES times in
-        MOVE_WINDOW; the caller then follows it (`moved_from`)."""
+        MOVE_WINDOW; the caller then follows it (`moved_from`). What no newer word confirmed for
+        EPOCH_TRUSTED_FOR outranks nothing: any word is taken as newer then."""
         if pool == self.pool:
             return Taken(True)  # our own offer: discovery drops it
         claim = self.claims.get(pool)
@@ -84,15 +93,19 @@ class CollectorMoves:
                 oldest = next(iter(self.claims))
                 del self.claims[oldest]
                 self.history.pop(oldest, None)
-            self.claims[pool] = CollectorClaim(collector, origin, epoch, seq)
+            self.claims[pool] = CollectorClaim(collector, origin, epoch, seq, heard_at=now)
             return Taken(True)
-        if epoch > claim.epoch + MAX_EPOCH_JUMP:
+        expired = now - claim.heard_at > EPOCH_TRUSTED_FOR
+        if epoch > claim.epoch + MAX_EPOCH_JUMP and not expired:
             self.counters["collector_epoch_jumps"] += 1
             return Taken(False)
         newer = (epoch, seq) > (claim.epoch, claim.seq)
+        if expired and not newer:
+            self.counters["collector_claims_expired"] += 1
+            newer = True
         if collector == claim.collector:
             if newer:
-                claim.origin, claim.epoch, claim.seq = origin, epoch, seq
+                claim.origin, claim.epoch, claim.seq, claim.heard_at = origin, epoch, seq, now
             return Taken(True)
         if not newer:
             self.counters["collector_moves_stale"] += 1
@@ -109,6 +122,7 @@ class CollectorMoves:
         moves.append(now)
         old = claim.collector
         claim.collector, claim.origin, claim.epoch, claim.seq = collector, origin, epoch, seq
+        claim.heard_at = now
         self.counters["collector_moves"] += 1
         text = f"{pool} moved its collector from {old} to {collector} (epoch {epoch})"
         notes.append(note("collector_moved", text, pool=pool, old=old, new=collector, epoch=epoch))

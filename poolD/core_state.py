@@ -213,7 +213,7 @@ def restore_state(core: PoolCore, state: PooldState, now: float, wall_offset: fl
             core.counters["token_requests_left_on_the_old_manager"] += len(state.token_requests)
     for c in state.collectors:
         if c.pool != core.settings.pool and _collector_problem(c.collector) is None:
-            claim = CollectorClaim(c.collector, c.origin.peer(), c.epoch, c.seq, c.trust_domain)
+            claim = CollectorClaim(c.collector, c.origin.peer(), c.epoch, c.seq, c.trust_domain, heard_at=now)
             core.collector_claims[c.pool] = claim
     r = state.round
     if r is not None:

@@ -16,7 +16,13 @@ from common.overlay.claims import ClaimChecker, endorse
 from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
 from common.overlay.messages import Peer
 from deploy.harness.ring_keys import RingKeys
-from poolD.collector_moves import MAX_EPOCH_JUMP, MAX_MOVES, MOVE_NOTICE_DELAYS, MOVE_WINDOW
+from poolD.collector_moves import (
+    EPOCH_TRUSTED_FOR,
+    MAX_EPOCH_JUMP,
+    MAX_MOVES,
+    MOVE_NOTICE_DELAYS,
+    MOVE_WINDOW,
+)
 from poolD.config import DiscoverySection, FlockingSection
 from poolD.core import (
     CoreOutput,
@@ -27,7 +33,7 @@ from poolD.core import (
     SetFlockTo,
 )
 from poolD.flock_trust import InstallToken, RemoveToken
-from poolD.messages import Announcement, CollectorMoved, FlockIntent, FlockReply, TokenVerdict
+from poolD.messages import EPOCH_LIMIT, Announcement, CollectorMoved, FlockIntent, FlockReply, TokenVerdict
 from poolD.policy import Policy, PolicyFile, Rule
 from tests.poolD.test_core import INTERVAL, load, of, round_at, sends
 from tests.poolD.test_discovery import node_with_rows
@@ -71,12 +77,12 @@ def moved(
     return CollectorMoved(pool=pool, collector=collector, origin=origin, epoch=epoch, seq=seq)
 
 
-def flocking_to_b(trust: bool = False, policy: Policy | None = None) -> PoolCore:
-    """A needy core whose FLOCK_TO names B's original collector."""
+def flocking_to_b(trust: bool = False, policy: Policy | None = None, epoch: int = 0) -> PoolCore:
+    """A needy core whose FLOCK_TO names B's original collector (its first word: `epoch`)."""
     c = core(policy, trust)
     c.start(0.0)
     c.overlay.rtt[B1.id] = 0.01
-    c.on_message(offer_of_b(B1, OLD, seq=1), 1.0)
+    c.on_message(offer_of_b(B1, OLD, seq=1, epoch=epoch), 1.0)
     round_at(c, 60.0, load(free=0, idle=5))
     reply = FlockReply(pool="b", accepted=True, reason="ok", trust_domain="b.example" if trust else None)
     out = c.on_message(reply, 61.0)
@@ -358,3 +364,30 @@ def test_an_epoch_jumping_out_of_reach_is_refused() -> None:
     assert of(out, SetFlockTo) == [] and c.counters["collector_epoch_jumps"] == 1
     assert c.collector_claims["b"].epoch == 0
     assert of(c.on_message(moved(seq=6, epoch=3), 71.0), SetFlockTo) != []  # three takeovers: fine
+
+
+def test_a_forged_epoch_pins_the_collector_only_while_it_is_said_again() -> None:
+    """poolD review, finding 6: the first word of a pool may carry any epoch (and a later one
+    jump by MAX_EPOCH_JUMP); B's real failover at epoch 1 was then refused as stale for good
+    (and saved in the state file). A word no newer one confirms outranks nothing after
+    EPOCH_TRUSTED_FOR: B's manager speaking on at its real epoch resets the claim, and then
+    the real failover repoints at once; if B's manager died, the failover repoints once the
+    lie went unconfirmed that long."""
+    for first_word, jump in ((EPOCH_LIMIT - 1, 0), (0, MAX_EPOCH_JUMP)):
+        c = flocking_to_b(epoch=first_word)  # the lie as the first word we hear of B
+        c.on_message(offer_of_b(B1, OLD, seq=2, epoch=jump), 62.0)  # or as an allowed jump
+        assert c.collector_claims["b"].epoch == first_word + jump
+        assert of(c.on_message(moved(NEW, seq=1, epoch=1), 70.0), SetFlockTo) == []  # pinned, for now
+        # B's manager goes on offering at its real epoch 0; the lie is not said again.
+        now = 62.0
+        while now <= 62.0 + EPOCH_TRUSTED_FOR + 60:
+            c.on_message(offer_of_b(B1, OLD, seq=int(now), epoch=0), now)
+            now += 60.0
+        assert c.collector_claims["b"].epoch == 0 and c.counters["collector_claims_expired"] == 1
+        out = c.on_message(moved(NEW, seq=2, epoch=1), now)  # B's real failover
+        assert [a.collectors for a in of(out, SetFlockTo)] == [(NEW,)]
+    # B's manager died with the lie in place: the failover is followed once it went unconfirmed.
+    c = flocking_to_b(epoch=EPOCH_LIMIT - 1)
+    assert of(c.on_message(moved(NEW, seq=1, epoch=1), 1.0 + EPOCH_TRUSTED_FOR), SetFlockTo) == []
+    out = c.on_message(moved(NEW, seq=2, epoch=1), 2.0 + EPOCH_TRUSTED_FOR)
+    assert [a.collectors for a in of(out, SetFlockTo)] == [(NEW,)]
