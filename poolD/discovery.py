@@ -163,7 +163,8 @@ class Discovery:
     def on_announcement(
         self, ann: Announcement, now: float, take_claim: Callable[[], bool] | None = None
     ) -> list[Send]:
-        """Check an offer, record it in the willing list, and forward it while its TTL lasts.
+        """Check an offer, record it in the willing list, and forward it while its TTL lasts
+        (at most our own [discovery] ttl: the sender does not decide how far it travels).
         `take_claim` is asked only once the offer passed every check and the policy: whether
         its word of the pool's collector is taken (the core follows a move then); an offer
         whose word is not is neither recorded nor forwarded. So an offer the policy refuses
@@ -189,8 +190,11 @@ class Discovery:
             self.dropped["collector_claim"] += 1  # an older word, or a move refused (counted)
             return []
         forwards: list[Send] = []
-        if ann.ttl - 1 > 0:
-            forward = ann.model_copy(update={"ttl": ann.ttl - 1})
+        ttl = min(ann.ttl, self.settings.ttl)  # our [discovery] ttl: how far the federation's offers go
+        if ttl < ann.ttl:
+            self.dropped["ttl_capped"] += 1
+        if ttl - 1 > 0:
+            forward = ann.model_copy(update={"ttl": ttl - 1})
             forwards = [(addr, forward) for addr in self._row_targets(ann.row, now)]
         if not decision.allowed:
             self.dropped["policy"] += 1

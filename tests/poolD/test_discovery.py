@@ -95,7 +95,7 @@ def test_policy_filters_announcements_by_host() -> None:
 
 
 def test_offers_fill_the_willing_list_and_forward_while_ttl_lasts() -> None:
-    d = discovery()
+    d = discovery(ttl=3)
     assert d.on_announcement(offer("far", oid=7, ttl=1, row=0), 0.0) == []  # ttl 1: not forwarded
     forwards = d.on_announcement(offer("near", oid=8, ttl=3, row=0), 0.0)
     assert {addr for addr, _ in forwards} == {"10.0.0.5:7640", "10.0.0.9:7640"}
@@ -103,6 +103,18 @@ def test_offers_fill_the_willing_list_and_forward_while_ttl_lasts() -> None:
     assert set(d.willing.entries) == {"far", "near"}
     assert d.on_announcement(offer("near", oid=8, ttl=3, row=0), 0.0) == []  # duplicate
     assert d.dropped["duplicate"] == 1
+
+
+def test_an_offer_travels_no_farther_than_our_own_ttl() -> None:
+    """poolD review, finding 7: receivers forwarded an offer while the sender's ttl lasted (up
+    to 32), so one signed datagram of a lying pool went along row after row past the
+    federation's [discovery] ttl. Our own ttl caps it (and the cap is counted)."""
+    d = discovery(ttl=1)
+    assert d.on_announcement(offer("liar", oid=8, ttl=32, row=0), 0.0) == []
+    assert d.dropped["ttl_capped"] == 1 and "liar" in d.willing.entries  # the offer itself stands
+    d = discovery(ttl=2)
+    forwards = d.on_announcement(offer("liar", oid=8, ttl=32, row=0), 0.0)
+    assert forwards and all(m.ttl == 1 for _, m in forwards)
 
 
 @pytest.mark.parametrize(
