@@ -74,7 +74,7 @@ from common.overlay.node import OverlayNode
 from common.wire import Message
 from poolD.collector_moves import CollectorClaim, CollectorMoves
 from poolD.config import DiscoverySection, FlockingSection
-from poolD.discovery import Discovery, DiscoverySettings, peer_host
+from poolD.discovery import Discovery, DiscoverySettings, _collector_problem, peer_host
 from poolD.flock_to_readback import FlockToReadBack, ReadFlockTo
 from poolD.flock_trust import (
     ApproveToken,
@@ -464,11 +464,23 @@ class PoolCore:
         value = self.flock_to_readback.on_read(seen, self._flock_to_snapshot(), now)
         if value is None or seen is None:
             return CoreOutput(wakeup=self._wakeup())
+        # FLOCK_TO poold sets names host:port only (what the state file holds); an entry the
+        # schedds have otherwise (an administrator's, without a port) is not poold's to manage.
+        odd = [c for c in value if _collector_problem(c) is not None]
+        notes = []
+        if odd:
+            named = ", ".join(repr(c[:80]) for c in odd[:5])
+            text = f"FLOCK_TO read back from the schedds names {named}: not host:port, left out"
+            notes.append(note("flock_to_read_back_skipped", text, entries=",".join(c[:80] for c in odd[:5])))
+            value = tuple(c for c in value if c not in odd)
+            if value == tuple(self.flocking.active):
+                self.flock_to_seen.update(seen)
+                return CoreOutput(notes=notes, wakeup=self._wakeup())
         had, has = ", ".join(self.flocking.active) or "none", ", ".join(value) or "not set"
         text = f"FLOCK_TO read back from the schedds: {has}; the resumed state had {had}"
         applied = FlockToApplied(SetFlockTo(value, "read back from the schedds"), applied=True, seen=seen)
         out = self.on_flock_to_applied(applied, now)
-        out.notes.insert(0, note("flock_to_read_back", text, flock_to=",".join(value)))
+        out.notes[:0] = [*notes, note("flock_to_read_back", text, flock_to=",".join(value))]
         return out
 
     def _ask_flock_to(self, out: CoreOutput) -> None:

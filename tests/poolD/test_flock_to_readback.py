@@ -64,3 +64,17 @@ def test_a_read_nobody_asked_for_changes_nothing() -> None:
     c.on_flock_to_applied(FlockToApplied(SetFlockTo((), "withdrawn"), applied=True, seen={"s1": []}), 4.0)
     c.on_flock_to_read({"s1": [B]}, 5.0)  # fed twice: the second is not an answer
     assert c.flocking.active == []
+
+
+def test_an_entry_without_a_port_is_left_out_and_named_and_the_state_still_saves() -> None:
+    """poolD review, finding 8: FLOCK_TO read back with an administrator's entry without a port
+    (valid in HTCondor) went into flocking.active unchecked, and every export_state then failed
+    the state file's validation. Such an entry is left out, and the note names it."""
+    for seen, active in (({"s1": ["cm.other.org"]}, []), ({"s1": ["cm.other.org", B]}, [B])):
+        c = core()
+        c.read_back_flock_to(0.0)
+        out = c.on_flock_to_read(seen, 1.0)
+        assert c.flocking.active == active
+        skipped = out.notes[0]
+        assert skipped.event == "flock_to_read_back_skipped" and "'cm.other.org'" in skipped.text
+        assert c.export_state(2.0, 0.0).flock_to == active
