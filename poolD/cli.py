@@ -12,6 +12,7 @@ from typing import Any
 from common.cli import DaemonCli, add_command, run_main
 from common.condor_defaults import read_condor_config
 from common.config import ConfigError
+from common.events import printable
 from poolD.config import PooldConfig, with_condor_values
 from poolD.policy import Policy
 
@@ -167,14 +168,16 @@ def render_status(s: dict[str, Any]) -> str:
     for schedd, flock in s["flock_to"].items():
         lines.append(f"FLOCK_TO on {schedd}: {', '.join(flock) or '(none)'}")
     if s["blacklist"]:
-        lines.append("blacklist: " + ", ".join(f"{p} ({b['reason']})" for p, b in s["blacklist"].items()))
+        lines.append(
+            "blacklist: " + ", ".join(f"{p} ({printable(b['reason'])})" for p, b in s["blacklist"].items())
+        )
     lines += _token_lines(s.get("tokens") or {})
     lines.append(
         f"offers accepted {s['offers']['accepted']}, dropped {s['offers']['dropped']}, "
         f"overlay drops {s['overlay_drops']}"
     )
     lines.append("last decisions:")
-    lines += [f"  {d}" for d in s["decisions"][-10:]]
+    lines += [f"  {printable(d, 1000)}" for d in s["decisions"][-10:]]  # they quote peers
     return "\n".join(lines)
 
 

@@ -68,7 +68,7 @@ from typing import Any
 from common.condor.address import sinful_host
 from common.condor.knobs import check_host, check_host_grant, grant_covers, is_host_glob
 from common.condor.types import PoolLoad
-from common.events import Note, note
+from common.events import Note, note, printable
 from common.overlay.messages import Peer
 from common.overlay.node import OverlayNode
 from common.wire import Message
@@ -758,7 +758,7 @@ class PoolCore:
             self.counters["flock_replies_unsolicited"] += 1
             return
         self._intent_sent.pop(reply.pool, None)
-        self.authorized[reply.pool] = Authorization(reply.accepted, reply.reason, now)
+        self.authorized[reply.pool] = Authorization(reply.accepted, printable(reply.reason), now)
         claim = self.collector_claims.get(reply.pool)
         if claim is not None and reply.trust_domain:
             claim.trust_domain = reply.trust_domain  # for a token at its collector if that moves

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.events import Note, note
+from common.events import Note, note, printable
 from common.overlay.messages import Peer
 from common.wire import Message
 from poolD.messages import POOL_NAME, TokenRequestNotice, TokenVerdict
@@ -304,10 +304,9 @@ class TrustBroker:
         else:
             self.counters["token_requests_refused"] += 1
             self._back_off(key, now)
-            text = f"{verdict.pool} refused our {verdict.role} token: {verdict.reason}"
-            out.notes.append(
-                note("token_refused", text, pool=verdict.pool, role=verdict.role, reason=verdict.reason)
-            )
+            reason = printable(verdict.reason)  # the peer's words, bound for logs and status
+            text = f"{verdict.pool} refused our {verdict.role} token: {reason}"
+            out.notes.append(note("token_refused", text, pool=verdict.pool, role=verdict.role, reason=reason))
         return out
 
     def on_installed(self, action: InstallToken, error: str | None, now: float) -> TrustOutput:

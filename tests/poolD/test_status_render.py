@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from poolD.cli import render_status
+from poolD.flock_trust import RequestToken
+from poolD.messages import FlockReply, TokenVerdict
+from tests.poolD.test_core import load, of, round_at, willing
+from tests.poolD.test_trust_broker import trust_core
 
 
 def status(tokens: dict[str, Any]) -> dict[str, Any]:
@@ -50,3 +54,31 @@ def test_status_shows_the_seeds_not_heard_from() -> None:
     assert "seeds not heard from" not in render_status(status({}))
     text = render_status(status({}) | {"seeds_unheard": ["cm1.example:7640", "cm2.example:7640"]})
     assert "seeds not heard from: cm1.example:7640, cm2.example:7640" in text.splitlines()
+
+
+EVIL = "\x1b[2J\x1b[H\nFLOCK_TO on schedd@cm: (none)\x1b]0;pwned\x07\u202e"
+
+
+def test_a_peers_words_reach_the_status_with_no_control_character() -> None:
+    """poolD review, finding 9: a refusing TokenVerdict's reason (escape sequences, a newline)
+    reached the decisions and `poold status` raw: it could clear the terminal and forge lines.
+    The broker's note escapes it, and the rendering escapes every decision again."""
+    c = trust_core("home")
+    c.start(0.0)
+    willing(c, 1.0, "near")
+    round_at(c, 60.0, load(free=0, idle=5))
+    yes = FlockReply(pool="near", accepted=True, reason=EVIL, trust_domain="near.sandbox")
+    (request,) = of(c.on_message(yes, 61.0), RequestToken)
+    assert c.authorized["near"].reason.isprintable()
+    c.on_token_requested(request, "0000042", None, 62.0)
+    no = TokenVerdict(pool="near", role="schedd", request_id="0000042", approved=False, reason=EVIL)
+    (refused,) = c.on_message(no, 63.0).notes
+    assert refused.text.isprintable() and refused.fields["reason"].isprintable()
+    assert "\\x1b[2J" in refused.text and "\\n" in refused.text
+    text = render_status(
+        status({}) | {"decisions": [str(refused), EVIL], "blacklist": {"x": {"reason": EVIL}}}
+    )
+    assert all(line.isprintable() for line in text.splitlines())
+    assert [line for line in text.splitlines() if line.startswith("FLOCK_TO on ")] == [
+        "FLOCK_TO on condor-sandbox@cm.fa.sandbox: 10.213.2.10:9618"
+    ]
