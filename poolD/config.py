@@ -5,6 +5,7 @@ read through the gateway: `with_condor_values`); set in the file, it overrides."
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -14,7 +15,18 @@ from common.condor_defaults import collector_address, require
 from common.config import ConfigError, StrictModel
 from common.hostport import parse_address
 from common.overlay.ring import RingConfig
-from poolD.messages import POOL_NAME, TRUST_DOMAIN
+from poolD.messages import HOST_PORT, POOL_NAME, TRUST_DOMAIN
+
+
+def check_collector(value: str) -> None:
+    """ValueError unless `value` is a collector our messages can carry: host:port with a name or
+    an IPv4 address (messages.HOST_PORT; an IPv6 address, `[2001:db8::1]:9618`, is not)."""
+    parse_address(value)
+    if not re.fullmatch(HOST_PORT, value):
+        raise ValueError(
+            "poold's messages carry a host name or an IPv4 address with a port "
+            "(letters, digits, '.', '-', '_'), not an IPv6 address: name the collector so"
+        )
 
 
 class PoolSection(StrictModel):
@@ -35,7 +47,7 @@ class PoolSection(StrictModel):
     @classmethod
     def _host_port(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_address(value)
+            check_collector(value)
         return value
 
 
@@ -146,4 +158,11 @@ def with_condor_values(config: PooldConfig, values: dict[str, str | None], sourc
         )
     collector = collector_address(values.get("COLLECTOR_HOST"))
     require(collector, source, "pool.collector", "COLLECTOR_HOST")
+    assert collector is not None
+    try:
+        check_collector(collector)
+    except ValueError as e:
+        raise ConfigError(
+            f"{source}: pool.collector is not set and HTCondor's COLLECTOR_HOST gives {collector!r}: {e}"
+        ) from None
     return config.model_copy(update={"pool": config.pool.model_copy(update={"collector": collector})})

@@ -96,3 +96,35 @@ def test_check_config_names_the_problem(tmp_path: Path, capsys: pytest.CaptureFi
     config.write_text('[pool]\nname = "p"\ncollector = "cm"\n')
     assert main(["check-config", str(config)]) == 2
     assert "key 'pool.collector'" in capsys.readouterr().err
+
+
+def test_a_collector_the_messages_cannot_carry_is_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """poolD review, finding 10: an IPv6 collector passed the config check, then every offer
+    failed the messages' host:port grammar inside the core (no offer sent, no file or key named).
+    The config refuses it, naming the key, from the file and from HTCondor's COLLECTOR_HOST."""
+    from common.config import ConfigError
+    from poolD.config import PoolSection, with_condor_values
+    from tests.poolD.test_reload import daemon
+
+    config = tmp_path / "poold.toml"
+    config.write_text('[pool]\nname = "p"\ncollector = "[2001:db8::1]:9618"\n')
+    assert main(["check-config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: " in err and "pool.collector" in err and "IPv4" in err
+    with pytest.raises(ValueError, match="IPv4"):
+        PoolSection(name="p", collector="[2001:db8::1]:9618")
+    assert PoolSection(name="p", collector="10.0.0.5:9618").collector == "10.0.0.5:9618"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('default = "allow"\n')
+    loaded = daemon(tmp_path, policy).config
+    unset = loaded.model_copy(update={"pool": loaded.pool.model_copy(update={"collector": None})})
+    with pytest.raises(
+        ConfigError, match=r"poold\.toml: pool\.collector is not set and HTCondor's COLLECTOR_HOST"
+    ):
+        with_condor_values(unset, {"COLLECTOR_HOST": "[2001:db8::1]:9618"}, "poold.toml")
+    assert (
+        with_condor_values(unset, {"COLLECTOR_HOST": "cm.p.org"}, "poold.toml").pool.collector
+        == "cm.p.org:9618"
+    )
