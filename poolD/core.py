@@ -780,6 +780,8 @@ class PoolCore:
     def _flocking_round(self, now: float, out: CoreOutput) -> None:
         """Decide FLOCK_TO on the latest reading (seed §4.1)."""
         self._next_round = now + self.settings.flocking.interval
+        answerable = now - self.settings.flocking.reauthorize_after  # older intents count no more
+        self._intent_sent = {p: t for p, t in self._intent_sent.items() if t > answerable}
         load = self.load
         if load is None:
             return  # the reading failed: nothing to decide on

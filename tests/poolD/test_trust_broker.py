@@ -339,6 +339,23 @@ def test_a_flock_reply_nobody_asked_for_gets_no_negotiator_token() -> None:
     assert c.authorized["near"].accepted and c.counters["flock_replies_unsolicited"] == 2
 
 
+def test_an_intent_never_answered_is_forgotten_after_reauthorize_after() -> None:
+    """The intents a reply may answer (finding 4) are kept only as long as an answer counts:
+    pools that never answer leave nothing behind, and a late answer counts no more."""
+    c = trust_core("home")
+    c.start(0.0)
+    willing(c, 1.0, "near")
+    assert sends(round_at(c, 60.0, load(free=0, idle=5)), FlockIntent)  # "near" never answers
+    assert "near" in c._intent_sent
+    later = 60.0 + c.settings.flocking.reauthorize_after + INTERVAL
+    c.willing.entries.clear()  # it offers no more: the next round asks no one
+    c.on_load(load(free=0, idle=5), later)
+    c.on_timer(later)
+    assert c._intent_sent == {}
+    yes = FlockReply(pool="near", accepted=True, reason="late", trust_domain="near.sandbox")
+    assert of(c.on_message(yes, later), RequestToken) == [] and "near" not in c.authorized
+
+
 def willing_addr(c: PoolCore, pool: str) -> str:
     return c.willing.entries[pool].origin.addr
 
