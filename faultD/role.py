@@ -31,11 +31,11 @@ Rules, beyond the seed's figure:
   original manager with an epoch at most one above the best seen; a managing original does not
   yield to a replacement's alive but preempts it (a forger cannot take a live pool with one
   datagram). Two replacements (a healed partition) still resolve by token. No alive or handover
-  lifts a node that has seen an epoch into the last 2^60 but EPOCH_JUMP_LIMIT at a time; the manager's
-  announced interval is taken within INTERVAL_SPREAD of ours; a replica beyond STATE_BYTES_LIMIT
-  or near the counters' limit is refused. Who sent what is
-  proven by the driver before a message reaches this machine
-  (common.overlay.claims: the `sender` of every message is the certified signer).
+  lifts a node that has seen an epoch into the last 2^60 but EPOCH_JUMP_LIMIT at a time; the
+  manager's announced interval is taken within INTERVAL_SPREAD of ours; a replica beyond
+  STATE_BYTES_LIMIT or near the counters' limit is refused. Who sent what is proven by the
+  driver before a message reaches this machine (common.overlay.claims: the `sender` of every
+  message is the certified signer).
 - Network partition: see docs/faultd.md. In short, the side without the manager elects its own
   (like condor_had, split brain is accepted while the partition lasts, because each side can
   then still run jobs); when it heals, the lower token steps down and everybody repoints.
