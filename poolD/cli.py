@@ -189,11 +189,14 @@ def _token_lines(tokens: dict[str, Any]) -> list[str]:
     held = ", ".join(f"{k} ({v:.0f}s left)" for k, v in sorted(tokens.get("held", {}).items()))
     asked = ", ".join(f"{k} (request {v})" for k, v in sorted(tokens.get("asked", {}).items()))
     issued = ", ".join(f"{k} ({v:.0f}s left)" for k, v in sorted(tokens.get("issued", {}).items()))
-    return [
+    waits = sorted(tokens.get("backing_off", {}).items())
+    backing_off = ", ".join(f"{k} (after a failure or refusal: next request in {v:.0f}s)" for k, v in waits)
+    lines = [
         f"tokens held: {held or 'none'}",
         f"tokens asked for: {asked or 'none'}",
         f"tokens issued: {issued or 'none'}",
     ]
+    return lines + ([f"tokens waiting: {backing_off}"] if backing_off else [])
 
 
 def _simulate_overlay(args: argparse.Namespace) -> int:

@@ -1126,7 +1126,9 @@ class PoolCore:
             "held": {f"{p}/{r}": round(u - now, 1) for (p, r), u in t.held.items()},
             "asked": {f"{p}/{r}": a.request_id for (p, r), a in t.asked.items()},
             "issued": {f"{p}/{r}": round(u - now, 1) for (p, r), u in t.issued.items()},
-            "backing_off": {f"{p}/{r}": round(b.until - now, 1) for (p, r), b in t.backoff.items()},
+            "backing_off": {
+                f"{p}/{r}": round(b.until - now, 1) for (p, r), b in t.backoff.items() if b.until > now
+            },
             "counters": dict(t.counters),
         }
 

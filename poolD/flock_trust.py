@@ -185,9 +185,11 @@ class TrustSettings:
     request_timeout: float = 120.0  # a request not approved by then is given up
     # After a request to a peer failed or was refused, the next waits retry_after, doubled at
     # each failure in a row up to retry_max: a peer refusing every request cannot make us start
-    # a condor_token_request per FlockIntent it sends.
+    # a condor_token_request per FlockIntent it sends. retry_max stays below the renewal cadence
+    # (flocking's reauthorize_after, 600 s), so that an outage of the peer's collector delays
+    # our token by at most one renewal once it is back.
     retry_after: float = 30.0
-    retry_max: float = 960.0
+    retry_max: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -271,6 +273,7 @@ class TrustBroker:
             del self.asked[key]
             self.counters["token_requests_failed"] += 1
             self._back_off(key, now)
+            error = printable(str(error))  # the tool's last words may quote the peer's collector
             text = f"token request to {action.peer} ({action.role}) failed: {error}"
             out.notes.append(
                 note("token_request_failed", text, pool=action.peer, role=action.role, error=error)

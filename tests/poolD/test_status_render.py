@@ -45,6 +45,16 @@ def test_status_shows_the_cross_pool_tokens() -> None:
     assert "tokens issued: fb/negotiator (595s left)" in text.splitlines()
 
 
+def test_status_shows_the_token_requests_waiting_after_a_failure() -> None:
+    """Review of the back-off: an admin saw one failed request in the log, then nothing."""
+    tokens = {"held": {}, "asked": {}, "issued": {}, "backing_off": {"fc/schedd": 239.6}, "counters": {}}
+    lines = render_status(status(tokens)).splitlines()
+    assert "tokens waiting: fc/schedd (after a failure or refusal: next request in 240s)" in lines
+    assert not any(
+        line.startswith("tokens waiting") for line in render_status(status({"held": {}})).splitlines()
+    )
+
+
 def test_status_without_trust_shows_no_token_lines() -> None:
     assert "tokens" not in render_status(status({}))
     assert "tokens" not in render_status({k: v for k, v in status({}).items() if k != "tokens"})
