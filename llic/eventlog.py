@@ -18,10 +18,11 @@ would number the job. Events written:
 written by one process); llic does not lock the file, so two masters must not share a log (they
 do not: one master per queue statement, and HTCondor's own locking is not available).
 
-Every text an event carries (a reason, a host, the submit notes) passes `_one_line`: a reader
-takes it as one line of the event's body, and a line `...` ends an event, so an agent's error
-with newlines in it would otherwise end the event and forge others (a `terminated, return
-value 0` for a task that never ran, which condor_wait and DAGMan believe).
+Every text an event carries (a reason, a host, the submit notes) passes `_one_line` (control
+characters escaped, as common.events.printable does): a reader takes it as one line of the
+event's body, and a line `...` ends an event, so an agent's error with newlines in it would
+otherwise end the event and forge others (a `terminated, return value 0` for a task that never
+ran, which condor_wait and DAGMan believe).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from common.events import printable
 from llic.task import TaskResult
 from llic.taskbook import EventKind, TaskEvent
 
@@ -48,11 +50,10 @@ NOTES_KEEP = 8191  # characters of the submit notes (submit_event_notes) the sub
 
 
 def _one_line(text: str, keep: int = TEXT_KEEP) -> str:
-    """`text` cut to `keep` characters, each newline or other control or separator character a
-    space: it stays one line of its event, whoever wrote it (the agent's error, a policy's
-    reason), and one event stays small."""
-    cut = text[:keep]
-    return cut if cut.isprintable() else "".join(c if c.isprintable() else " " for c in cut)
+    """`text` as one printable line of at most `keep` characters (common.events.printable: a
+    newline becomes `\\n`): it stays one line of its event, whoever wrote it (the agent's
+    error, a policy's reason), and one event stays small."""
+    return text[:keep] if text[:keep].isprintable() else printable(text, keep)
 
 
 def _header(number: int, cluster: int, process: int, when: float) -> str:
