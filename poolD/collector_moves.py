@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from common.events import Note, note
 from common.overlay.messages import Peer
-from poolD.discovery import _collector_problem, peer_host
+from poolD.discovery import collector_problem, peer_host
 from poolD.messages import CollectorMoved
 from poolD.policy import Direction, Policy, Subject
 from poolD.state import MAX_POOLS
@@ -110,7 +110,7 @@ class CollectorMoves:
         if not newer:
             self.counters["collector_moves_stale"] += 1
             return Taken(False)
-        if _collector_problem(collector) is not None:
+        if collector_problem(collector) is not None:
             self.counters["collector_moves_refused"] += 1
             return Taken(False)
         moves = self.history.setdefault(pool, deque(maxlen=MAX_MOVES))

@@ -74,7 +74,7 @@ from common.overlay.node import OverlayNode
 from common.wire import Message
 from poolD.collector_moves import CollectorClaim, CollectorMoves
 from poolD.config import DiscoverySection, FlockingSection
-from poolD.discovery import Discovery, DiscoverySettings, _collector_problem, peer_host
+from poolD.discovery import Discovery, DiscoverySettings, collector_problem, peer_host
 from poolD.flock_to_readback import FlockToReadBack, ReadFlockTo
 from poolD.flock_trust import (
     ApproveToken,
@@ -466,7 +466,7 @@ class PoolCore:
             return CoreOutput(wakeup=self._wakeup())
         # FLOCK_TO poold sets names host:port only (what the state file holds); an entry the
         # schedds have otherwise (an administrator's, without a port) is not poold's to manage.
-        odd = [c for c in value if _collector_problem(c) is not None]
+        odd = [c for c in value if collector_problem(c) is not None]
         notes = []
         if odd:
             named = ", ".join(repr(c[:80]) for c in odd[:5])

@@ -22,7 +22,7 @@ from poolD.core import (
     _is_grant,
     _Round,
 )
-from poolD.discovery import _collector_problem
+from poolD.discovery import collector_problem
 from poolD.flock_trust import Asked
 from poolD.state import (
     MAX_HOSTS,
@@ -155,7 +155,7 @@ def restore_state(core: PoolCore, state: PooldState, now: float, wall_offset: fl
         return min(t - wall_offset, at_most)
 
     for o in state.offers:
-        if o.pool == core.settings.pool or _collector_problem(o.collector) is not None:
+        if o.pool == core.settings.pool or collector_problem(o.collector) is not None:
             core.counters["state_entries_refused"] += 1
             continue
         core.willing.entries[o.pool] = WillingEntry(
@@ -178,7 +178,7 @@ def restore_state(core: PoolCore, state: PooldState, now: float, wall_offset: fl
     for pool in list(core.willing.entries):
         if pool in core.policy.blacklist:
             core.willing.remove(pool)
-    core.flocking.active = [c for c in state.flock_to if _collector_problem(c) is None][: fl.max_pools]
+    core.flocking.active = [c for c in state.flock_to if collector_problem(c) is None][: fl.max_pools]
     core.flock_to_seen = {s.schedd: list(s.collectors) for s in state.flock_to_seen}
     if core.flocking.active and state.flocking_since is not None:
         core.flocking_since = mono(state.flocking_since, now)
@@ -212,7 +212,7 @@ def restore_state(core: PoolCore, state: PooldState, now: float, wall_offset: fl
             core.counters["tokens_left_on_the_old_manager"] += len(state.tokens_held)
             core.counters["token_requests_left_on_the_old_manager"] += len(state.token_requests)
     for c in state.collectors:
-        if c.pool != core.settings.pool and _collector_problem(c.collector) is None:
+        if c.pool != core.settings.pool and collector_problem(c.collector) is None:
             claim = CollectorClaim(c.collector, c.origin.peer(), c.epoch, c.seq, c.trust_domain, heard_at=now)
             core.collector_claims[c.pool] = claim
     r = state.round

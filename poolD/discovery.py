@@ -51,7 +51,7 @@ def _host_of(addr: str) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _collector_problem(collector: str) -> str | None:
+def collector_problem(collector: str) -> str | None:
     """Why an offered collector may not go into FLOCK_TO (None: it may); cached like _host_of."""
     try:
         check_host_port(collector)
@@ -216,4 +216,4 @@ class Discovery:
             return f"valid_for {ann.valid_for:.0f} s exceeds {self.settings.max_valid_for:.0f} s"
         if ann.row >= self.overlay.table.rows:  # forwarding it would index past our table
             return f"row {ann.row} beyond the routing table's {self.overlay.table.rows}"
-        return _collector_problem(ann.collector)  # it would go into our schedds' FLOCK_TO
+        return collector_problem(ann.collector)  # it would go into our schedds' FLOCK_TO
