@@ -83,3 +83,13 @@ def test_poold_unit_lets_it_write_the_trust_directories() -> None:
     }
     assert len(token_dirs) == 1 and token_dirs <= set(writable), (token_dirs, writable)
     assert ("StateDirectoryMode", "0700") in settings  # requests and received tokens: poold's alone
+
+
+def test_poold_can_reach_faultds_control_socket() -> None:
+    """poold reads faultd's control socket ([daemon] faultd_socket): faultd's socket (0660) and
+    runtime directory (0750) must belong to poold's group, or poold, refused, takes faultd for
+    silent and stands by on every machine (as root:root they did)."""
+    poold = dict(read_service(FILES / "systemd/poold.service"))
+    faultd = dict(read_service(FILES / "systemd/faultd.service"))
+    assert faultd.get("Group") == poold["Group"] == "condor"
+    assert faultd["RuntimeDirectoryMode"] == "0750"
