@@ -24,6 +24,11 @@ log = structlog.get_logger("service")
 ControlHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 MAX_REQUEST = 64 * 1024
 MAX_NESTING = 32  # a control request is a flat object; json's recursion must never be reached
+# At most this many control connections at once, each given REQUEST_SECONDS to send its request
+# and again to read the answer: a local client holding idle connections could otherwise take
+# every file descriptor the daemon has (LimitNOFILE) and stop its ring and gateway.
+MAX_CONTROL_CLIENTS = 16
+REQUEST_SECONDS = 5.0
 
 
 def parse_request(data: bytes) -> dict[str, Any]:
@@ -80,18 +85,29 @@ async def serve_control(
     sock.listen(16)
     listener = trio.SocketListener(sock)
 
+    clients = trio.Semaphore(MAX_CONTROL_CLIENTS)
+
     async def one(stream: trio.SocketStream) -> None:
         """One request, one answer; nothing a client sends (or a handler raises) may end the
-        server, since serve_control runs in the daemon's main nursery."""
+        server, since serve_control runs in the daemon's main nursery. At most
+        MAX_CONTROL_CLIENTS at once: one beyond is closed at once."""
         try:
             async with stream:
-                await answer(stream)
+                try:
+                    clients.acquire_nowait()
+                except trio.WouldBlock:
+                    log.warning("control request refused: too many at once", limit=MAX_CONTROL_CLIENTS)
+                    return
+                try:
+                    await answer(stream)
+                finally:
+                    clients.release()
         except Exception as e:
             log.warning("control request failed", error=f"{type(e).__name__}: {e}")
 
     async def answer(stream: trio.SocketStream) -> None:
         data = b""
-        with trio.move_on_after(5):
+        with trio.move_on_after(REQUEST_SECONDS):
             while b"\n" not in data and len(data) < MAX_REQUEST:
                 chunk = await stream.receive_some(4096)
                 if not chunk:
@@ -108,7 +124,8 @@ async def serve_control(
                 log.exception("control handler failed", error=str(e))
                 reply = {"error": f"internal error: {type(e).__name__}: {e}"}
         try:
-            await stream.send_all(json.dumps(reply, default=str).encode() + b"\n")
+            with trio.move_on_after(REQUEST_SECONDS):  # a client that does not read holds nothing
+                await stream.send_all(json.dumps(reply, default=str).encode() + b"\n")
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
