@@ -33,7 +33,10 @@ def printable(text: str, limit: int = 200) -> str:
     """`text` as one printable line of at most `limit` characters: control and other
     non-printable characters become their escapes (`\\x1b`, `\\n`), so that text a peer chose
     cannot move a terminal's cursor, retitle it or forge lines of `poold status` or a log."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])[:limit]
+    cut = text[:limit]
+    if cut.isprintable():  # the common case, without a pass per character
+        return cut
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)[:limit]
 
 
 def log_note(log: Any, item: Note | str, **extra: Any) -> None:

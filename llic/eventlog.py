@@ -53,7 +53,7 @@ def _one_line(text: str, keep: int = TEXT_KEEP) -> str:
     """`text` as one printable line of at most `keep` characters (common.events.printable: a
     newline becomes `\\n`): it stays one line of its event, whoever wrote it (the agent's
     error, a policy's reason), and one event stays small."""
-    return text[:keep] if text[:keep].isprintable() else printable(text, keep)
+    return printable(text, keep)
 
 
 def _header(number: int, cluster: int, process: int, when: float) -> str:
