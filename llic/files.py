@@ -372,7 +372,9 @@ def place_outputs(
             elif kind == KIND_FILE:
                 dest = safe_join(root, posixpath.basename(rel) if style == STYLE_CONDOR else rel)
                 if wanted is None and (_overwrites(dest, root, own) or _overwrites(dest, root, protected)):
-                    raise UnsafePath(f"{dest} is an input file, the executable or the submit description")
+                    raise UnsafePath(
+                        f"{dest} is protected: an input, executable, log or stdout/stderr, or the master's"
+                    )
                 dest.parent.mkdir(parents=True, exist_ok=True)
             elif kind in (KIND_STDOUT, KIND_STDERR):
                 name = _task_field(task, "output" if kind == KIND_STDOUT else "error")
