@@ -467,8 +467,17 @@ class MasterCore:
 
     def on_timer(self, now: float) -> Output:
         """The wakeup came: a save that is due, a negotiation cycle while agents wait for slots,
-        a read of the schedd queue."""
+        a read of the schedd queue, a large return whose time is up."""
         out = Output()
+        late = self._net.bulk.expire(now)
+        for g in late:
+            out.notes.append(
+                f"agent {g.agent}: large result of {g.process}.{g.attempt} ({g.nbytes} bytes) not "
+                f"returned within {g.due - g.granted_at:.0f} s of its grant: its subnet's turn passes on"
+            )
+        if late:
+            self._dirty = True
+            self._grants(out, now)
         if not self.over:
             if self._next_reschedule is not None and now >= self._next_reschedule:
                 if self._waiting_for_slots():
@@ -557,8 +566,11 @@ class MasterCore:
 
     def _wakeup(self) -> float | None:
         """The earliest of: a save of changes not saved yet, the next negotiation cycle, the next
-        queue read (none once the master is over, but for a save)."""
+        queue read (none once the master is over, but for a save), a large return's time."""
         times = []
+        due = self._net.bulk.next_due()
+        if due is not None:
+            times.append(due)
         if self._dirty:
             times.append(self._last_save + self.config.state_save_interval)
         if not self.over:

@@ -260,6 +260,11 @@ def render_net(rows: list[dict[str, Any]], title: str) -> str:
                 f"  large results (over {_size(bulk.get('threshold'))}): {bulk.get('grants', 0)} returned "
                 f"one at a time per subnet, longest wait {bulk.get('max_wait_s', 0):.1f} s, "
                 f"{waiting} waiting now"
+                + (
+                    f", {bulk['expired']} overdue"
+                    if isinstance(bulk.get("expired"), int) and bulk["expired"]
+                    else ""
+                )
             )
         lines.append(
             f"  {'SUBNET':<20} {'LIMIT':>9} {'IN':>10} {'OUT':>10} {'XFERS':>6} {'RATE':>9} "

@@ -364,6 +364,24 @@ class BulkRequest:
     subnet: str
     since: float
     bps: float = 0.0  # set when granted: the rate the agent sends at (0: unpaced, unlimited subnet)
+    granted_at: float = math.nan  # set when granted
+    due: float = math.inf  # set when granted: when the turn passes on if the result has not come
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.agent, self.process, self.attempt)
+
+
+GRANT_GRACE = 60.0  # seconds a granted return may take beyond its expected time, whatever its size
+GRANT_SLACK = 2.0  # times its expected time at the granted rate
+GRANT_FLOOR_BPS = 10e6  # the rate an unpaced return (unlimited subnet) is expected to reach at least
+
+
+def grant_due(nbytes: int, bps: float, now: float) -> float:
+    """When a return granted at `now` has had its time: twice what `nbytes` take at the granted
+    rate (at GRANT_FLOOR_BPS if unpaced), plus GRANT_GRACE."""
+    rate = bps if bps > 0 else GRANT_FLOOR_BPS
+    return now + GRANT_GRACE + GRANT_SLACK * 8 * nbytes / rate
 
 
 @dataclass
@@ -371,8 +389,10 @@ class BulkReturns:
     """Large results one at a time per subnet, first come first served (issue 8 item 3).
 
     The seed's periodic checkpoints: serialized, they do not compete for the link and each one
-    finishes sooner. A grant ends when its result arrives (`done`) or its agent is gone
-    (`forget`): a crashed agent never keeps its subnet's turn. `fresh` collects the grants made
+    finishes sooner. A grant ends when its result arrives (`done`), its agent is gone (`forget`),
+    or its time is up (`expire`, at `grant_due`): a crashed agent never keeps its subnet's turn,
+    nor one that keeps the run and never sends (a hung or lying agent); such a run's result
+    is still taken when it comes, but it gets no second turn. `fresh` collects the grants made
     since the last `take_grants`, which the core turns into messages to the agents.
     `rate_for_grant` (set by NetAdmit) says what rate a grant on a subnet gets now, or None when
     the subnet's limit has no room for it yet; `retry` is called when capacity frees.
@@ -384,15 +404,18 @@ class BulkReturns:
     grants: int = 0
     duplicates: int = 0  # requests for a result already waiting or granted: ignored
     max_wait: float = 0.0  # longest time from request to grant (seconds)
+    expired: int = 0  # grants whose time ran out before their result came
+    overdue: set[tuple[str, int, int]] = field(default_factory=set)  # their runs, until done or forgotten
     rate_for_grant: Callable[[str], float | None] | None = None
 
     def _pending(self, agent: str, process: int, attempt: int) -> bool:
         key = (agent, process, attempt)
         queued = (r for q in self.waiting.values() for r in q)
-        return any((r.agent, r.process, r.attempt) == key for r in (*queued, *self.granted.values()))
+        return key in self.overdue or any(r.key == key for r in (*queued, *self.granted.values()))
 
     def request(self, req: BulkRequest, now: float) -> None:
-        """An agent has a large result ready: queue it behind its subnet's others and grant what fits."""
+        """An agent has a large result ready: queue it behind its subnet's others and grant what
+        fits. A run already waiting, granted or overdue is not queued again (`duplicates`)."""
         if self._pending(req.agent, req.process, req.attempt):
             self.duplicates += 1
             return
@@ -404,11 +427,30 @@ class BulkReturns:
         its turn ends. With the attempt, a late copy of an earlier run's result does not end
         the turn of the process's next run on the same agent (whose return would wait for good)."""
         self._end(lambda r: r.agent == agent and r.process == process and attempt in (None, r.attempt), now)
+        self.overdue = {
+            k for k in self.overdue if not (k[:2] == (agent, process) and attempt in (None, k[2]))
+        }
 
     def forget(self, agent: str, now: float) -> None:
         """The agent is gone: its requests are dropped and its grant, if any, passes on."""
         self._end(lambda r: r.agent == agent, now)
         self.fresh = [g for g in self.fresh if g.agent != agent]
+        self.overdue = {k for k in self.overdue if k[0] != agent}
+
+    def expire(self, now: float) -> list[BulkRequest]:
+        """End the grants whose time is up (returned: their subnets' next ones go)."""
+        late = [g for g in self.granted.values() if g.due <= now]
+        for g in late:
+            self.overdue.add(g.key)
+            self.expired += 1
+        keys = {g.key for g in late}
+        if keys:
+            self._end(lambda r: r.key in keys, now)
+        return late
+
+    def next_due(self) -> float | None:
+        """When the earliest grant under way has had its time (None: no grant)."""
+        return min((g.due for g in self.granted.values()), default=None)
 
     def _end(self, which: Callable[[BulkRequest], bool], now: float) -> None:
         """Drop the requests `which` picks; a grant it picks ends and its subnet's next one goes."""
@@ -438,7 +480,8 @@ class BulkReturns:
         bps = 0.0 if self.rate_for_grant is None else self.rate_for_grant(subnet)
         if bps is None:
             return  # the subnet's limit has no room now; retry() grants it when some frees
-        req = replace(self.waiting[subnet].popleft(), bps=bps)
+        waiting = self.waiting[subnet].popleft()
+        req = replace(waiting, bps=bps, granted_at=now, due=grant_due(waiting.nbytes, bps, now))
         if not self.waiting[subnet]:
             del self.waiting[subnet]
         self.granted[subnet] = req
@@ -456,6 +499,7 @@ class BulkReturns:
         return {
             "grants": self.grants,
             "duplicates": self.duplicates,
+            "expired": self.expired,
             "max_wait_s": round(self.max_wait, 6),
             "waiting": {s: len(q) for s, q in sorted(self.waiting.items())},
             "active": {s: f"{g.agent}:{g.process}" for s, g in sorted(self.granted.items())},
@@ -563,6 +607,8 @@ class NetAdmit:
         for agent in {r.agent for q in self.bulk.waiting.values() for r in q} - keep:
             self.bulk.forget(agent, now)
         for agent in {g.agent for g in self.bulk.granted.values()} - keep:
+            self.bulk.forget(agent, now)
+        for agent in {k[0] for k in self.bulk.overdue} - keep:
             self.bulk.forget(agent, now)
 
     # ------------------------------------------------------------------ bulk returns

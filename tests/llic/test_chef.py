@@ -43,7 +43,8 @@ from llic.events import (
     WelcomeAgent,
 )
 from llic.master_core import AGENT_EXIT_GRACE, AGENT_STARTUP_GUESS, MasterCore, MasterStatus
-from llic.netadmit import IN, OUT, Capacity, NetAdmit
+from llic.master_q import render_net
+from llic.netadmit import GRANT_GRACE, GRANT_SLACK, IN, OUT, Capacity, NetAdmit
 from llic.state import MasterInfo, restore, snapshot
 from llic.task import TaskResult
 from llic.taskbook import Assignment, TaskState
@@ -865,6 +866,38 @@ def test_bulk_ready_counts_only_for_a_run_its_agent_holds() -> None:
     assert [(g.agent, g.process, g.attempt) for g in of(out, GrantBulk)] == [(a.agent, 0, 1)]
     core.handle(ResultReceived(a.agent, TaskResult(0, 1, "ok", exit_code=0)), 6.0)
     assert not of(core.handle(BulkReady(a.agent, 0, 1, 50_000_000), 6.1), GrantBulk)  # reported
+
+
+def test_a_granted_large_return_that_never_comes_passes_its_subnets_turn_on() -> None:
+    """An agent that holds a run, is granted its large return and never sends it (hung, or
+    lying) kept its subnet's turn as long as it kept the run: every honest agent's large result
+    on the subnet waited behind it. The grant now has a time (twice the expected transfer at the
+    granted rate, plus a grace); when it is up the next return goes, the late one gets no second
+    turn, and its result is still taken when it comes."""
+    net = NetAdmit(
+        Capacity.parse("10.1.0.0/16:80Mbps"), sizes=dict.fromkeys(range(4), 0), bulk_threshold=1 << 24
+    )
+    core = MasterCore.new(range(4), LlicConfig(window_size=1), net)
+    a, b = of(core.start(2, now=0.0), SubmitAgent)
+    core.handle(AgentConnected(a.agent, "10.1.0.5"), 1.0)
+    core.handle(AgentConnected(b.agent, "10.1.0.6"), 1.0)
+    out = core.handle(BulkReady(a.agent, 0, 1, 100_000_000), 2.0)
+    [grant] = of(out, GrantBulk)
+    assert (grant.agent, grant.rate_bps) == (a.agent, 20e6)  # a quarter of the limit
+    assert not of(core.handle(BulkReady(b.agent, 1, 1, 1_000_000_000), 3.0), GrantBulk)  # behind a's
+    due = 2.0 + GRANT_GRACE + GRANT_SLACK * 8 * 100_000_000 / 20e6
+    assert core.on_timer(due - 1).wakeup == due  # the core asks to be woken when a's time is up
+    out = core.on_timer(due)
+    assert [(g.agent, g.process) for g in of(out, GrantBulk)] == [(b.agent, 1)]
+    assert any(a.agent in n and "turn passes on" in n for n in out.notes)
+    assert net.bulk.snapshot()["expired"] == 1
+    row = {"master_id": "m", "net": core.net_figures(due)}
+    assert "0 waiting now, 1 overdue" in render_net([row], "t")  # master_q -net
+    assert not of(core.handle(BulkReady(a.agent, 0, 1, 100_000_000), due + 1), GrantBulk)
+    assert net.bulk.duplicates == 1 and list(net.bulk.waiting) == []  # no second turn
+    out = core.handle(ResultReceived(a.agent, ok_result(0, 1)), due + 2)
+    assert core.book[0].state is TaskState.DONE and not net.bulk.overdue
+    assert net.bulk.granted["10.1.0.0/16"].agent == b.agent  # b's return goes on
 
 
 def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered() -> None:
