@@ -107,7 +107,7 @@ from llic.master_token import held_token_dir, remove_token
 from llic.plan import Plan, PlanError, load_plan
 from llic.runners import AgentRunner, GatewayAgents, LocalAgents, usable_ip
 from llic.state import MasterState, StateFileError, StateWriter, restore, snapshot
-from llic.user_requests import read_requests
+from llic.user_requests import read_requests, remove_request
 
 log = structlog.get_logger("llic.master")
 
@@ -475,14 +475,19 @@ class Master:
         next to the state file (llic/requests.py); each goes to the core, which saves the state
         first, then the file is removed."""
         outdir = self.plan.outdir
+        stuck: set[str] = set()  # names that could not be removed: reported once, then skipped
         while True:
-            found = await trio.to_thread.run_sync(read_requests, outdir)
+            found = await trio.to_thread.run_sync(read_requests, outdir, stuck)
             for path, request in found:
                 if isinstance(request, str):
                     self.log.warning("bad request file", file=str(path), problem=request)
                 else:
                     self.feed(UserRequest(request.action, request.processes, request.reason))
-                path.unlink(missing_ok=True)
+                problem = remove_request(path, stuck)
+                if problem is not None:
+                    self.log.warning(
+                        "request file cannot be removed: ignored", file=str(path), problem=problem
+                    )
             await trio.sleep(REQUEST_POLL_INTERVAL)
 
     # ------------------------------------------------------------------ HTCondor side

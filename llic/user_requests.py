@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 ACTIONS = ("release", "remove", "hold")
 _PREFIX = "request."
 _SUFFIX = ".json"
+MAX_REQUEST_BYTES = 16 << 20  # some two million process numbers: more than any submit file holds
 
 
 @dataclass(frozen=True)
@@ -48,20 +51,51 @@ def write_request(outdir: Path, request: Request) -> Path:
     return target
 
 
-def read_requests(outdir: Path) -> list[tuple[Path, Request | str]]:
-    """The requests waiting in outdir, oldest first: each a Request, or why it is unusable."""
+def read_requests(outdir: Path, skip: Collection[str] = ()) -> list[tuple[Path, Request | str]]:
+    """The requests waiting in outdir, oldest first: each a Request, or why it is unusable.
+    `skip`: names already reported that could not be removed (remove_request)."""
     try:
-        names = sorted(n for n in os.listdir(outdir) if n.startswith(_PREFIX) and n.endswith(_SUFFIX))
+        names = sorted(
+            n for n in os.listdir(outdir) if n.startswith(_PREFIX) and n.endswith(_SUFFIX) and n not in skip
+        )
     except OSError:
         return []
     found: list[tuple[Path, Request | str]] = []
     for name in names:
         path = outdir / name
         try:
-            found.append((path, _parse(json.loads(path.read_text()))))
+            found.append((path, _parse(json.loads(_read_regular(path)))))
         except (OSError, ValueError, TypeError, KeyError) as e:
             found.append((path, f"{type(e).__name__}: {e}"))
     return found
+
+
+def remove_request(path: Path, stuck: set[str]) -> str | None:
+    """Remove a request the master has taken (or reported); if it cannot be removed (a directory
+    of that name, say), its name joins `stuck`, for read_requests to skip: returns why."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:
+        stuck.add(path.name)
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _read_regular(path: Path) -> bytes:
+    """A request file's bytes, if it is a regular file (not a FIFO, device or symbolic link,
+    which could block the master's request loop or read something else) of at most
+    MAX_REQUEST_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MAX_REQUEST_BYTES:
+            raise ValueError(f"{st.st_size} bytes, more than a request's {MAX_REQUEST_BYTES}")
+        data = f.read(MAX_REQUEST_BYTES + 1)
+    if len(data) > MAX_REQUEST_BYTES:
+        raise ValueError(f"more than a request's {MAX_REQUEST_BYTES} bytes")
+    return data
 
 
 def _parse(data: object) -> Request:

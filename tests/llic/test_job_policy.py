@@ -7,6 +7,7 @@ master_release / master_q."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from llic.submit import parse_submit_text
 from llic.task import STATUS_LAUNCH_FAILED, Task, TaskResult
 from llic.task_policy import HELD, IDLE, RUNNING, DefaultPolicy, JobFacts, Verdict
 from llic.taskbook import EventKind, TaskBook, TaskEvent, TaskState
-from llic.user_requests import Request, read_requests, write_request
+from llic.user_requests import MAX_REQUEST_BYTES, Request, read_requests, remove_request, write_request
 
 DATA = Path(__file__).parent / "data"
 
@@ -345,6 +346,31 @@ def test_requests_and_their_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
     write_request(tmp_path, Request("release", None, "x"))
     (tmp_path / "request.0.1.json").write_text(json.dumps({"action": "explode"}))
     assert isinstance(read_requests(tmp_path)[0][1], str)  # a bad file is reported, not obeyed
+
+
+def test_request_files_that_are_not_small_regular_files_are_reported_not_read(tmp_path: Path) -> None:
+    """Only the output directory's owner can put files there, but a FIFO named as a request
+    blocked the master's request loop for good (the read waited for a writer), a huge one was
+    read whole into memory, a symbolic link read wherever it pointed, and a directory of that
+    name stopped the loop (its removal raised). Each is reported, removed if it can be, else
+    skipped from then on; the requests beside them are obeyed."""
+    os.mkfifo(tmp_path / "request.1.1.json")
+    with open(tmp_path / "request.2.1.json", "wb") as f:
+        f.truncate(MAX_REQUEST_BYTES + 1)
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"action": "remove"}))
+    (tmp_path / "request.3.1.json").symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "request.4.1.json").mkdir()
+    (tmp_path / "request.5.1.json").write_text(json.dumps({"action": "hold", "processes": [3]}))
+    found = dict(read_requests(tmp_path))  # returns: nothing blocks
+    problems = {p.name: r for p, r in found.items() if isinstance(r, str)}
+    assert sorted(problems) == [f"request.{i}.1.json" for i in (1, 2, 3, 4)]
+    assert "not a regular file" in problems["request.1.1.json"]
+    assert "more than a request's" in problems["request.2.1.json"]
+    assert found[tmp_path / "request.5.1.json"] == Request("hold", (3,), "")
+    stuck: set[str] = set()
+    assert [remove_request(p, stuck) is None for p in sorted(found)] == [True, True, True, False, True]
+    assert stuck == {"request.4.1.json"}
+    assert read_requests(tmp_path, stuck) == [] and (tmp_path / "elsewhere.json").exists()
 
 
 def test_master_q_shows_held_tasks() -> None:
