@@ -101,6 +101,9 @@ class DaemonCli(Generic[C]):
     check_help: str = "validate a config file"
     # Fills in what the file leaves to HTCondor's configuration (common.condor_defaults).
     resolve: Callable[[C, Path], C] | None = None
+    # The user the daemon's systemd unit runs it as (None: root): `keys new-node` run as root
+    # gives it the node's key, and check-config run as root checks that it can read its keys.
+    service_user: str | None = None
 
     def parser(self) -> tuple[argparse.ArgumentParser, Any]:
         """The parser with run, status and check-config; the subparsers, for more commands."""
@@ -127,7 +130,7 @@ class DaemonCli(Generic[C]):
         check.add_argument("file", type=Path, help="the config file to check")
         from common.keys import add_keys_parser
 
-        add_keys_parser(sub, self.prog)
+        add_keys_parser(sub, self.prog, self.service_user)
         return parser, sub
 
     def load(self, path: Path) -> C:
@@ -163,5 +166,22 @@ class DaemonCli(Generic[C]):
             path = args.socket or load_config(args.config, self.model).daemon.control_socket
             return print_status(self.prog, path, self.render_status, as_json=args.json)
         config = self.load(args.file)
+        self._check_key_owners(config, args.file)
         print(f"{args.file}: ok ({self.describe(config)})")
         return 0
+
+    def _check_key_owners(self, config: C, path: Path) -> None:
+        """Run as root, check-config reads every file; the daemon, run as its service user, reads
+        only its own: a key left to root passed the check and stopped the daemon at its start."""
+        from common.keys import user_exists
+        from common.overlay.auth import KeyFileError, check_readable_by
+
+        if self.service_user is None or os.geteuid() != 0 or not user_exists(self.service_user):
+            return  # (without the user, HTCondor is not installed: systemd would say so first)
+
+        ring = config.ring  # type: ignore[attr-defined]
+        for key, what in ((ring.key_file, "ring key"), (ring.identity_files().node_key, "node private key")):
+            try:
+                check_readable_by(key, self.service_user, self.prog, what)
+            except KeyFileError as e:
+                raise ConfigError(f"{path}: {e}") from None

@@ -45,13 +45,39 @@ def init_ca(directory: Path) -> CertificateAuthority:
     return ca
 
 
-def new_node_key(directory: Path) -> bytes:
-    """A new node key pair in `directory`: node.key (0600) and node.pub; returns the public key."""
+def new_node_key(directory: Path, owner: str | None = None) -> bytes:
+    """A new node key pair in `directory`: node.key (0600) and node.pub, given to `owner` (a user
+    name; None: whoever runs this); returns the public key."""
+    ids = None if owner is None else _user_ids(owner)
     directory.mkdir(parents=True, exist_ok=True)
     generate_key_file(directory / "node.key")
     public = public_key_of(load_private_key(directory / "node.key", "node private key"))
     write_public_file(directory / "node.pub", public.hex() + "\n")
+    if ids is not None:
+        for name in ("node.key", "node.pub"):
+            os.chown(directory / name, *ids)
     return public
+
+
+def user_exists(user: str) -> bool:
+    """Whether this machine has the user `user`."""
+    import pwd
+
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True
+
+
+def _user_ids(user: str) -> tuple[int, int]:
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise ValueError(f"no user {user!r} on this machine (--owner names who gets node.key)") from None
+    return entry.pw_uid, entry.pw_gid
 
 
 def read_node_public_key(path: Path) -> bytes:
@@ -104,9 +130,10 @@ def issue_node(
     return NodeFiles(directory / "node.key", directory / "node.cert", cert)
 
 
-def add_keys_parser(sub: argparse._SubParsersAction, prog: str) -> None:
+def add_keys_parser(sub: argparse._SubParsersAction, prog: str, service_user: str | None = None) -> None:
     """The `keys` command and its subcommands, for `prog` (poold or faultd), in the suite's style:
-    each says what it does and its defaults (common.cli.add_command)."""
+    each says what it does and its defaults (common.cli.add_command). `service_user`: the user
+    the daemon runs as (None: root), who must own its node.key."""
     from common.cli import add_command
 
     keys = add_command(sub, "keys", "node keys and certificates of the ring (for its administrator)")
@@ -115,6 +142,10 @@ def add_keys_parser(sub: argparse._SubParsersAction, prog: str) -> None:
     ca.add_argument("directory", type=Path, help="where to write ca.key and ca.pub")
     node = add_command(what, "new-node", "make this node's key pair (node.key stays here; send node.pub)")
     node.add_argument("directory", type=Path, help="where to write node.key and node.pub")
+    who = f"{service_user}, the user {prog} runs as," if service_user else "root, as"
+    node.add_argument(
+        "--owner", help=f"the user who gets node.key (default: {who} when run as root; else whoever runs it)"
+    )
     sign = add_command(what, "sign", "sign a node's public key into a certificate (with the CA key)")
     sign.add_argument("--ca-key", type=Path, required=True, help="the CA's private key (ca.key)")
     sign.add_argument("--public-key", type=Path, required=True, help="the node's node.pub")
@@ -134,7 +165,7 @@ def add_keys_parser(sub: argparse._SubParsersAction, prog: str) -> None:
     revoke = add_command(what, "revoke", "add a certificate's serial to a revocation list")
     revoke.add_argument("--list", type=Path, required=True, help="the revocation list ([ring] revoked_file)")
     revoke.add_argument("serial", type=int, help="the revoked certificate's serial (keys show prints it)")
-    keys.set_defaults(keys_prog=prog)
+    keys.set_defaults(keys_prog=prog, keys_service_user=service_user)
 
 
 def run_keys(args: argparse.Namespace) -> int:
@@ -156,8 +187,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"CA public key {ca.public_key.hex()}: copy ca.pub to every node of the ring")
         return 0
     if command == "new-node":
-        public = new_node_key(args.directory)
-        print(f"node key made: {args.directory / 'node.key'} (stays here) and {args.directory / 'node.pub'}")
+        owner, user = args.owner, args.keys_service_user
+        note = ""
+        if owner is None and user is not None and os.geteuid() == 0:
+            if user_exists(user):
+                owner = user
+            else:
+                note = f"; no user {user} here yet: chown {user}: node.key once HTCondor is installed"
+        public = new_node_key(args.directory, owner)
+        key, pub = args.directory / "node.key", args.directory / "node.pub"
+        print(f"node key made: {key} (stays here{f', owned by {owner}' if owner else ''}) and {pub}{note}")
         print(f"public key {public.hex()}: have it signed with 'keys sign' by the CA's holder")
         return 0
     if command == "sign":

@@ -274,6 +274,7 @@ CLI = DaemonCli(
     status_help="what the running daemon knows and did",
     check_help="validate a config file and its policy file",
     resolve=_resolve,
+    service_user="condor",  # poold.service's User=
 )
 
 SIM_DEPENDENCIES = ("numpy", "scipy", "matplotlib")

@@ -90,6 +90,29 @@ def read_secret_file(path: str | pathlib.Path, what: str = "key") -> bytes:
         raise KeyFileError(f"{name}: {what} is not hex text") from e
 
 
+def check_readable_by(path: str | pathlib.Path, user: str, daemon: str, what: str = "key") -> None:
+    """Refuse (KeyFileError naming the file) a secret file that `user`, whom `daemon` runs as,
+    could not read: owned by another user (secrets are 0600, so only their owner reads them).
+    For check-config run as root, which reads every file and so would not see the problem that
+    stops the daemon at its start."""
+    import pwd
+
+    uid = pwd.getpwnam(user).pw_uid  # the caller knows the user exists
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise KeyFileError(f"{path}: cannot open {what} file: {e.strerror or e}") from e
+    if st.st_uid != uid:
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = str(st.st_uid)
+        raise KeyFileError(
+            f"{path}: owned by {owner}, but {daemon} runs as {user} (its systemd unit) and could not "
+            f"read the {what}; chown {user}: {path}"
+        )
+
+
 def load_ring_key(path: str | pathlib.Path) -> bytes:
     """The ring's shared key, from a file of hex text that only the daemon's user can access.
 

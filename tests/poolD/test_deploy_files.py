@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
+import os
+import pwd
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from common.overlay.auth import generate_key_file
+from poolD import cli as poold_cli
 from poolD.cli import main
 
 FILES = Path(__file__).resolve().parents[2] / "common" / "deploy_files"
@@ -80,6 +84,47 @@ def test_an_install_without_the_new_key_material_refuses_to_start(
     shutil.copy(tmp_path / "other" / "node.cert", etc / "node.cert")
     assert main(["check-config", str(config)]) == 2
     assert "certificate is for another key" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another user needs root")
+def test_a_key_the_daemons_user_cannot_read_is_named_by_check_config_and_new_node_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the docs say, an admin makes the keys as root, and poold runs as condor (poold.service):
+    node.key was root's (0600), check-config (run as root, which reads anything) said ok, and
+    poold stopped at its start. Now `keys new-node` run as root gives node.key to the user the
+    daemon runs as, and check-config names a key that user could not read. (The user here is
+    `nobody`, as this machine has no condor.)"""
+    monkeypatch.setattr(poold_cli, "CLI", dataclasses.replace(poold_cli.CLI, service_user="nobody"))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    generate_key_file(etc / "ring.key")
+    install_keys(etc, main, name="physics", pool="physics", host="cm")
+    assert (etc / "node.key").stat().st_uid == nobody and (etc / "node.key").stat().st_mode & 0o777 == 0o600
+    config = tmp_path / "poold.toml"
+    config.write_text(
+        f'[pool]\nname = "physics"\ncollector = "cm:9618"\n[ring]\nnode_name = "physics"\n'
+        f'key_file = "{etc / "ring.key"}"\n'
+    )
+    assert main(["check-config", str(config)]) == 2  # the ring key is still root's
+    err = capsys.readouterr().err
+    assert f"{etc / 'ring.key'}: owned by root, but poold runs as nobody" in err, err
+    assert f"chown nobody: {etc / 'ring.key'}" in err
+    os.chown(etc / "ring.key", nobody, -1)
+    assert main(["check-config", str(config)]) == 0
+    os.chown(etc / "node.key", 0, -1)
+    assert main(["check-config", str(config)]) == 2
+    assert f"{etc / 'node.key'}: owned by root" in capsys.readouterr().err
+    assert main(["keys", "new-node", "--owner", "no-such-user-here", str(tmp_path / "x")]) == 2
+    assert "no user 'no-such-user-here'" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "node.key").exists()  # refused before anything was written
+    monkeypatch.setattr(
+        poold_cli, "CLI", dataclasses.replace(poold_cli.CLI, service_user="no-such-user-here")
+    )
+    assert main(["keys", "new-node", str(tmp_path / "y")]) == 0  # HTCondor not installed yet
+    assert "chown no-such-user-here: node.key once HTCondor is installed" in capsys.readouterr().out
+    assert (tmp_path / "y" / "node.key").stat().st_uid == 0
 
 
 def test_check_config_names_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
