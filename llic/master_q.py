@@ -1,14 +1,15 @@
 """master_q (seed §6): how far each master has got, condor_q style.
 
-    master_q [STATE_FILE|ALL] [CONFIG] [-name SCHEDD] [-constraint EXPR] [-af ATTR ...] [-long]
-             [-nobatch] [-totals] [-json] [-net]
+    master_q [STATE_FILE|ALL] [CONFIG] [-name SCHEDD] [-allusers] [-constraint EXPR] [-af ATTR ...]
+             [-long] [-nobatch] [-totals] [-json] [-net]
 
 Where from: a state file; ALL, every `master.*.state` under MASTER_OUTPUTS_DIR_PREFIX_PATH of the
 configuration (CONFIG, else $LLIC_CONFIG_FILENAME, else the site file, else the defaults; see
 `llic.state.find_state_files`); or, with neither, the schedds of the pool: every master job there
 carries its progress in its own job ad (`LlicDone`, `LlicTotal`, ... which the master keeps up to
 date; `condor_q -af LlicMasterId LlicDone` shows them too), so masters are listed wherever their
-state files are. The seed names state files `master.*.in`; ours say what they are.
+state files are; as condor_q, only the user's own unless `-allusers` (root sees every user's).
+The seed names state files `master.*.in`; ours say what they are.
 
 As condor_q does: each master is a ClassAd (`master_ad`: LlicMasterId, Owner, ClusterId,
 LlicStatus, LlicTotal, LlicDone, LlicRunning, LlicIdle, LlicFailed, LlicAgentsRunning, ...);
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -340,6 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-name", "--name", dest="schedd", help="only this schedd (with no STATE_FILE|ALL)")
     parser.add_argument(
+        "-allusers",
+        "--allusers",
+        dest="allusers",
+        action="store_true",
+        help="every user's masters (with no STATE_FILE|ALL; default: yours, as condor_q; root sees all)",
+    )
+    parser.add_argument(
         "-constraint", "--constraint", dest="constraint", help="a ClassAd expression each master must satisfy"
     )
     parser.add_argument(
@@ -370,7 +379,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.target is None:
         if args.config is not None:
             raise ConfigError("a CONFIG needs STATE_FILE or ALL before it")
-        rows, title = _from_schedds(args.schedd)
+        rows, title = _from_schedds(args.schedd, None if args.allusers or os.geteuid() == 0 else _user())
         if args.nobatch:
             for r in rows:
                 try:
@@ -489,13 +498,29 @@ def render_tasks(ads: list[dict[str, Any]], title: str, *, totals_only: bool = F
     return "\n".join(lines)
 
 
-def _from_schedds(schedd: str | None) -> tuple[list[dict[str, Any]], str]:
-    """Masters from their job ads, in every schedd of the pool (or the one named)."""
+def _user() -> str:
+    """The user running master_q, as the schedd names a job's Owner."""
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def masters_constraint(owner: str | None) -> str:
+    """The job constraint that picks llic masters (scheduler universe, LlicMasterId), `owner`'s
+    only if given."""
+    constraint = "LlicMasterId =!= undefined && JobUniverse == 7"
+    return constraint if owner is None else f"{constraint} && Owner == {json.dumps(owner)}"
+
+
+def _from_schedds(schedd: str | None, owner: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Masters from their job ads, in every schedd of the pool (or the one named); only
+    `owner`'s if given (condor_q shows only the user's own jobs, unless -allusers or root)."""
     import trio
 
     from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
 
     projection = [*MASTER_ATTRS.values(), *(AGENT_ATTR.format(s.value.capitalize()) for s in AGENT_STATES)]
+    constraint = masters_constraint(owner)
 
     async def query() -> list[dict[str, Any]]:
         async with Gateway(timeout=30) as gw:
@@ -503,9 +528,7 @@ def _from_schedds(schedd: str | None) -> tuple[list[dict[str, Any]], str]:
             ads: list[dict[str, Any]] = []
             for name in names:
                 ref = DaemonRef(kind=DaemonKind.SCHEDD, name=name)
-                ads += await gw.query_jobs(
-                    "LlicMasterId =!= undefined && JobUniverse == 7", projection, schedd=ref
-                )
+                ads += await gw.query_jobs(constraint, projection, schedd=ref)
             return ads
 
     try:
@@ -513,4 +536,6 @@ def _from_schedds(schedd: str | None) -> tuple[list[dict[str, Any]], str]:
     except GatewayError as e:
         raise ConfigError(f"cannot read the schedds' queues: {e}") from None
     title = f"llic masters in schedd {schedd}" if schedd else "llic masters in the pool's schedds"
+    if owner is not None:
+        title = title.replace("llic masters", f"llic masters of {owner}", 1)
     return [row_of_ad(ad) for ad in ads], title

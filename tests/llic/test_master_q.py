@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import classad2
 import pytest
 
 from llic import cli
 from llic.chef import ChefRecord, ChefState
 from llic.config import CONFIG_ENV, LlicConfig
 from llic.master_core import MasterStatus
-from llic.master_q import main, master_ad, render_table, row_of_ad, summarize
+from llic.master_q import (
+    build_parser,
+    main,
+    master_ad,
+    masters_constraint,
+    render_table,
+    row_of_ad,
+    summarize,
+)
 from llic.state import (
     MasterInfo,
     MasterState,
@@ -237,3 +246,16 @@ def test_long_totals_and_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["ALL", config, "-nobatch", "-constraint", "ProcId == 3 && ClusterId == 12"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].split() == ["12.3", "alice", "12.0", "done", "1", "0", "0+00:00:00", "n"]
+
+
+def test_from_the_schedds_master_q_shows_the_users_own_masters_unless_allusers() -> None:
+    """As condor_q: the user's own masters by default, every user's with -allusers or as root
+    (a queue superuser); the constraint is evaluated by the schedd as it is written here."""
+    assert masters_constraint(None) == "LlicMasterId =!= undefined && JobUniverse == 7"
+    mine = masters_constraint("alice")
+    assert mine == 'LlicMasterId =!= undefined && JobUniverse == 7 && Owner == "alice"'
+    for owner, picked in (("alice", True), ("bob", False)):
+        ad = classad2.ClassAd({"LlicMasterId": "m", "JobUniverse": 7, "Owner": owner})
+        ad["Picked"] = classad2.ExprTree(mine)
+        assert ad.eval("Picked") is picked
+    assert "-allusers" in build_parser().format_help()
