@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from common.files import read_regular
+
 
 class StrictModel(BaseModel):
     """Base of every config section: unknown keys are errors, values are immutable once read."""
@@ -21,6 +23,9 @@ class StrictModel(BaseModel):
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+CONFIG_BYTES_LIMIT = 4 << 20  # a config or policy file; a policy naming 10,000 pools is ~1 MB
 
 
 class ConfigError(Exception):
@@ -34,10 +39,10 @@ def read_config_text(path: str | Path, *, missing: str = "file not found", origi
     came from (" (from LLIC_CONFIG_FILENAME)")."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        return read_regular(path, CONFIG_BYTES_LIMIT).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: {missing}{origin}") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ConfigError(f"{path}: cannot read: {reason}{origin}") from None
 
@@ -53,6 +58,8 @@ def parse_config(text: str, model: type[M], *, source: str) -> M:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{source}: invalid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: invalid TOML: arrays or tables nested too deep") from None
     return validate_config(data, model, source=source)
 
 

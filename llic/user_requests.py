@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+
+from common.files import read_regular
 
 ACTIONS = ("release", "remove", "hold")
 _PREFIX = "request."
@@ -64,7 +65,9 @@ def read_requests(outdir: Path, skip: Collection[str] = ()) -> list[tuple[Path, 
     for name in names:
         path = outdir / name
         try:
-            found.append((path, _parse(json.loads(_read_regular(path)))))
+            found.append(
+                (path, _parse(json.loads(read_regular(path, MAX_REQUEST_BYTES, follow_symlinks=False))))
+            )
         except (OSError, ValueError, TypeError, KeyError) as e:
             found.append((path, f"{type(e).__name__}: {e}"))
     return found
@@ -79,23 +82,6 @@ def remove_request(path: Path, stuck: set[str]) -> str | None:
         stuck.add(path.name)
         return f"{type(e).__name__}: {e}"
     return None
-
-
-def _read_regular(path: Path) -> bytes:
-    """A request file's bytes, if it is a regular file (not a FIFO, device or symbolic link,
-    which could block the master's request loop or read something else) of at most
-    MAX_REQUEST_BYTES."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        if st.st_size > MAX_REQUEST_BYTES:
-            raise ValueError(f"{st.st_size} bytes, more than a request's {MAX_REQUEST_BYTES}")
-        data = f.read(MAX_REQUEST_BYTES + 1)
-    if len(data) > MAX_REQUEST_BYTES:
-        raise ValueError(f"more than a request's {MAX_REQUEST_BYTES} bytes")
-    return data
 
 
 def _parse(data: object) -> Request:

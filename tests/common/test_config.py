@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from common.cli import run_main
-from common.config import ConfigError, StrictModel, load_config
+from common.config import CONFIG_BYTES_LIMIT, ConfigError, StrictModel, load_config
 
 
 class Overlay(StrictModel):
@@ -79,3 +80,22 @@ def test_cli_prints_one_line_and_no_traceback(tmp_path: Path, capsys: pytest.Cap
     err = capsys.readouterr().err
     assert code == 2
     assert err == f"poold: error: {path}: unknown key 'extra'\n"
+
+
+def test_a_fifo_a_huge_file_or_deep_nesting_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    """A FIFO named as the config hung check-config and the daemon's start (a plain read waits
+    for a writer); a huge file was read whole; a value nested 500 deep raised RecursionError (a
+    traceback at check-config, at the start, and out of a reload, which ended the daemon)."""
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=f"^{fifo}: cannot read: not a regular file"):
+        load_config(fifo, Daemon)
+    huge = tmp_path / "huge.toml"
+    with open(huge, "wb") as f:
+        f.truncate(CONFIG_BYTES_LIMIT + 1)
+    with pytest.raises(ConfigError, match=f"^{huge}: cannot read: .* more than the {CONFIG_BYTES_LIMIT}"):
+        load_config(huge, Daemon)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 500 + "]" * 500 + "\n")
+    with pytest.raises(ConfigError, match=f"^{deep}: invalid TOML: .*nested too deep"):
+        load_config(deep, Daemon)

@@ -365,7 +365,7 @@ def test_request_files_that_are_not_small_regular_files_are_reported_not_read(tm
     problems = {p.name: r for p, r in found.items() if isinstance(r, str)}
     assert sorted(problems) == [f"request.{i}.1.json" for i in (1, 2, 3, 4)]
     assert "not a regular file" in problems["request.1.1.json"]
-    assert "more than a request's" in problems["request.2.1.json"]
+    assert "more than the" in problems["request.2.1.json"]
     assert found[tmp_path / "request.5.1.json"] == Request("hold", (3,), "")
     stuck: set[str] = set()
     assert [remove_request(p, stuck) is None for p in sorted(found)] == [True, True, True, False, True]
