@@ -369,6 +369,7 @@ class BulkRequest:
 
     @property
     def key(self) -> tuple[str, int, int]:
+        """The run it is for: (agent, process, attempt)."""
         return (self.agent, self.process, self.attempt)
 
 
