@@ -66,7 +66,10 @@ class DaemonSection(StrictModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     gateway_timeout: float = Field(30.0, gt=0, description="seconds an HTCondor call may take")
     advertise_interval: float = Field(
-        60.0, ge=0, description="seconds between updates of the daemon's ClassAd in the collector; 0: no ad"
+        60.0,
+        ge=0,
+        le=86_400,
+        description="seconds between updates of the daemon's ClassAd in the collector; 0: no ad",
     )
     metrics_listen: str | None = Field(
         None, description="host:port of a Prometheus endpoint (needs the [metrics] extra); unset: none"

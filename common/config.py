@@ -17,9 +17,11 @@ from common.files import read_regular
 
 
 class StrictModel(BaseModel):
-    """Base of every config section: unknown keys are errors, values are immutable once read."""
+    """Base of every config section: unknown keys are errors, values are immutable once read, and
+    no number is infinite or NaN (TOML has both; no setting means them, and arithmetic on them
+    broke later, far from the file: `advertise_interval = inf` ended the daemon after its start)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -15,11 +15,15 @@ def read_regular(path: str | Path, limit: int, *, follow_symlinks: bool = True) 
     `follow_symlinks`); ValueError naming the problem if it is not a regular file or is larger."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as f:
+    try:
         st = os.fstat(fd)  # the file opened, not whatever the path names afterwards
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise ValueError(kind if kind.startswith("not") else f"is {kind}")
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ValueError("is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+    with os.fdopen(fd, "rb") as f:
         if st.st_size > limit:
             raise ValueError(f"{st.st_size} bytes, more than the {limit} allowed")
         data = f.read(limit + 1)

@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(config: PooldConfig, path: Path) -> None:
     if config.daemon.policy_file is not None:
         Policy.load(config.daemon.policy_file)
+    state = config.daemon.state_file
+    if state is not None and (state.is_dir() or (state.exists() and not state.is_file())):
+        kind = "a directory" if state.is_dir() else "not a regular file"
+        raise ConfigError(f"{path}: daemon.state_file: {state} is {kind}, not a state file")
     cert = config.ring.check_key(path).cert
     if cert.pool != config.pool.name:
         raise ConfigError(

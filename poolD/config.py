@@ -56,7 +56,9 @@ class DiscoverySection(StrictModel):
 
     interval: float = Field(60.0, gt=0, description="seconds between load readings and offers")
     ttl: int = Field(1, ge=1, le=32, description="rows an offer travels (system-wide)")
-    valid_for: float = Field(120.0, gt=0, description="how long our offers stand")
+    valid_for: float = Field(
+        120.0, gt=0, le=86_400, description="how long our offers stand (an offer carries at most a day)"
+    )
     max_valid_for: float = Field(3600.0, gt=0, description="longer offers from others are refused")
     proximity_resolution: float = Field(0.005, gt=0, description="RTTs closer than this count as equal")
 
@@ -73,7 +75,7 @@ class FlockingSection(StrictModel):
     authorize_timeout: float = Field(5.0, gt=0, description="wait for a pool to authorize our schedds")
     reauthorize_after: float = Field(600.0, gt=0, description="ask a pool again after this long")
     deliver_timeout: float = Field(900.0, gt=0, description="flocked jobs idle this long: blacklist the pool")
-    blacklist_for: float = Field(3600.0, gt=0)
+    blacklist_for: float = Field(3600.0, gt=0, le=365 * 86_400, description="at most a year")
     authorize_incoming: bool = Field(True, description="set FLOCK_FROM for pools the policy lets in")
     flock_from_hosts_per_pool: int = Field(
         64, ge=1, le=1000, description="an intent naming more schedd hosts than this is refused"

@@ -22,6 +22,8 @@ would grant).
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +32,7 @@ from pydantic import Field, ValidationError
 
 from common.condor.config_files import write_atomically
 from common.config import StrictModel
+from common.files import read_regular
 from common.overlay.messages import ADDR, Peer
 from poolD.messages import HOST_PORT, POOL_NAME, REQUEST_ID
 
@@ -198,6 +201,8 @@ def decode_state(data: bytes, source: str) -> PooldState:
         raw = json.loads(data)
     except (UnicodeDecodeError, ValueError) as e:
         raise StateFileError(f"{source}: not JSON: {str(e)[:200]}") from None
+    except RecursionError:
+        raise StateFileError(f"{source}: not a poold state file (JSON nested too deep)") from None
     if not isinstance(raw, dict) or raw.get("format") != STATE_FORMAT:
         raise StateFileError(f"{source}: not a poold state file (format is not {STATE_FORMAT!r})")
     version = raw.get("version")
@@ -217,12 +222,11 @@ def decode_state(data: bytes, source: str) -> PooldState:
 def load_state(path: Path) -> PooldState | None:
     """The state file's document; None when there is no file (a first start)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_STATE_BYTES + 1)
+        data = read_regular(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         return None
-    except IsADirectoryError:
-        raise StateFileError(f"{path}: is a directory, not a state file") from None
+    except ValueError as e:
+        raise StateFileError(f"{path}: {e}, not a state file") from None
     except OSError as e:
         raise StateFileError(f"{path}: cannot read: {e.strerror or e}") from None
     return decode_state(data, str(path))
@@ -239,9 +243,20 @@ def save_state(path: Path, state: PooldState) -> None:
 
 def set_aside(path: Path, wall: float | None = None) -> Path | None:
     """Move an unusable state file out of the way (kept, for a person to look at) so that poold
-    starts fresh and saves anew; returns where it went, or None if it could not be moved."""
+    starts fresh and saves anew; returns where it went, or None if it could not be moved. Only
+    a regular file is moved (a directory named as the state file by mistake was carried off,
+    contents and all), and never over an earlier one set aside."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+    except OSError:
+        return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if wall is None else wall))
     target = path.with_name(f"{path.name}.rejected-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.rejected-{stamp}.{n}")
     try:
         path.replace(target)
     except OSError:

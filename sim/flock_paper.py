@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import math
 import random
 import time
 from collections import deque
@@ -193,7 +192,7 @@ class PoolDLayer:
             interval=1.0,
             max_pools=max_pools,
             withdraw_after=withdraw_after,
-            deliver_timeout=math.inf,
+            deliver_timeout=1e12,  # never within a run (the config refuses inf)
             max_rtt=max_rtt,
         )
         cores = []

@@ -21,7 +21,6 @@ Every site's trace starts at time 0 (the paper aligned its traces the same way).
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,7 +132,9 @@ class _Poold:
         )
         # Not modelled: the blacklist of sites whose offers do not deliver.
         flocking = FlockingSection(
-            interval=config.flocking_interval, max_pools=config.max_pools, deliver_timeout=math.inf
+            interval=config.flocking_interval,
+            max_pools=config.max_pools,
+            deliver_timeout=1e12,  # never
         )
         cores = []
         for k, s in enumerate(sites):

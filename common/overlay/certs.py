@@ -162,6 +162,8 @@ class NodeCertificate(BaseModel):
             raise ValueError(f"field {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a node certificate: {type(e).__name__}: {e}") from None
+        except RecursionError:
+            raise ValueError("not a node certificate: JSON nested too deep") from None
 
     def describe(self) -> str:
         """One line for logs and `keys show`."""

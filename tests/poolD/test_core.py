@@ -3,7 +3,6 @@ hand with `now`, with no network, clock or HTCondor."""
 
 from __future__ import annotations
 
-import math
 import random
 
 from common.condor.types import PoolLoad, ScheddLoad
@@ -266,7 +265,7 @@ def test_two_cores_flock_through_each_other_with_no_network() -> None:
             pool=name,
             collector=f"{name}.sim:9618",
             discovery=DiscoverySection(interval=1.0, valid_for=2.0),
-            flocking=FlockingSection(interval=1.0, withdraw_after=1.0, deliver_timeout=math.inf),
+            flocking=FlockingSection(interval=1.0, withdraw_after=1.0, deliver_timeout=1e9),
         )
         for name in ("busy", "free")
     ]

@@ -173,3 +173,43 @@ def test_a_collector_the_messages_cannot_carry_is_refused_naming_the_key(
         with_condor_values(unset, {"COLLECTOR_HOST": "cm.p.org"}, "poold.toml").pool.collector
         == "cm.p.org:9618"
     )
+
+
+def keyed_config(tmp_path: Path, extra: str) -> Path:
+    """A minimal poold.toml with its keys in place, and `extra` lines at its end."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    generate_key_file(etc / "ring.key")
+    install_keys(etc, main, name="p", pool="p", host="cm")
+    config = tmp_path / "poold.toml"
+    ring = f'[ring]\nnode_name = "p"\nkey_file = "{etc / "ring.key"}"\n'
+    config.write_text(f'[pool]\nname = "p"\ncollector = "cm:9618"\n{ring}{extra}\n')
+    return config
+
+
+@pytest.mark.parametrize(
+    ("section", "line", "says"),
+    [
+        ("daemon", "advertise_interval = inf", "daemon.advertise_interval"),  # ended poold after its start
+        ("daemon", "advertise_interval = 1e308", "daemon.advertise_interval"),
+        ("discovery", "valid_for = 100000", "discovery.valid_for"),  # no offer was ever made
+        ("flocking", "blacklist_for = inf", "flocking.blacklist_for"),  # the state stopped being saved
+        ("flocking", "withdraw_after = nan", "flocking.withdraw_after"),
+    ],
+)
+def test_check_config_refuses_numbers_that_broke_poold_later(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, line: str, says: str
+) -> None:
+    config = keyed_config(tmp_path, f"[{section}]\n{line}")
+    assert main(["check-config", str(config)]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_check_config_refuses_a_state_file_that_is_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At the start such a directory was set aside (renamed, with all it held)."""
+    config = keyed_config(tmp_path, f'[daemon]\nstate_file = "{tmp_path}"')
+    for command in (["check-config", str(config)], ["run", "--config", str(config)]):
+        assert main(command) == 2
+        assert f"daemon.state_file: {tmp_path} is a directory" in capsys.readouterr().err

@@ -6,6 +6,7 @@ what poold writes is what faultD replicates and restores."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -170,6 +171,7 @@ def good_doc() -> dict:
         (b'{"format": "poold-state", "version": 1, "pool": ', "not JSON"),
         (b"[1, 2, 3]", "not a poold state file"),
         (b'{"format": "llic-master-state"}', "not a poold state file"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deep"),  # was a RecursionError
     ],
 )
 def test_a_corrupt_file_is_refused_naming_the_file(tmp_path: Path, data: bytes, says: str) -> None:
@@ -213,7 +215,7 @@ def test_huge_lists_are_refused_before_anything_is_kept(tmp_path: Path) -> None:
     with pytest.raises(StateFileError, match=r"offers: List should have at most 4096 items"):
         load_state(write(tmp_path, json.dumps(doc)))
     path = write(tmp_path, b"{" + b" " * MAX_STATE_BYTES + b"}")
-    with pytest.raises(StateFileError, match="more than a state file holds"):
+    with pytest.raises(StateFileError, match=r"more than the \d+ allowed, not a state file"):
         load_state(path)
 
 
@@ -252,6 +254,25 @@ def test_a_file_set_aside_keeps_its_content(tmp_path: Path) -> None:
     aside = set_aside(path, wall=WALL)
     assert aside is not None and aside.read_bytes() == b"not json" and not path.exists()
     assert aside.name == "state.json.rejected-20270115T080000Z"
+
+
+def test_a_directory_or_fifo_named_as_the_state_file_is_refused_and_never_moved(tmp_path: Path) -> None:
+    """A state_file naming a directory (a typo for /var/lib/poold) was set aside: renamed with
+    everything in it. A FIFO hung the start. Both are refused and left where they are; a second
+    file set aside in the same second does not replace the first."""
+    here = tmp_path / "poold"
+    (here / "token-requests").mkdir(parents=True)
+    with pytest.raises(StateFileError, match=f"^{here}: is a directory, not a state file"):
+        load_state(here)
+    assert set_aside(here, wall=WALL) is None and (here / "token-requests").is_dir()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(StateFileError, match="not a regular file"):
+        load_state(fifo)  # returns at once
+    assert set_aside(fifo, wall=WALL) is None and fifo.exists()
+    first, second = (set_aside(write(tmp_path, text), wall=WALL) for text in (b"one", b"two"))
+    assert first is not None and second is not None and first != second
+    assert (first.read_bytes(), second.read_bytes()) == (b"one", b"two")
 
 
 def test_trust_bookkeeping_survives_a_restart() -> None:
