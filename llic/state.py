@@ -37,6 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from common.config import ConfigError
+from common.files import read_regular
 from llic.chef import ChefRecord, ChefState
 from llic.config import LlicConfig
 from llic.master_core import MasterCore, MasterStatus
@@ -50,6 +51,9 @@ MAGIC = "llic-master-state"
 VERSION = 1
 STATE_GLOB = "master.*.state"
 MASTER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A 100,000-task file is some 10 MB; a task's line stays under a few KiB (the result's tails are
+# cut short), so this bounds what master_q and master_rm read, not what a master writes.
+MAX_STATE_BYTES = 1 << 30
 
 
 class StateFileError(Exception):
@@ -312,13 +316,15 @@ def load_state(path: Path) -> MasterState:
     The file is never changed."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         raise StateFileError(f"{path}: no such state file") from None
     except IsADirectoryError:
         raise StateFileError(f"{path}: is a directory, not a state file") from None
     except OSError as e:
         raise StateFileError(f"{path}: cannot read: {e.strerror or e}") from None
+    except ValueError as e:  # a FIFO would block the reader; a huge file fill its memory
+        raise StateFileError(f"{path}: {e}, not read as a state file") from None
     header, newline, body = data.partition(b"\n")
     try:
         magic, version, digest = header.decode("ascii").split(" ")
@@ -338,6 +344,8 @@ def load_state(path: Path) -> MasterState:
         raise StateFileError(f"{path}: unreadable body: {e}") from None
     except ValueError as e:
         raise StateFileError(f"{path}: unreadable body: Invalid JSON: {e}") from None
+    except RecursionError:
+        raise StateFileError(f"{path}: unreadable body: Invalid JSON: nested too deep") from None
     if not isinstance(raw, dict):
         raise StateFileError(f"{path}: wrong content at (body): Input should be a valid dictionary")
     raw_tasks = raw.pop("tasks", None)

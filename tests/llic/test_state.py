@@ -171,6 +171,7 @@ def _corrupt_cases(good: bytes) -> dict[str, tuple[bytes, str]]:
         "newer version": (signed(body, "2"), "state file version '2'; this llic reads version 1"),
         "not utf-8": (signed(b"\xff\xfe{}"), "unreadable body"),
         "not json": (signed(b"{not json"), "unreadable body"),
+        "nested too deep": (signed(b"[" * 100_000), "unreadable body: Invalid JSON: nested too deep"),
         "wrong schema": (
             signed(body.replace(b'"status":"running"', b'"status":"asleep"')),
             "wrong content at status",
@@ -216,6 +217,19 @@ def test_bad_config_snapshot_is_a_state_error(tmp_path: Path) -> None:
 def test_directory_instead_of_file(tmp_path: Path) -> None:
     with pytest.raises(StateFileError, match="is a directory"):
         load_state(tmp_path)
+
+
+def test_a_fifo_or_an_oversized_file_is_refused_without_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = tmp_path / "master.fifo.state"
+    os.mkfifo(fifo)  # a plain open blocks until a writer comes: master_q and master_rm hung
+    with pytest.raises(StateFileError, match=f"^{fifo}: not a regular file, not read as a state file$"):
+        load_state(fifo)
+    path, _ = saved(tmp_path)
+    monkeypatch.setattr(state_module, "MAX_STATE_BYTES", path.stat().st_size - 1)
+    with pytest.raises(StateFileError, match=f"^{path}: .* bytes, more than the .* allowed, not read"):
+        load_state(path)
 
 
 def test_save_never_overwrites_a_file_that_is_not_a_state_file(tmp_path: Path) -> None:
