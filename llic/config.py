@@ -32,6 +32,7 @@ CONFIG_ENV = "LLIC_CONFIG_FILENAME"
 SITE_CONFIG = Path("/etc/llic/llic_config")  # the submit host's own (condor-selforg install llic)
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_SIZE = 1 << 50  # a pebibyte: beyond any result's files, and far inside what int64 and msgpack carry
 
 
 def parse_size(text: str) -> int:
@@ -39,7 +40,10 @@ def parse_size(text: str) -> int:
     match = _SIZE.match(text)
     if match is None:
         raise ValueError(f"{text.strip()!r} is not a size like 16MB (a number of bytes, or K, M, G)")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
+    size = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]  # inf if absurdly long
+    if not size <= MAX_SIZE:
+        raise ValueError(f"more than {MAX_SIZE >> 30}GB, the most a size may be")
+    return int(size)
 
 
 class FilesStyle(StrEnum):
@@ -184,11 +188,12 @@ class LlicConfig(StrictModel):
     bulk_output_threshold: int = Field(
         16 * 1024 * 1024,
         ge=0,
+        le=MAX_SIZE,
         description=(
             "bytes of a result's files above which the agent asks before sending them, so that "
             "large outputs are returned one at a time per subnet (FIFO) and finish sooner instead "
             "of sharing the link; smaller results go at once. A number of bytes or 16MB, 512KB, "
-            "1GB (K/M/G are powers of 1024); 0: off (every result goes at once)"
+            "1GB (K/M/G are powers of 1024), at most 1048576GB; 0: off (every result goes at once)"
         ),
     )
 

@@ -134,6 +134,11 @@ MASTER_EXECUTABLES_PATH = $(MASTER_OUTPUTS_DIR_PREFIX_PATH)bin
         ("just words", "cfg:2: expected KEY = VALUE, got 'just words'"),
         ("MASTER_EXECUTABLES_PATH = $ENV(NOPE)/bin", "cfg:2: MASTER_EXECUTABLES_PATH: $ENV(NOPE) is not set"),
         ("WINDOW_SIZE = $(LATER)", "cfg:2: WINDOW_SIZE: $(LATER) is not defined above"),
+        (  # float() of it is infinity, which int() refused with an OverflowError traceback
+            f"BULK_OUTPUT_THRESHOLD = {'9' * 400}.5G",
+            "cfg:2: BULK_OUTPUT_THRESHOLD: value error, more than 1048576GB, the most a size may be",
+        ),
+        ("BULK_OUTPUT_THRESHOLD = 1048577GB", "cfg:2: BULK_OUTPUT_THRESHOLD: value error, more than"),
     ],
 )
 def test_mistakes_name_file_line_and_key(line: str, expected: str) -> None:
@@ -161,6 +166,8 @@ def test_snapshot_round_trip_and_errors() -> None:
         LlicConfig.from_snapshot({**snap, "BOGUS": 1}, source="snap")
     with pytest.raises(ConfigError, match=r"^snap: WINDOW_SIZE: "):
         LlicConfig.from_snapshot({**snap, "WINDOW_SIZE": 0}, source="snap")
+    with pytest.raises(ConfigError, match=r"^snap: BULK_OUTPUT_THRESHOLD: Input should be less than"):
+        LlicConfig.from_snapshot({**snap, "BULK_OUTPUT_THRESHOLD": 10**400}, source="snap")
 
 
 def test_resolved_makes_paths_absolute() -> None:
