@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -312,7 +313,13 @@ def _size(value: Any) -> str:
 
 
 def _when(epoch: float | None) -> str:
-    return "-" if epoch is None else time.strftime("%m/%d %H:%M", time.localtime(epoch))
+    """A date, or '-' for none or one no clock shows (a job ad's attribute may hold anything)."""
+    if epoch is None:  # localtime(None) is now
+        return "-"
+    try:
+        return time.strftime("%m/%d %H:%M", time.localtime(epoch))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "-"
 
 
 def _rate_text(rate: float | None) -> str:
@@ -321,7 +328,7 @@ def _rate_text(rate: float | None) -> str:
 
 def _duration(seconds: float | None) -> str:
     """condor_q's RUN_TIME form: days+hh:mm:ss."""
-    if seconds is None:
+    if not isinstance(seconds, int | float) or not math.isfinite(seconds):
         return "?"
     s = round(seconds)
     return f"{s // 86400}+{s // 3600 % 24:02d}:{s // 60 % 60:02d}:{s % 60:02d}"

@@ -32,7 +32,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring as _encode_str  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -54,6 +54,9 @@ MASTER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # A 100,000-task file is some 10 MB; a task's line stays under a few KiB (the result's tails are
 # cut short), so this bounds what master_q and master_rm read, not what a master writes.
 MAX_STATE_BYTES = 1 << 30
+# The latest time a state file may name (9999-12-31 UTC): any master's clock, and what master_q
+# can show as a date; 1e300, infinity or NaN crashed it.
+MAX_TIME = 253402300799.0
 
 
 class StateFileError(Exception):
@@ -618,6 +621,9 @@ class _Chef(_M):
     job_ids: list[str]
 
 
+_Time = Annotated[float, Field(ge=0, le=MAX_TIME, allow_inf_nan=False)]
+
+
 class _Head(_M):
     """Everything but the tasks, which _read_task checks (a 100,000-task file read through
     pydantic models costs 90 MB and 2.5 s; through json and these checks, 40 MB and 0.5 s)."""
@@ -625,8 +631,8 @@ class _Head(_M):
     master: _Info
     config: dict[str, Any]
     status: Literal["running", "done", "gave_up", "stopped"]
-    started: float | None
-    saved: float
+    started: _Time | None
+    saved: _Time
     run: int = Field(ge=0)
     counters: dict[str, int]
     extra: dict[str, Any]
@@ -663,6 +669,8 @@ def _check(value: Any, hint: Any, where: str) -> Any:
     if hint is float:
         if type(value) not in (int, float):
             raise _Bad(where, "Input should be a valid number")
+        if not math.isfinite(value):  # json reads NaN and Infinity; the master never writes them
+            raise _Bad(where, "Input should be a finite number")
         return float(value)
     if type(value) is not hint:
         raise _Bad(where, f"Input should be a valid {getattr(hint, '__name__', hint)}")

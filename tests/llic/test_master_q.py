@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import classad2
 import pytest
 
-from llic import cli
+from llic import cli, master_q
 from llic.chef import ChefRecord, ChefState
 from llic.config import CONFIG_ENV, LlicConfig
 from llic.master_core import MasterStatus
@@ -259,3 +260,11 @@ def test_from_the_schedds_master_q_shows_the_users_own_masters_unless_allusers()
         ad["Picked"] = classad2.ExprTree(mine)
         assert ad.eval("Picked") is picked
     assert "-allusers" in build_parser().format_help()
+
+
+@pytest.mark.parametrize("value", [1e300, -1e300, math.inf, math.nan, "x"])
+def test_a_time_or_duration_no_clock_shows_is_a_dash_not_a_traceback(value: object) -> None:
+    """A master's job ad may hold anything in LlicSubmitted or LlicEtaSeconds."""
+    assert master_q._when(value) == "-"  # type: ignore[arg-type]
+    if not (isinstance(value, float) and math.isfinite(value)):
+        assert master_q._duration(value) == "?"  # type: ignore[arg-type]

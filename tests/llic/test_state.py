@@ -177,6 +177,20 @@ def _corrupt_cases(good: bytes) -> dict[str, tuple[bytes, str]]:
             "wrong content at status",
         ),
         "missing field": (signed(body.replace(b'"run":1,', b"")), "wrong content at run"),
+        # master_q showed these as dates: OverflowError (timestamp out of range) or ValueError
+        "saved out of range": (
+            signed(body.replace(b'"saved":15.0', b'"saved":1e300')),
+            "wrong content at saved: Input should be less than or equal to",
+        ),
+        "started infinite": (
+            signed(body.replace(b'"started":10.0', b'"started":Infinity')),
+            "wrong content at started: Input should be a finite number",
+        ),
+        "saved NaN": (signed(body.replace(b'"saved":15.0', b'"saved":NaN')), "wrong content at saved"),
+        "task time NaN": (
+            signed(body.replace(b'"entered":13.0', b'"entered":NaN')),
+            "wrong content at tasks.4.entered: Input should be a finite number",
+        ),
         "unknown field": (signed(body.replace(b'"run":1,', b'"run":1,"x":2,')), "wrong content at x"),
         "duplicate task": (
             signed(body.replace(b'{"process":7,"state":"queued"}', b'{"process":6,"state":"queued"}')),
