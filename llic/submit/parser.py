@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.files import read_regular
 from llic.submit.block import QueueBlock, SubmitContext
 from llic.submit.conditionals import ConditionError, IfStack, conditional_keyword, evaluate_condition
 from llic.submit.errors import ExpandError, SubmitFileError
@@ -46,7 +47,7 @@ from llic.submit.queue import (
     load_items,
     parse_queue_args,
 )
-from llic.submit.sources import SourceError, is_command, read_source, write_into
+from llic.submit.sources import MAX_SOURCE_BYTES, SourceError, is_command, read_source, write_into
 from llic.submit.values import WHITESPACE
 from llic.task import Task
 
@@ -474,9 +475,11 @@ def parse_submit_file(
     where = str(path)
     full = Path(path) if cwd is None else Path(cwd) / path
     try:
-        raw = full.read_bytes()
+        raw = read_regular(full, MAX_SOURCE_BYTES)
     except OSError as e:
         raise SubmitFileError(where, None, f"cannot read the submit file: {e.strerror}") from None
+    except ValueError as e:
+        raise SubmitFileError(where, None, f"cannot read the submit file: {e}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

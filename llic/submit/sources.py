@@ -17,8 +17,13 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from common.files import read_regular
 from llic.submit.arguments import split_args, v2_quoted_to_raw
 from llic.submit.values import WHITESPACE
+
+# A submit file, an included one or a `queue from` file is read whole: at most this (a real one is
+# some KiB; a FIFO would block master_submitter, a huge file fill its memory).
+MAX_SOURCE_BYTES = 64 << 20
 
 
 class SourceError(Exception):
@@ -51,9 +56,11 @@ def read_source(source: str, cwd: Path, environ: Mapping[str, str], *, command: 
         return run_command(command_words(source), cwd, environ)
     path = Path(source) if source.startswith("/") else cwd / source
     try:
-        return path.read_bytes().decode("utf-8", errors="surrogateescape")
+        return read_regular(path, MAX_SOURCE_BYTES).decode("utf-8", errors="surrogateescape")
     except OSError as e:
         raise SourceError(f"can't open file {source}: {e.strerror}") from None
+    except ValueError as e:
+        raise SourceError(f"can't read file {source}: {e}") from None
 
 
 def run_command(words: list[str], cwd: Path, environ: Mapping[str, str]) -> str:

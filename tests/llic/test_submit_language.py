@@ -4,11 +4,21 @@ compares the corpus files that carry these forms with the real tool)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from llic.submit import Mode, SubmitFile, SubmitFileError, TaskSpec, parse_submit_file, parse_submit_text
+from llic.submit import (
+    Mode,
+    SubmitFile,
+    SubmitFileError,
+    TaskSpec,
+    parse_submit_file,
+    parse_submit_text,
+    parser,
+    sources,
+)
 from llic.submit.conditionals import CONDOR_VERSION
 
 ENV = {"HOME": "/home/u", "PATH": "/usr/bin:/bin", "PAGER": "less", "MULTI": "a\nb", "SEMI": "x;y"}
@@ -240,15 +250,34 @@ def test_include_files_and_commands(tmp_path: Path) -> None:
         ("include foo : inc.part", "job.sub:2", "unexpected keyword(s) 'foo' after include"),
         ("include : a | b", "job.sub:2", "| must be at the end"),
         ("include : bad.part", "bad.part:2", "Illegal Identifier"),
+        ("include : fifo.part", "job.sub:2", "can't read file fifo.part: not a regular file"),
+        ("queue from fifo.part", "job.sub:2", "can't read file fifo.part: not a regular file"),
     ],
 )
 def test_include_errors_name_the_source_and_line(tmp_path: Path, lines: str, where: str, words: str) -> None:
+    os.mkfifo(tmp_path / "fifo.part")  # a plain open blocks until a writer comes
     script = tmp_path / "queue.sh"
     script.write_text("#!/bin/sh\necho queue\n")
     script.chmod(0o755)
     (tmp_path / "bad.part").write_text("x = 1\nbad-name = 2\n")
     e = error(tmp_path, f"executable = /bin/echo\n{lines}\nqueue\n")
     assert str(e).startswith(f"{where}: ") and words in str(e), str(e)
+
+
+def test_a_submit_file_that_is_a_fifo_or_too_large_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.mkfifo(tmp_path / "job.sub")
+    with pytest.raises(SubmitFileError, match=r"^job.sub: cannot read the submit file: not a regular file$"):
+        parse_submit_file("job.sub", cwd=tmp_path, environ={})
+    (tmp_path / "big.sub").write_text("executable = /bin/echo\nqueue\n")
+    (tmp_path / "big.part").write_text("arguments = x\n")
+    monkeypatch.setattr(sources, "MAX_SOURCE_BYTES", 10)
+    monkeypatch.setattr(parser, "MAX_SOURCE_BYTES", 10)
+    with pytest.raises(SubmitFileError, match=r"^big.sub: cannot read the submit file: 29 bytes, more than"):
+        parse_submit_file("big.sub", cwd=tmp_path, environ={})
+    with pytest.raises(SubmitFileError, match=r"^job.sub:1: include big.part: can.t read file big.part: 14 "):
+        parse_submit_text("include : big.part\n", name="job.sub", cwd=tmp_path, environ={})
 
 
 # -- queue ... from CMD |
