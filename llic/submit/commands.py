@@ -350,7 +350,7 @@ def check_commands(block: QueueBlock) -> None:
     variable = [
         (low, found)
         for low, found in checks
-        if (found.kind or found.refuse_if is not None or low == "notification")
+        if (found.kind or found.refuse_if is not None or low == "notification" or _is_expression(low, found))
         and "$" in (block.macros[low].value if low in block.macros else "$")
     ]
     if not variable:
@@ -379,12 +379,27 @@ def _spelled(block: QueueBlock, low: str) -> str:
     return m.name if m is not None else low
 
 
+# The longest ClassAd expression llic takes (a real one is some hundred characters): the master's
+# classad library parses a long one recursively, and `1+1+...` of 500,000 terms crashed it
+# (a segmentation fault) where condor_submit --dry-run took it.
+MAX_EXPRESSION_CHARS = 64 << 10
+
+
+def _is_expression(low: str, found: Command) -> bool:
+    """A value the master parses as a ClassAd expression: a policy, `requirements`, a job attribute."""
+    return found.kind == "expr" or low.startswith("my.")
+
+
 def _check_value(job: JobCommands, low: str, found: Command, value: str | None, block: QueueBlock) -> None:
     if value is None:
         return
     name = _spelled(block, low)
     problem = None
-    if found.kind == "bool" and submit_bool(value) is None:
+    if _is_expression(low, found) and len(value) > MAX_EXPRESSION_CHARS:
+        problem = (
+            f"{name}: an expression of {len(value)} characters, more than the {MAX_EXPRESSION_CHARS} allowed"
+        )
+    elif found.kind == "bool" and submit_bool(value) is None:
         problem = f"{name}={value} is invalid, must eval to a boolean."
     elif found.kind in ("int", "uint"):
         number = submit_integer(value)

@@ -6,6 +6,7 @@ reason, and condor's checks of a value's type are made too."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import classad2
@@ -206,6 +207,23 @@ def test_a_refused_command_set_to_nothing_is_not_set(tmp_path: Path) -> None:
 def test_values_condor_refuses(tmp_path: Path, line: str, words: str) -> None:
     e = refused(tmp_path, line)
     assert e.line == 2 and words in e.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("periodic_hold", "periodic_hold"), ("requirements", "requirements"), ("+LlicX", "MY.LlicX")],
+)
+def test_an_expression_too_long_for_the_master_is_refused(tmp_path: Path, name: str, shown: str) -> None:
+    """`1+1+...` of 500,000 terms passed the check, then crashed the master's classad parser."""
+    e = refused(tmp_path, f"{name} = {'1+' * 500_000}1")
+    assert e.line == 2
+    assert e.reason == f"{shown}: an expression of 1000001 characters, more than the 65536 allowed"
+    long_but_real = "(" + " || ".join(f'Machine == "node{i}.example.org"' for i in range(1750)) + ")"
+    assert 60_000 < len(long_but_real) < 65_536
+    assert len(parse(tmp_path, f"executable = /bin/echo\n{name} = {long_but_real}\nqueue\n").tasks(1)) == 1
+    per_job = f"executable = /bin/echo\n{name} = $(Item)\nqueue Item in (1, {'1+' * 40_000}1)\n"
+    with pytest.raises(SubmitFileError, match=f"^job.sub:2: {re.escape(shown)}: an expression of 80001"):
+        parse(tmp_path, per_job).tasks(1)
 
 
 def test_a_value_that_varies_is_checked_for_each_job(tmp_path: Path) -> None:
