@@ -71,6 +71,7 @@ from llic.events import (
     WriteEvents,
 )
 from llic.netadmit import IN, NetAdmit, Transfer
+from llic.protocol import MAX_RESULT_BYTES
 from llic.task import TaskResult
 from llic.task_policy import (
     HELD,
@@ -413,6 +414,12 @@ class MasterCore:
         if chef is None or not current or chef.state is not ChefState.RUNNING:
             return out  # a superseded agent: its connection is being closed
         run = (event.process, event.attempt)
+        if event.nbytes > MAX_RESULT_BYTES:
+            out.notes.append(
+                f"agent {event.agent}: bulk_ready for {event.process}.{event.attempt} of {event.nbytes} "
+                f"bytes, more than a result carries ({MAX_RESULT_BYTES}): ignored"
+            )
+            return out
         if self.book.check(chef.index, *run) is not None and run not in self._cancelled.get(event.agent, ()):
             out.notes.append(
                 f"agent {event.agent}: bulk_ready for {event.process}.{event.attempt}, "

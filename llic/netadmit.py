@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from llic.protocol import MAX_RESULT_BYTES
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 RATE_UNITS = {"bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
@@ -378,11 +380,13 @@ GRANT_SLACK = 2.0  # times its expected time at the granted rate
 GRANT_FLOOR_BPS = 10e6  # the rate an unpaced return (unlimited subnet) is expected to reach at least
 
 
-def grant_due(nbytes: int, bps: float, now: float) -> float:
-    """When a return granted at `now` has had its time: twice what `nbytes` take at the granted
-    rate (at GRANT_FLOOR_BPS if unpaced), plus GRANT_GRACE."""
+def grant_due(nbytes: int, bps: float, now: float, ahead: float = 0.0) -> float:
+    """When a return granted at `now` has had its time: twice what `nbytes` (at most what a
+    result carries: the agent says how many) take at the granted rate (at GRANT_FLOOR_BPS if
+    unpaced), plus GRANT_GRACE, after `ahead`: the seconds of paced input already queued on
+    the agent's one connection, which the grant waits behind."""
     rate = bps if bps > 0 else GRANT_FLOOR_BPS
-    return now + GRANT_GRACE + GRANT_SLACK * 8 * nbytes / rate
+    return now + ahead + GRANT_GRACE + GRANT_SLACK * 8 * min(nbytes, MAX_RESULT_BYTES) / rate
 
 
 @dataclass
@@ -408,6 +412,7 @@ class BulkReturns:
     expired: int = 0  # grants whose time ran out before their result came
     overdue: set[tuple[str, int, int]] = field(default_factory=set)  # their runs, until done or forgotten
     rate_for_grant: Callable[[str], float | None] | None = None
+    input_ahead: Callable[[str], float] | None = None  # seconds of paced input queued to an agent
 
     def _pending(self, agent: str, process: int, attempt: int) -> bool:
         key = (agent, process, attempt)
@@ -482,7 +487,8 @@ class BulkReturns:
         if bps is None:
             return  # the subnet's limit has no room now; retry() grants it when some frees
         waiting = self.waiting[subnet].popleft()
-        req = replace(waiting, bps=bps, granted_at=now, due=grant_due(waiting.nbytes, bps, now))
+        ahead = 0.0 if self.input_ahead is None else self.input_ahead(waiting.agent)
+        req = replace(waiting, bps=bps, granted_at=now, due=grant_due(waiting.nbytes, bps, now, ahead))
         if not self.waiting[subnet]:
             del self.waiting[subnet]
         self.granted[subnet] = req
@@ -570,6 +576,12 @@ class NetAdmit:
 
     def __post_init__(self) -> None:
         self.bulk.rate_for_grant = self._bulk_rate
+        self.bulk.input_ahead = self._input_ahead
+
+    def _input_ahead(self, agent: str) -> float:
+        """The longest the paced inputs reserved for `agent` may still take (at their rates)."""
+        mine = (r for r in self.reservations.values() if r.agent == agent and r.bps > 0)
+        return sum(8 * self.sizes.get(r.process, 0) / r.bps for r in mine)
 
     def _bulk_rate(self, subnet: str) -> float | None:
         """A large return shares its subnet's limit with the inputs: on a limited subnet it gets

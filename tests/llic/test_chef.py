@@ -892,12 +892,32 @@ def test_a_granted_large_return_that_never_comes_passes_its_subnets_turn_on() ->
     assert any(a.agent in n and "turn passes on" in n for n in out.notes)
     assert net.bulk.snapshot()["expired"] == 1
     row = {"master_id": "m", "net": core.net_figures(due)}
-    assert "0 waiting now, 1 overdue" in render_net([row], "t")  # master_q -net
+    assert "0 waiting now, 1 not returned in their time" in render_net([row], "t")  # master_q -net
     assert not of(core.handle(BulkReady(a.agent, 0, 1, 100_000_000), due + 1), GrantBulk)
     assert net.bulk.duplicates == 1 and list(net.bulk.waiting) == []  # no second turn
     out = core.handle(ResultReceived(a.agent, ok_result(0, 1)), due + 2)
     assert core.book[0].state is TaskState.DONE and not net.bulk.overdue
     assert net.bulk.granted["10.1.0.0/16"].agent == b.agent  # b's return goes on
+
+
+def test_a_grants_time_cannot_be_stretched_by_a_lie_and_counts_the_input_it_waits_behind() -> None:
+    """A bulk_ready announcing 2**63 - 1 bytes set its grant's time 234,000 years ahead (the
+    expiry undone): more than a result carries is ignored. A grant sent to an agent whose
+    connection is still sending it a paced input waits behind that input: its time starts after."""
+    net = NetAdmit(
+        Capacity.parse("10.1.0.0/16:80Mbps"), sizes={0: 0, 1: 0, 2: 100_000_000}, bulk_threshold=1 << 24
+    )
+    core = MasterCore.new(range(3), LlicConfig(window_size=2), net)
+    [a] = of(core.start(1, now=0.0), SubmitAgent)
+    core.handle(AgentConnected(a.agent, "10.1.0.5"), 1.0)
+    out = core.handle(BulkReady(a.agent, 0, 1, 2**63 - 1), 2.0)
+    assert not of(out, GrantBulk) and "more than a result carries" in out.notes[0]
+    assert not net.bulk.waiting and not net.bulk.granted
+    core.handle(ResultReceived(a.agent, ok_result(0, 1)), 3.0)  # 2.1 (100 MB of input) goes out now
+    assert net.pace(2) == 20e6
+    assert len(of(core.handle(BulkReady(a.agent, 1, 1, 20_000_000), 4.0), GrantBulk)) == 1
+    alone = 4.0 + GRANT_GRACE + GRANT_SLACK * 8 * 20_000_000 / 20e6
+    assert net.bulk.next_due() == alone + 8 * 100_000_000 / 20e6  # after the 40 s of input
 
 
 def test_connecting_agent_is_welcomed_before_its_tasks_and_results_are_answered() -> None:
