@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,11 +77,17 @@ def _opt_int(value: Any, where: str, minimum: int | None = 0) -> int | None:
     return None if value is None else _int(value, where, minimum)
 
 
+# The largest time or duration a result may carry (some 31,000 years, or a date far past any
+# clock): a run's times are added up (RemoteWallClockTime), and two of 1e308 made infinity,
+# which the state file then held and could not be read back from.
+MAX_RESULT_SECONDS = 1e12
+
+
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _fail(where, f"expected a number, got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
-        raise _fail(where, f"expected a finite number >= 0, got {value}")
+    if not 0 <= value <= MAX_RESULT_SECONDS:  # (NaN too)
+        raise _fail(where, f"expected a number from 0 to {MAX_RESULT_SECONDS:g}, got {value}")
     return float(value)
 
 
@@ -391,9 +396,9 @@ class TaskResult:
                 and (status != STATUS_OK or (exit_code is None) != (signal is None))
                 and status in STATUSES
                 and type(run_time) is float
-                and 0.0 <= run_time < math.inf
-                and (started is None or (type(started) is float and 0.0 <= started < math.inf))
-                and (finished is None or (type(finished) is float and 0.0 <= finished < math.inf))
+                and 0.0 <= run_time <= MAX_RESULT_SECONDS
+                and (started is None or (type(started) is float and 0.0 <= started <= MAX_RESULT_SECONDS))
+                and (finished is None or (type(finished) is float and 0.0 <= finished <= MAX_RESULT_SECONDS))
                 and type(host) is str
                 and type(out_tail) is str
                 and type(err_tail) is str

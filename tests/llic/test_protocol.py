@@ -468,6 +468,16 @@ def test_tails_are_bounded() -> None:
         p.TaskResult.from_dict(result(stdout_tail="x" * (p.TAIL_SIZE + 1)).to_dict())
 
 
+@pytest.mark.parametrize("field", ["run_time", "started", "finished"])
+def test_times_are_bounded_so_that_their_sums_stay_finite(field: str) -> None:
+    """Two runs of 1e308 seconds added up to an infinite RemoteWallClockTime, which the state
+    file held as Infinity and then could not be read back from (the master could not resume)."""
+    for read in (p.TaskResult.from_dict, p.TaskResult._checked):
+        with pytest.raises(p.ProtocolError, match=f"result.{field}"):
+            read(result(**{field: 1.7e308}).to_dict())
+        assert getattr(read(result(**{field: 1e12}).to_dict()), field) == 1e12
+
+
 # ---------------------------------------------------------------------------------------------
 # handshake
 
