@@ -55,7 +55,9 @@ def new_node_key(directory: Path, owner: str | None = None) -> bytes:
     write_public_file(directory / "node.pub", public.hex() + "\n")
     if ids is not None:
         for name in ("node.key", "node.pub"):
-            os.chown(directory / name, *ids)
+            # not through a symbolic link: the directory may be the owner's (condor's), who could
+            # put one in place of node.key, and root would give it whatever that names
+            os.chown(directory / name, *ids, follow_symlinks=False)
     return public
 
 

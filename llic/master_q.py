@@ -8,7 +8,7 @@ configuration (CONFIG, else $LLIC_CONFIG_FILENAME, else the site file, else the 
 `llic.state.find_state_files`); or, with neither, the schedds of the pool: every master job there
 carries its progress in its own job ad (`LlicDone`, `LlicTotal`, ... which the master keeps up to
 date; `condor_q -af LlicMasterId LlicDone` shows them too), so masters are listed wherever their
-state files are; as condor_q, only the user's own unless `-allusers` (root sees every user's).
+state files are; as condor_q, only the user's own unless `-allusers` (root and condor see every user's).
 The seed names state files `master.*.in`; ours say what they are.
 
 As condor_q does: each master is a ClassAd (`master_ad`: LlicMasterId, Owner, ClusterId,
@@ -264,7 +264,7 @@ def render_net(rows: list[dict[str, Any]], title: str) -> str:
                 f"one at a time per subnet, longest wait {bulk.get('max_wait_s', 0):.1f} s, "
                 f"{waiting} waiting now"
                 + (
-                    f", {bulk['expired']} overdue"
+                    f", {bulk['expired']} not returned in their time"
                     if isinstance(bulk.get("expired"), int) and bulk["expired"]
                     else ""
                 )
@@ -353,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--allusers",
         dest="allusers",
         action="store_true",
-        help="every user's masters (with no STATE_FILE|ALL; default: yours, as condor_q; root sees all)",
+        help="every user's masters (no STATE_FILE|ALL; default: yours as condor_q; root, condor: all)",
     )
     parser.add_argument(
         "-constraint", "--constraint", dest="constraint", help="a ClassAd expression each master must satisfy"
@@ -386,7 +386,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.target is None:
         if args.config is not None:
             raise ConfigError("a CONFIG needs STATE_FILE or ALL before it")
-        rows, title = _from_schedds(args.schedd, None if args.allusers or os.geteuid() == 0 else _user())
+        rows, title = _from_schedds(args.schedd, None if args.allusers else _own_masters_only())
         if args.nobatch:
             for r in rows:
                 try:
@@ -505,11 +505,19 @@ def render_tasks(ads: list[dict[str, Any]], title: str, *, totals_only: bool = F
     return "\n".join(lines)
 
 
-def _user() -> str:
-    """The user running master_q, as the schedd names a job's Owner."""
+QUEUE_SUPER_USERS = ("root", "condor")  # HTCondor's default QUEUE_SUPER_USERS: condor_q shows them all
+
+
+def _own_masters_only() -> str | None:
+    """The user whose masters master_q shows by default, as the schedd names a job's Owner;
+    None (every user's) for a queue superuser or a uid without a name."""
     import pwd
 
-    return pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
+    return None if user in QUEUE_SUPER_USERS else user
 
 
 def masters_constraint(owner: str | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -99,9 +100,16 @@ def _check(config: PooldConfig, path: Path) -> None:
     if config.daemon.policy_file is not None:
         Policy.load(config.daemon.policy_file)
     state = config.daemon.state_file
-    if state is not None and (state.is_dir() or (state.exists() and not state.is_file())):
-        kind = "a directory" if state.is_dir() else "not a regular file"
-        raise ConfigError(f"{path}: daemon.state_file: {state} is {kind}, not a state file")
+    if state is not None:
+        try:
+            mode = state.stat().st_mode
+        except FileNotFoundError:
+            mode = None  # a first start
+        except OSError as e:
+            raise ConfigError(f"{path}: daemon.state_file: {state}: {e.strerror or e}") from None
+        if mode is not None and not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise ConfigError(f"{path}: daemon.state_file: {state} is {kind}, not a state file")
     cert = config.ring.check_key(path).cert
     if cert.pool != config.pool.name:
         raise ConfigError(
