@@ -153,9 +153,15 @@ class NodeCertificate(BaseModel):
         """A certificate file's certificate; ValueError says what is wrong."""
         try:
             data = json.loads(text)
-            data["node_id"] = int(data["node_id"], 16)
-            data["public_key"] = bytes.fromhex(data["public_key"])
-            data["signature"] = bytes.fromhex(data["signature"])
+            for name, convert in (
+                ("node_id", lambda v: int(v, 16)),
+                ("public_key", bytes.fromhex),
+                ("signature", bytes.fromhex),
+            ):
+                value = data[name]
+                if not isinstance(value, str):
+                    raise ValueError(f"field {name}: hex text expected, not {type(value).__name__}")
+                data[name] = convert(value)
             return cls.model_validate(data)
         except ValidationError as e:
             first = e.errors()[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from common.config import ConfigError, StrictModel
-from common.hostport import parse_address
+from common.hostport import parse_address, parse_config_address
 from common.overlay.auth import KeyFileError, load_ring_key
 from common.overlay.certs import CertificateError
 from common.overlay.identity import IdentityFiles, NodeIdentity, load_identity
@@ -62,7 +62,7 @@ class RingConfig(StrictModel):
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_address(value)
+            parse_config_address(value)
         return value
 
     @field_validator("bootstrap", mode="before")
@@ -78,7 +78,7 @@ class RingConfig(StrictModel):
                 raise ValueError(f"give 1 to {MAX_SEEDS} seeds, not {len(value)}")
             for i, seed in enumerate(value):
                 try:
-                    parse_address(seed)
+                    parse_config_address(seed)
                 except ValueError as e:
                     raise ValueError(f"seed {i + 1}: {e}" if len(value) > 1 else str(e)) from None
         return value

@@ -136,6 +136,19 @@ def test_certificate_decoder_never_raises_but_value_error(data: bytes) -> None:
     assert NodeCertificate.from_wire(cert.to_wire()) == cert
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deep"),  # was a RecursionError traceback
+        ('{"node_id": 5, "public_key": "00", "signature": "00"}', "field node_id: hex text expected"),
+        ('{"node_id": "zz", "public_key": "00", "signature": "00"}', "not a node certificate"),
+    ],
+)
+def test_a_certificate_file_that_is_not_one_is_a_value_error_naming_why(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        NodeCertificate.from_json(text)
+
+
 @FAST
 @given(
     data=st.one_of(
