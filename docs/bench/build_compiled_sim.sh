@@ -14,11 +14,14 @@
 # (MYPYC_VENV, default /tmp/mypyc-venv), not into the project's venv: nothing at run time
 # depends on it. It needs gcc and the Python headers (Debian: gcc, python3-dev; a pyenv Python
 # has its own headers). The build venv must use the same CPython as .venv (the ABI).
+# SIM_VENV names another venv to build for (default <repo>/.venv), e.g. one made with Debian's
+# /usr/bin/python3.11, with its own MYPYC_VENV.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-/tmp/overlay-compiled}
 venv=${MYPYC_VENV:-/tmp/mypyc-venv}
-python=$(readlink -f "$repo/.venv/bin/python")
+sim_venv=${SIM_VENV:-$repo/.venv}
+python=$(readlink -f "$sim_venv/bin/python")
 COMPILED=(
     common/overlay/ids.py
     common/overlay/leafset.py
@@ -32,7 +35,7 @@ if [[ ! -x $venv/bin/mypyc ]]; then
 fi
 # mypy runs pydantic's plugin (without it every model's defaulted field reads as required): the
 # build venv sees the project venv's packages, the same versions, through a .pth file.
-site=$(readlink -f "$("$repo/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')")
+site=$(readlink -f "$("$sim_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')")
 "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' |
     xargs -I{} sh -c "echo '$site' > {}/project-venv.pth"
 rm -rf "$build" && mkdir -p "$build"
@@ -46,7 +49,7 @@ plugins = pydantic.mypy
 follow_imports = silent
 INI
 # mypy type-checks the compiled modules against the project venv's packages (pydantic, ...).
-"$venv/bin/mypyc" --config-file mypy.ini --explicit-package-bases --python-executable "$repo/.venv/bin/python" \
+"$venv/bin/mypyc" --config-file mypy.ini --explicit-package-bases --python-executable "$sim_venv/bin/python" \
     "${COMPILED[@]}" >build.log 2>&1 || {
     cat build.log >&2
     exit 1
