@@ -383,6 +383,7 @@ def _spelled(block: QueueBlock, low: str) -> str:
 # classad library parses a long one recursively, and `1+1+...` of 500,000 terms crashed it
 # (a segmentation fault) where condor_submit --dry-run took it.
 MAX_EXPRESSION_CHARS = 64 << 10
+SHOWN_VALUE_CHARS = 200  # of a refused value, in its error (a 20 KB expression made a 20 KB line)
 
 
 def _is_expression(low: str, found: Command) -> bool:
@@ -395,20 +396,23 @@ def _check_value(job: JobCommands, low: str, found: Command, value: str | None, 
         return
     name = _spelled(block, low)
     problem = None
+    shown = (
+        value if len(value) <= SHOWN_VALUE_CHARS else f"{value[:SHOWN_VALUE_CHARS]}..."
+    )  # one line, readable
     if _is_expression(low, found) and len(value) > MAX_EXPRESSION_CHARS:
         problem = (
             f"{name}: an expression of {len(value)} characters, more than the {MAX_EXPRESSION_CHARS} allowed"
         )
     elif found.kind == "bool" and submit_bool(value) is None:
-        problem = f"{name}={value} is invalid, must eval to a boolean."
+        problem = f"{name}={shown} is invalid, must eval to a boolean."
     elif found.kind in ("int", "uint"):
         number = submit_integer(value)
         if number is None:
-            problem = f"{name}={value} is invalid, must eval to an integer."
+            problem = f"{name}={shown} is invalid, must eval to an integer."
         elif found.kind == "uint" and number < 0:
-            problem = f"{name}={value} is invalid, must eval to a non-negative integer."
+            problem = f"{name}={shown} is invalid, must eval to a non-negative integer."
     elif found.kind == "expr" and expression_error(value) is not None:
-        problem = f"{name}={value}: Parse error in expression"
+        problem = f"{name}={shown}: Parse error in expression"
     if (
         problem is None
         and low == "notification"
@@ -418,7 +422,7 @@ def _check_value(job: JobCommands, low: str, found: Command, value: str | None, 
     if problem is None and found.refuse_if is not None:
         why = found.refuse_if(value)
         if why is not None:
-            problem = f"{name} = {value}: {why} (not supported by llic)"
+            problem = f"{name} = {shown}: {why} (not supported by llic)"
     if problem is not None:
         raise job.fail(problem, low)
 

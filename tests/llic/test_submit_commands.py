@@ -226,6 +226,12 @@ def test_an_expression_too_long_for_the_master_is_refused(tmp_path: Path, name: 
         parse(tmp_path, per_job).tasks(1)
 
 
+def test_a_refused_value_is_shown_cut_short(tmp_path: Path) -> None:
+    """A 20 KB expression that did not parse made a 20 KB error line."""
+    e = refused(tmp_path, f"requirements = ({'x' * 20_000}")
+    assert e.reason == f"requirements=({'x' * 199}...: Parse error in expression"
+
+
 def test_a_value_that_varies_is_checked_for_each_job(tmp_path: Path) -> None:
     with pytest.raises(SubmitFileError, match=r"job.sub:2: max_retries=x is invalid"):
         parse(tmp_path, "executable = /bin/echo\nmax_retries = $(Item)\nqueue in (1, 2, x)\n").tasks(1)
