@@ -26,6 +26,7 @@ from common.cli import new_parser, run_main
 from common.condor import DaemonKind, DaemonRef, Gateway, GatewayError
 from common.config import ConfigError
 from llic.agent_job import MASTER_ATTR
+from llic.state import MASTER_ID
 
 MASTER_JOB = "LlicMasterId"  # the master job's attribute (llic.submitter.master_job)
 DEFAULT_REASON = "removed by master_rm"
@@ -84,6 +85,10 @@ def master_id_of(target: str) -> tuple[str | None, int | None]:
         )
     if target.isdigit():
         return None, int(target)
+    if not MASTER_ID.match(target):
+        raise ConfigError(
+            f"{target!r} is neither a master id (letters, digits, '_', '.', '-') nor a cluster number"
+        )
     return target, None
 
 

@@ -373,6 +373,13 @@ def test_request_files_that_are_not_small_regular_files_are_reported_not_read(tm
     assert read_requests(tmp_path, stuck) == [] and (tmp_path / "elsewhere.json").exists()
 
 
+def test_master_rm_refuses_a_target_that_is_no_master_id_before_asking_htcondor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert master_rm(["bad id!"]) == 2
+    assert "'bad id!' is neither a master id" in capsys.readouterr().err
+
+
 def test_master_q_shows_held_tasks() -> None:
     info = MasterInfo("m", "u", 12, "s.sub", 0)
     state = initial_state(info, LlicConfig(), [0, 1, 2], 10.0, held=[2])
