@@ -26,6 +26,7 @@ import math
 import operator
 import os
 import re
+import stat
 import threading
 import typing
 from collections.abc import Collection, Iterable
@@ -371,11 +372,15 @@ def load_state(path: Path) -> MasterState:
 
 
 def _looks_like_state(path: Path) -> bool:
+    """Whether `path` is a regular file that starts as a state file (a FIFO must not hang the save)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC) + 1) == f"{MAGIC} ".encode()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return f.read(len(MAGIC) + 1) == f"{MAGIC} ".encode()
 
 
 # ----------------------------------------------------------------------------- encoding
