@@ -396,9 +396,7 @@ def _check_value(job: JobCommands, low: str, found: Command, value: str | None, 
         return
     name = _spelled(block, low)
     problem = None
-    shown = (
-        value if len(value) <= SHOWN_VALUE_CHARS else f"{value[:SHOWN_VALUE_CHARS]}..."
-    )  # one line, readable
+    shown = value if len(value) <= SHOWN_VALUE_CHARS else f"{value[:SHOWN_VALUE_CHARS]}..."
     if _is_expression(low, found) and len(value) > MAX_EXPRESSION_CHARS:
         problem = (
             f"{name}: an expression of {len(value)} characters, more than the {MAX_EXPRESSION_CHARS} allowed"
