@@ -51,7 +51,7 @@ SUBMITTED_ON_HOLD = Decision(Verdict.HOLD, "submitted on hold at user's request"
 MAGIC = "llic-master-state"
 VERSION = 1
 STATE_GLOB = "master.*.state"
-MASTER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+MASTER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # \Z: '$' takes a final newline too
 # A 100,000-task file is some 10 MB; a task's line stays under a few KiB (the result's tails are
 # cut short), so this bounds what master_q and master_rm read, not what a master writes.
 MAX_STATE_BYTES = 1 << 30
@@ -377,10 +377,12 @@ def _looks_like_state(path: Path) -> bool:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        return f.read(len(MAGIC) + 1) == f"{MAGIC} ".encode()
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(MAGIC) + 1) == f"{MAGIC} ".encode()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- encoding

@@ -254,8 +254,11 @@ def test_save_never_overwrites_a_file_that_is_not_a_state_file(tmp_path: Path) -
     assert path.read_text() == "precious\n" and sorted(tmp_path.iterdir()) == [path]
     fifo = tmp_path / "master.2.state"
     os.mkfifo(fifo)  # the check before the save opened it plainly: the master's save hung
-    with pytest.raises(StateFileError, match="not an llic master state file; not overwritten"):
-        save_state(fifo, initial_state(INFO, LlicConfig(), [0], now=0.0))
+    directory = tmp_path / "master.3.state"
+    directory.mkdir()
+    for path in (fifo, directory):
+        with pytest.raises(StateFileError, match="not an llic master state file; not overwritten"):
+            save_state(path, initial_state(INFO, LlicConfig(), [0], now=0.0))
 
 
 def test_a_crash_during_save_leaves_the_old_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
