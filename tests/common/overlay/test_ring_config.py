@@ -43,6 +43,9 @@ def test_bootstrap_names_one_seed_or_several() -> None:
         ('bootstrap = ["cm1:7640", "a b:7641"]', "seed 2: 'a b:7641' is not host:port (an IPv4"),
         ('bootstrap = "[::1]:7641"', "'[::1]:7641' is not host:port (an IPv4 address or a DNS name"),
         ('advertise = "cm 1:7640"', "key 'advertise': Value error, 'cm 1:7640' is not host:port"),
+        ('advertise = "cm:\uff17\uff16\uff14\uff11"', "is not host:port"),  # digits int() takes
+        (f'advertise = "{"c" * 300}:7640"', "is not host:port"),  # longer than a message carries
+        ('bootstrap = "cm.example.org.:7640"', "write the host without its trailing dot"),
         (f"bootstrap = {[f'cm{i}:7640' for i in range(33)]}", "give 1 to 32 seeds, not 33"),
         ('node_id = "xyz"', "key 'node_id'"),
         ("port = 70000", "key 'port'"),
