@@ -62,6 +62,10 @@ class CertificateError(Exception):
 Host = Annotated[str, Field(pattern=HOST)]
 
 
+class _FieldError(ValueError):
+    """A certificate file's field that is not what it must be (from_json names it)."""
+
+
 class NodeCertificate(BaseModel):
     """A CA's statement that `public_key` speaks for this node; see the module docstring."""
 
@@ -159,13 +163,18 @@ class NodeCertificate(BaseModel):
                 ("signature", bytes.fromhex),
             ):
                 value = data[name]
-                if not isinstance(value, str):
-                    raise ValueError(f"field {name}: hex text expected, not {type(value).__name__}")
-                data[name] = convert(value)
+                try:
+                    if not isinstance(value, str):
+                        raise TypeError
+                    data[name] = convert(value)
+                except (TypeError, ValueError):
+                    raise _FieldError(f"field {name}: not hex text") from None
             return cls.model_validate(data)
         except ValidationError as e:
             first = e.errors()[0]
             raise ValueError(f"field {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        except _FieldError as e:
+            raise ValueError(str(e)) from None
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a node certificate: {type(e).__name__}: {e}") from None
         except RecursionError:

@@ -140,8 +140,10 @@ def test_certificate_decoder_never_raises_but_value_error(data: bytes) -> None:
     ("text", "says"),
     [
         ("[" * 100_000 + "]" * 100_000, "nested too deep"),  # was a RecursionError traceback
-        ('{"node_id": 5, "public_key": "00", "signature": "00"}', "field node_id: hex text expected"),
-        ('{"node_id": "zz", "public_key": "00", "signature": "00"}', "not a node certificate"),
+        ('{"node_id": 5, "public_key": "00", "signature": "00"}', "^field node_id: not hex text$"),
+        ('{"node_id": "zz", "public_key": "00", "signature": "00"}', "^field node_id: not hex text$"),
+        ('{"node_id": "01", "public_key": "zz", "signature": "00"}', "^field public_key: not hex text$"),
+        ('{"public_key": "00"}', "not a node certificate: KeyError"),
     ],
 )
 def test_a_certificate_file_that_is_not_one_is_a_value_error_naming_why(text: str, says: str) -> None:
