@@ -78,7 +78,8 @@ def names_state_file(target: str) -> bool:
 
 
 def master_id_of(target: str) -> tuple[str | None, int | None]:
-    """(master id, cluster) a target names: digits a cluster, anything else a master id."""
+    """(master id, cluster) a target names: digits a cluster, else a master id (ConfigError if it
+    cannot be one)."""
     if names_state_file(target):
         raise ConfigError(
             f"{target}: a state file names tasks (master_rm STATE_FILE [PROCESS ...]), give it first"

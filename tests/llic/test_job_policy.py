@@ -376,8 +376,9 @@ def test_request_files_that_are_not_small_regular_files_are_reported_not_read(tm
 def test_master_rm_refuses_a_target_that_is_no_master_id_before_asking_htcondor(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert master_rm(["bad id!"]) == 2
-    assert "'bad id!' is neither a master id" in capsys.readouterr().err
+    for bad in ("bad id!", "abc\n"):
+        assert master_rm([bad]) == 2
+        assert f"{bad!r} is neither a master id" in capsys.readouterr().err
 
 
 def test_master_q_shows_held_tasks() -> None:
