@@ -4,6 +4,7 @@
 #
 #     docs/bench/build_compiled_sim.sh [BUILD_DIR]        # default /tmp/overlay-compiled
 #     cd /tmp/overlay-compiled && PYTHONPATH=$PWD <repo>/.venv/bin/python -m poolD simulate overlay ...
+#     (with SIM_VENV: that venv's python)
 #
 # (From BUILD_DIR, or running a script by path: `python -m` puts the current directory first on
 # sys.path, so run from the repository it would import the pure source.)
@@ -32,6 +33,11 @@ COMPILED=(
 if [[ ! -x $venv/bin/mypyc ]]; then
     "$python" -m venv "$venv"
     "$venv/bin/pip" install -q "mypy==${MYPY_VERSION:-2.4.1}" setuptools
+fi
+abi='import sys, sysconfig; print(sys.version, sysconfig.get_config_var("EXT_SUFFIX"))'
+if [[ $("$venv/bin/python" -c "$abi") != $("$python" -c "$abi") ]]; then
+    echo "$venv runs another Python than $sim_venv: give each its own MYPYC_VENV" >&2
+    exit 1
 fi
 # mypy runs pydantic's plugin (without it every model's defaulted field reads as required): the
 # build venv sees the project venv's packages, the same versions, through a .pth file.
