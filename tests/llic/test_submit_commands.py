@@ -230,6 +230,9 @@ def test_a_refused_value_is_shown_cut_short(tmp_path: Path) -> None:
     """A 20 KB expression that did not parse made a 20 KB error line."""
     e = refused(tmp_path, f"requirements = ({'x' * 20_000}")
     assert e.reason == f"requirements=({'x' * 199}...: Parse error in expression"
+    for line in (f"environment = {'y' * 20_000}", f"queue {'q' * 20_000}"):  # any error, cut
+        e = refused(tmp_path, line)
+        assert len(e.reason) < 1100 and e.reason.endswith("characters)")
 
 
 def test_a_value_that_varies_is_checked_for_each_job(tmp_path: Path) -> None:
