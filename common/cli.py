@@ -104,8 +104,9 @@ class DaemonCli(Generic[C]):
     check_help: str = "validate a config file"
     # Fills in what the file leaves to HTCondor's configuration (common.condor_defaults).
     resolve: Callable[[C, Path], C] | None = None
-    # The user the daemon's systemd unit runs it as (None: root): `keys new-node` run as root
-    # gives it the node's key, and check-config run as root checks that it can read its keys.
+    # The user the daemon's shipped systemd unit runs it as (None: root), unless the installed
+    # unit says otherwise (common.install.unit_user): `keys new-node` run as root gives it the
+    # node's key, and check-config run as root checks that it can read its keys.
     service_user: str | None = None
 
     def parser(self) -> tuple[argparse.ArgumentParser, Any]:
@@ -176,15 +177,17 @@ class DaemonCli(Generic[C]):
     def _check_key_owners(self, config: C, path: Path) -> None:
         """Run as root, check-config reads every file; the daemon, run as its service user, reads
         only its own: a key left to root passed the check and stopped the daemon at its start."""
+        from common.install import unit_user
         from common.keys import user_exists
         from common.overlay.auth import KeyFileError, check_readable_by
 
-        if self.service_user is None or os.geteuid() != 0 or not user_exists(self.service_user):
+        user = unit_user(self.prog) or self.service_user  # the installed unit's, else the shipped one's
+        if user in (None, "root") or os.geteuid() != 0 or not user_exists(user):
             return  # (without the user, HTCondor is not installed: systemd would say so first)
-
+        assert user is not None
         ring = config.ring  # type: ignore[attr-defined]
         for key, what in ((ring.key_file, "ring key"), (ring.identity_files().node_key, "node private key")):
             try:
-                check_readable_by(key, self.service_user, self.prog, what)
+                check_readable_by(key, user, self.prog, what)
             except KeyFileError as e:
                 raise ConfigError(f"{path}: {e}") from None

@@ -62,9 +62,36 @@ class Item:
         return self.source is None
 
 
+UNITS_DIR = PurePosixPath("/etc/systemd/system")
+
+
+def unit_user(daemon: str, units_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """The user the installed `<daemon>.service` runs its daemon as, drop-ins (`.service.d/*.conf`,
+    in name order, the last `User=` winning) included: root when no file says; None when the
+    unit is not installed. What check-config takes its daemon's user from."""
+    base = Path(units_dir if units_dir is not None else UNITS_DIR)
+    unit = base / f"{daemon}.service"
+    if not unit.is_file():
+        return None
+    user = "root"
+    for path in [unit, *sorted((base / f"{daemon}.service.d").glob("*.conf"))]:
+        section = ""
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.strip()
+            if line.startswith("[") and line.endswith("]"):
+                section = line
+            elif section == "[Service]" and line.startswith("User="):
+                user = line.removeprefix("User=").strip() or "root"
+    return user
+
+
 def plan(component: str, *, condor_config_dir: PurePosixPath, condor_only: bool = False) -> list[Item]:
     """What `install COMPONENT` puts where (docs/admin.md has the table)."""
-    etc, units, cdir = PurePosixPath("/etc"), PurePosixPath("/etc/systemd/system"), condor_config_dir
+    etc, units, cdir = PurePosixPath("/etc"), UNITS_DIR, condor_config_dir
     if component == "poold":
         items = [
             Item(etc / "poold", 0o750, "condor", "condor"),

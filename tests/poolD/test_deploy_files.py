@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from common import install
 from common.overlay.auth import generate_key_file
 from poolD import cli as poold_cli
 from poolD.cli import main
@@ -96,6 +97,7 @@ def test_a_key_the_daemons_user_cannot_read_is_named_by_check_config_and_new_nod
     daemon runs as, and check-config names a key that user could not read. (The user here is
     `nobody`, as this machine has no condor.)"""
     monkeypatch.setattr(poold_cli, "CLI", dataclasses.replace(poold_cli.CLI, service_user="nobody"))
+    monkeypatch.setattr(install, "UNITS_DIR", tmp_path / "units")  # none installed: the shipped user
     nobody = pwd.getpwnam("nobody").pw_uid
     etc = tmp_path / "etc"
     etc.mkdir()
@@ -116,6 +118,12 @@ def test_a_key_the_daemons_user_cannot_read_is_named_by_check_config_and_new_nod
     os.chown(etc / "node.key", 0, -1)
     assert main(["check-config", str(config)]) == 2
     assert f"{etc / 'node.key'}: owned by root" in capsys.readouterr().err
+    units = tmp_path / "units"
+    (units / "poold.service.d").mkdir(parents=True)
+    (units / "poold.service").write_text("[Service]\nUser=nobody\n")
+    (units / "poold.service.d" / "10-root.conf").write_text("[Service]\nUser=root\n")
+    assert main(["check-config", str(config)]) == 0  # the admin runs it as root: root's key is right
+    (units / "poold.service").unlink()  # not installed again: the shipped unit's user
     assert main(["keys", "new-node", "--owner", "no-such-user-here", str(tmp_path / "x")]) == 2
     assert "no user 'no-such-user-here'" in capsys.readouterr().err
     assert not (tmp_path / "x" / "node.key").exists()  # refused before anything was written
