@@ -135,6 +135,23 @@ def test_a_key_the_daemons_user_cannot_read_is_named_by_check_config_and_new_nod
     assert (tmp_path / "y" / "node.key").stat().st_uid == 0
 
 
+def test_the_user_an_installed_unit_runs_its_daemon_as(tmp_path: Path) -> None:
+    units = tmp_path / "units"
+    assert install.unit_user("poold", units) is None  # not installed
+    units.mkdir()
+    (units / "poold.service").write_text("[Unit]\nUser=nobody\n[Service]\nExecStart=/x\n")
+    assert install.unit_user("poold", units) == "root"  # no User= in [Service]
+    (units / "poold.service").write_text((FILES / "systemd/poold.service").read_text())
+    assert install.unit_user("poold", units) == "condor"  # as shipped
+    (units / "poold.service.d").mkdir()
+    (units / "poold.service.d" / "20-b.conf").write_text("[Service]\nUser=b\n")
+    (units / "poold.service.d" / "10-a.conf").write_text("[Service]\nUser=a\n")
+    assert install.unit_user("poold", units) == "b"  # drop-ins in name order, the last one wins
+    assert install.unit_user("faultd", units) is None
+    (units / "faultd.service").write_text((FILES / "systemd/faultd.service").read_text())
+    assert install.unit_user("faultd", units) == "root"  # faultd runs as root (Group=condor)
+
+
 def test_check_config_names_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     key = tmp_path / "ring.key"
     key.write_text("ab" * 32)
