@@ -105,7 +105,7 @@ class DaemonCli(Generic[C]):
     # Fills in what the file leaves to HTCondor's configuration (common.condor_defaults).
     resolve: Callable[[C, Path], C] | None = None
     # The user the daemon's shipped systemd unit runs it as (None: root), unless the installed
-    # unit says otherwise (common.install.unit_user): `keys new-node` run as root gives it the
+    # unit says otherwise (common.install.daemon_user): `keys new-node` run as root gives it the
     # node's key, and check-config run as root checks that it can read its keys.
     service_user: str | None = None
 
@@ -177,14 +177,13 @@ class DaemonCli(Generic[C]):
     def _check_key_owners(self, config: C, path: Path) -> None:
         """Run as root, check-config reads every file; the daemon, run as its service user, reads
         only its own: a key left to root passed the check and stopped the daemon at its start."""
-        from common.install import unit_user
+        from common.install import daemon_user
         from common.keys import user_exists
         from common.overlay.auth import KeyFileError, check_readable_by
 
-        user = unit_user(self.prog) or self.service_user  # the installed unit's, else the shipped one's
-        if user in (None, "root") or os.geteuid() != 0 or not user_exists(user):
+        user = daemon_user(self.prog, self.service_user)
+        if user is None or os.geteuid() != 0 or not user_exists(user):
             return  # (without the user, HTCondor is not installed: systemd would say so first)
-        assert user is not None
         ring = config.ring  # type: ignore[attr-defined]
         for key, what in ((ring.key_file, "ring key"), (ring.identity_files().node_key, "node private key")):
             try:

@@ -89,6 +89,14 @@ def unit_user(daemon: str, units_dir: str | os.PathLike[str] | None = None) -> s
     return user
 
 
+def daemon_user(daemon: str, shipped: str | None) -> str | None:
+    """The user other than root that `daemon` runs as (None: root): the installed unit's, drop-ins
+    included, else `shipped`, its unit's as the wheel ships it. Whom `keys new-node` gives the
+    node's key and check-config checks the keys against."""
+    user = unit_user(daemon) or shipped
+    return None if user == "root" else user
+
+
 def plan(component: str, *, condor_config_dir: PurePosixPath, condor_only: bool = False) -> list[Item]:
     """What `install COMPONENT` puts where (docs/admin.md has the table)."""
     etc, units, cdir = PurePosixPath("/etc"), UNITS_DIR, condor_config_dir

@@ -189,10 +189,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"CA public key {ca.public_key.hex()}: copy ca.pub to every node of the ring")
         return 0
     if command == "new-node":
-        from common.install import unit_user
+        from common.install import daemon_user
 
-        owner, user = args.owner, unit_user(args.keys_prog) or args.keys_service_user
-        user = None if user == "root" else user
+        owner, user = args.owner, daemon_user(args.keys_prog, args.keys_service_user)
         note = ""
         if owner is None and user is not None and os.geteuid() == 0:
             if user_exists(user):
