@@ -26,7 +26,6 @@ import math
 import operator
 import os
 import re
-import stat
 import threading
 import typing
 from collections.abc import Collection, Iterable
@@ -38,7 +37,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from common.config import ConfigError
-from common.files import read_regular
+from common.files import open_regular, read_regular
 from llic.chef import ChefRecord, ChefState
 from llic.config import LlicConfig
 from llic.master_core import MasterCore, MasterStatus
@@ -323,8 +322,6 @@ def load_state(path: Path) -> MasterState:
         data = read_regular(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         raise StateFileError(f"{path}: no such state file") from None
-    except IsADirectoryError:
-        raise StateFileError(f"{path}: is a directory, not a state file") from None
     except OSError as e:
         raise StateFileError(f"{path}: cannot read: {e.strerror or e}") from None
     except ValueError as e:  # a FIFO would block the reader; a huge file fill its memory
@@ -374,11 +371,11 @@ def load_state(path: Path) -> MasterState:
 def _looks_like_state(path: Path) -> bool:
     """Whether `path` is a regular file that starts as a state file (a FIFO must not hang the save)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        fd, _ = open_regular(path)
+    except (OSError, ValueError):
         return False
     try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(MAGIC) + 1) == f"{MAGIC} ".encode()
+        return os.read(fd, len(MAGIC) + 1) == f"{MAGIC} ".encode()
     except OSError:
         return False
     finally:
